@@ -1,0 +1,28 @@
+// GPU discovery and the support check every CUDA entry point runs first: a missing driver, no GPU, a GPU that is
+// not Hopper (sm_90) or too little free memory each give one clear message instead of a crash.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dsv4/status.h"
+
+namespace dsv4::cuda {
+
+struct DeviceInfo {
+    int index = -1;
+    std::string name;
+    int cc_major = 0, cc_minor = 0;
+    int sm_count = 0;
+    uint64_t total_bytes = 0, free_bytes = 0;
+    std::string driver_version;  // "13.0"
+};
+
+// Number of visible CUDA devices; an error Status when the driver or runtime is missing.
+Result<int> device_count();
+// Describes device `index`.
+Result<DeviceInfo> describe_device(int index);
+// Ok when device `index` can run this build's kernels (sm_90 / sm_90a) and has at least `need_bytes` free.
+Status check_device_supported(int index, uint64_t need_bytes);
+
+}  // namespace dsv4::cuda
