@@ -20,6 +20,10 @@ enum class ExpertFormat : uint8_t { kMXFP4, kNVFP4, kFP8 };
 const char* attn_kind_name(AttnKind k);   // "SWA", "CSA", "HCA"
 const char* expert_format_name(ExpertFormat f);  // "mxfp4", "nvfp4", "fp8"
 
+// Which of the three config.json styles a file was written in (MODEL_SPEC §2.1, §2.2; transformers' own class).
+enum class ConfigStyle : uint8_t { kOfficialHF, kTransformers, kDeepSeekInference };
+const char* config_style_name(ConfigStyle s);  // "official-hf", "transformers", "deepseek-inference"
+
 struct ModelConfig {
     std::string name;  // preset name or the folder it came from, for messages
     int64_t vocab_size = 129280;
@@ -56,9 +60,14 @@ struct ModelConfig {
     double swiglu_limit = 10.0;
     int64_t num_mtp_layers = 1;
     int64_t bos_token_id = 0, eos_token_id = 1;
-    ExpertFormat expert_format = ExpertFormat::kMXFP4;
+    ExpertFormat expert_format = ExpertFormat::kMXFP4;  // config key expert_dtype: "fp4" (default), "nvfp4", "fp8"
+    ConfigStyle style = ConfigStyle::kOfficialHF;        // the style it was parsed from (presets: official HF)
 
     // Derived
+    int64_t hc_mix_dim() const { return (2 + hc_mult) * hc_mult; }          // 24: [pre | post | comb]
+    int64_t q_head_dims() const { return num_heads * head_dim; }            // wq_b rows
+    int64_t o_group_in() const { return num_heads / o_groups * head_dim; }  // wo_a input width per group
+    bool has_mtp() const { return num_mtp_layers > 0; }
     AttnKind attn_kind(int layer) const;  // layer in [0, L]; L is the MTP layer
     RouteKind route_kind(int layer) const { return layer < num_hash_layers ? RouteKind::kHash : RouteKind::kScore; }
     int compress_ratio(int layer) const { return compress_ratios.at(layer); }
@@ -69,7 +78,7 @@ Result<ModelConfig> parse_config_json(std::string_view text, std::string_view so
 // Reads DIR/config.json (or DIR/inference/config.json when only that exists) and validates it.
 Result<ModelConfig> load_config(const std::filesystem::path& dir);
 // Every rule a config must satisfy (ratios in {0,4,128}, L+1 ratios, hash layers <= L, divisibility the formats
-// need, ...); the first violation names the key.
+// need, ...); the first violation names the key. parse_config_json and preset_config already call it.
 Status validate_config(const ModelConfig& c);
 // Built-in presets: "flash", "pro" (the shipped checkpoints) and "tiny" (small widths, real head_dim 512,
 // rope 64, index_head_dim 128, window 128, ratios 4/128) for tests and demos.
