@@ -67,6 +67,11 @@ Result<json> parse_json_strict(std::string_view text, std::string_view label) {
         return corrupt(where + ": JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
                        " levels; this is not a safetensors header or index");
     }
+    // JSON text never holds a raw NUL (inside strings it must be escaped), but nlohmann's lexer takes one as the
+    // end of input, which would let "{}\0<anything>" through. Refuse it here.
+    if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
+        return corrupt(where + ": not valid JSON: NUL byte at offset " + std::to_string(nul));
+    }
     // One key set per open object; the parser reports keys through this callback in document order.
     std::vector<std::set<std::string>> open_objects;
     std::string duplicate_key;
