@@ -23,6 +23,9 @@
 namespace dsv4 {
 class ThreadPool;
 }
+namespace dsv4::model {
+struct WeightRef;
+}
 
 namespace dsv4::backend {
 
@@ -74,6 +77,9 @@ struct WeightView {
 void dequantize_weight_row(const WeightView& w, int64_t r, float* out);
 // Checks a view's shape against what an op expects; the message names `what`.
 Status check_weight(const WeightView& w, int64_t rows, int64_t cols, const char* what);
+// The view of a mapped checkpoint weight (model/weights.h): F32, BF16, FP8 blocks with UE8M0 scales, MXFP4.
+// Other encodings (F32 block scales, NVFP4, F16) are kUnsupported here.
+Result<WeightView> weight_view(const model::WeightRef& w);
 
 // ------------------------------------------------------------------------------------------------ quant primitives
 

@@ -1,0 +1,171 @@
+// Attention (MODEL_SPEC §5.4.2, §5.4.3, §5.4.7, §5.4.8): the query path, window K=V, sparse attention with a
+// per-head sink, and the grouped low-rank output projection wo_a. (wo_b is a plain `linear`.)
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_ops.h"
+
+namespace dsv4::backend::cpu {
+
+Status q_path(const Exec& ex, const QPathParams& p) {
+    const char* op = "q_path";
+    DSV4_OP_CHECK(p.x && p.qr && p.q && p.positions && p.freqs && p.heads > 0, op, "null pointer or bad shape");
+    const int64_t q_lora = p.wq_a.rows;
+    DSV4_RETURN_IF_ERROR(check_weight(p.wq_b, p.heads * p.head_dim, q_lora, "q_path: wq_b"));
+    DSV4_OP_CHECK(p.q_norm.numel() == q_lora, op, "q_norm length differs from wq_a rows");
+    DSV4_RETURN_IF_ERROR(linear(ex, {.x = p.x, .tokens = p.tokens, .w = p.wq_a, .out = LinearOut::kBF16, .y = p.qr}));
+    DSV4_RETURN_IF_ERROR(
+        rmsnorm(ex, {.x = p.qr, .rows = p.tokens, .dim = q_lora, .weight = p.q_norm, .eps = p.eps, .y = p.qr}));
+    DSV4_RETURN_IF_ERROR(linear(ex, {.x = p.qr, .tokens = p.tokens, .w = p.wq_b, .out = LinearOut::kBF16, .y = p.q}));
+    DSV4_RETURN_IF_ERROR(
+        q_head_norm(ex, {.q = p.q, .tokens = p.tokens, .heads = p.heads, .head_dim = p.head_dim, .eps = p.eps}));
+    return rope(ex, {.x = p.q, .tokens = p.tokens, .vecs = p.heads, .vec_stride = p.head_dim,
+                     .offset = p.head_dim - p.rope_dim, .positions = p.positions, .freqs = p.freqs});
+}
+
+Status window_kv(const Exec& ex, const WindowKvParams& p) {
+    const char* op = "window_kv";
+    DSV4_OP_CHECK(p.x && p.kv && p.positions && p.freqs, op, "null pointer");
+    DSV4_RETURN_IF_ERROR(check_weight(p.wkv, p.head_dim, p.wkv.cols, "window_kv: wkv"));
+    DSV4_RETURN_IF_ERROR(linear(ex, {.x = p.x, .tokens = p.tokens, .w = p.wkv, .out = LinearOut::kBF16, .y = p.kv}));
+    DSV4_RETURN_IF_ERROR(
+        rmsnorm(ex, {.x = p.kv, .rows = p.tokens, .dim = p.head_dim, .weight = p.kv_norm, .eps = p.eps, .y = p.kv}));
+    DSV4_RETURN_IF_ERROR(rope(ex, {.x = p.kv, .tokens = p.tokens, .vecs = 1, .vec_stride = p.head_dim,
+                                   .offset = p.head_dim - p.rope_dim, .positions = p.positions, .freqs = p.freqs}));
+    return kv_fp8_sim(ex, {.x = p.kv, .rows = p.tokens, .dim = p.head_dim, .rope_dim = p.rope_dim});
+}
+
+namespace {
+
+// DeepSeek's sparse_attn kernel for one (token, head): index blocks of 64, running max / sum in f32, P rounded to
+// bf16 before P·V, the sink added to the denominator at the end.
+void attend_reference(const SparseAttnParams& p, const float* q, const int32_t* idx, float sink, float* l,
+                      float* acc, float* out) {
+    const int64_t D = p.dim;
+    constexpr int64_t kBlock = 64;
+    float m = -INFINITY, sum = 0;
+    std::fill(acc, acc + D, 0.0f);
+    for (int64_t b0 = 0; b0 < p.topk; b0 += kBlock) {
+        const int64_t b1 = std::min(p.topk, b0 + kBlock);
+        float m_new = m;
+        for (int64_t j = b0; j < b1; ++j) {
+            if (idx[j] < 0) {
+                l[j - b0] = -INFINITY;
+                continue;
+            }
+            const float* kv = p.kv + int64_t(idx[j]) * D;
+            float dot = 0;
+            for (int64_t i = 0; i < D; ++i) dot += q[i] * kv[i];
+            l[j - b0] = dot * p.scale;
+            m_new = std::max(m_new, l[j - b0]);
+        }
+        if (m_new == -INFINITY) continue;  // nothing valid so far
+        const float rescale = std::exp(m - m_new);  // 0 on the first valid block
+        float block_sum = 0;
+        for (int64_t i = 0; i < D; ++i) acc[i] *= rescale;
+        for (int64_t j = b0; j < b1; ++j) {
+            if (idx[j] < 0) continue;
+            const float pj = std::exp(l[j - b0] - m_new);
+            block_sum += pj;
+            const float pb = round_bf16(pj);
+            const float* kv = p.kv + int64_t(idx[j]) * D;
+            for (int64_t i = 0; i < D; ++i) acc[i] += pb * kv[i];
+        }
+        sum = sum * rescale + block_sum;
+        m = m_new;
+    }
+    if (m == -INFINITY) {
+        std::fill(out, out + D, 0.0f);
+        return;
+    }
+    sum += std::exp(sink - m);
+    for (int64_t i = 0; i < D; ++i) out[i] = round_bf16(acc[i] / sum);
+}
+
+// Exact softmax with sink, f32 inputs, double sums.
+void attend_exact(const SparseAttnParams& p, const float* q, const int32_t* idx, float sink, float* l, double* acc,
+                  float* out) {
+    const int64_t D = p.dim;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < p.topk; ++j) {
+        if (idx[j] < 0) continue;
+        const float* kv = p.kv + int64_t(idx[j]) * D;
+        double dot = 0;
+        for (int64_t i = 0; i < D; ++i) dot += double(q[i]) * double(kv[i]);
+        l[j] = float(dot * double(p.scale));
+        m = std::max(m, l[j]);
+    }
+    if (m == -INFINITY) {
+        std::fill(out, out + D, 0.0f);
+        return;
+    }
+    std::fill(acc, acc + D, 0.0);
+    double denom = std::exp(double(sink) - double(m));
+    for (int64_t j = 0; j < p.topk; ++j) {
+        if (idx[j] < 0) continue;
+        const double w = std::exp(double(l[j]) - double(m));
+        denom += w;
+        const float* kv = p.kv + int64_t(idx[j]) * D;
+        for (int64_t i = 0; i < D; ++i) acc[i] += w * double(kv[i]);
+    }
+    for (int64_t i = 0; i < D; ++i) out[i] = float(acc[i] / denom);
+}
+
+}  // namespace
+
+Status sparse_attn(const Exec& ex, const SparseAttnParams& p) {
+    const char* op = "sparse_attn";
+    DSV4_OP_CHECK(p.q && p.kv && p.idx && p.out && p.tokens >= 0 && p.heads > 0 && p.dim > 0 && p.topk >= 0, op,
+                  "null pointer or bad shape");
+    DSV4_OP_CHECK(p.sink.numel() == p.heads, op, "sink must have one value per head");
+    for (int64_t i = 0; i < p.tokens * p.topk; ++i)
+        DSV4_OP_CHECK(p.idx[i] >= -1 && p.idx[i] < p.n_kv, op,
+                      "index " + std::to_string(p.idx[i]) + " outside [-1, " + std::to_string(p.n_kv) + ")");
+    const bool ref = is_ref(ex);
+    parallel_rows(ex, p.tokens * p.heads, 1, [&](int64_t b, int64_t e) {
+        std::vector<float> l(static_cast<size_t>(std::max<int64_t>(p.topk, 64)));
+        std::vector<float> acc(static_cast<size_t>(p.dim));
+        std::vector<double> acc_d(static_cast<size_t>(p.dim));
+        for (int64_t r = b; r < e; ++r) {
+            const int64_t t = r / p.heads, h = r % p.heads;
+            const float* q = p.q + r * p.dim;
+            const int32_t* idx = p.idx + t * p.topk;
+            float* out = p.out + r * p.dim;
+            if (ref)
+                attend_reference(p, q, idx, p.sink.at(h), l.data(), acc.data(), out);
+            else
+                attend_exact(p, q, idx, p.sink.at(h), l.data(), acc_d.data(), out);
+        }
+    });
+    return Status::ok();
+}
+
+Status wo_a(const Exec& ex, const WoAParams& p) {
+    const char* op = "wo_a";
+    DSV4_OP_CHECK(p.o && p.z && p.tokens >= 0 && p.groups > 0 && p.heads % p.groups == 0, op,
+                  "null pointer or heads not divisible by groups");
+    const int64_t width = (p.heads / p.groups) * p.head_dim;
+    DSV4_RETURN_IF_ERROR(check_weight(p.wo_a, p.groups * p.rank, width, "wo_a"));
+    const bool ref = is_ref(ex);
+    const int64_t rows = p.groups * p.rank, T = p.tokens;
+    parallel_rows(ex, rows, 4, [&](int64_t b, int64_t e) {
+        std::vector<float> w(static_cast<size_t>(width));
+        for (int64_t r = b; r < e; ++r) {
+            dequantize_weight_row(p.wo_a, r, w.data());
+            if (ref)  // the converter stores wo_a as bf16 (exact for e4m3 · 2^k)
+                for (auto& v : w) v = round_bf16(v);
+            const int64_t g = r / p.rank;
+            for (int64_t t = 0; t < T; ++t) {
+                const float* o = p.o + t * p.heads * p.head_dim + g * width;
+                float acc = 0;
+                for (int64_t i = 0; i < width; ++i) acc += w[size_t(i)] * o[i];
+                p.z[t * rows + r] = ref ? round_bf16(acc) : acc;
+            }
+        }
+    });
+    return Status::ok();
+}
+
+}  // namespace dsv4::backend::cpu

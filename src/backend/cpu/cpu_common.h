@@ -1,0 +1,48 @@
+// Helpers shared by the CPU reference ops (internal to backend/cpu).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "backend/ops.h"
+#include "core/formats.h"
+#include "core/thread_pool.h"
+
+namespace dsv4::backend::cpu {
+
+// Rounds to bf16 where the reference holds a bf16 tensor; identity in f32 mode.
+inline float rnd(Precision p, float x) { return p == Precision::kReference ? round_bf16(x) : x; }
+inline bool is_ref(const Exec& ex) { return ex.precision == Precision::kReference; }
+
+// Returns an invalid-argument Status from the current op when `cond` fails.
+#define DSV4_OP_CHECK(cond, op, what)                                                     \
+    do {                                                                                  \
+        if (!(cond)) return ::dsv4::invalid_argument(std::string(op) + ": " + (what));    \
+    } while (0)
+
+// Chunked parallel loop over [0, n) on the Exec's pool (inline without one).
+template <typename F>
+void parallel_rows(const Exec& ex, int64_t n, int64_t grain, F&& body) {
+    parallel_for(ex.pool, n, grain, body);
+}
+
+// A F32/BF16 vector weight (norm weights, biases) element, or 1 when the view is empty.
+inline float weight_or_one(const WeightView& w, int64_t i) { return w.empty() ? 1.0f : w.at(i); }
+
+// act_quant of one row segment of `block` values: codes as decoded e4m3 floats q (exact), returns the scale s.
+float quant_block_e4m3(const float* x, int block, float* q, uint8_t* codes, uint8_t* scale_byte);
+// fp4 quantisation of one 32-value block: q holds decoded e2m1 values; returns s.
+float quant_block_e2m1(const float* x, float* q, uint8_t* codes, uint8_t* scale_byte);
+
+// In-place QAT simulations (kReference only; callers skip them in f32 mode).
+void fp8_sim_inplace(float* x, int64_t n, int block);  // n % block == 0
+void fp4_sim_inplace(float* x, int64_t n);              // n % 32 == 0
+// y = bf16?((x · H128) · 128^-½) for one 128-vector; x and y may alias.
+void hadamard_row(const float* x, float* y, bool round);
+
+// Softplus as torch computes it (threshold 20).
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+}  // namespace dsv4::backend::cpu
