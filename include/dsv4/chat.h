@@ -104,30 +104,31 @@ public:
 private:
     enum class State { kReasoning, kContent, kBlock, kInvoke, kParamValue, kDone };
     void run(bool at_end, std::vector<ReplyEvent>& events);
-    bool step_text_state(bool at_end, std::vector<ReplyEvent>& events);
-    bool step_markup_state(bool at_end, std::vector<ReplyEvent>& events);
-    bool step_param_value(bool at_end, std::vector<ReplyEvent>& events);
+    bool step(bool at_end, std::vector<ReplyEvent>& events);
     void handle_tag(std::string_view tag, std::vector<ReplyEvent>& events);
-    void emit_text(std::string_view text, bool at_end, std::vector<ReplyEvent>& events);
-    void flush_pending_text(std::vector<ReplyEvent>& events);
+    void handle_think_marker(bool closing, std::vector<ReplyEvent>& events);
+    void text_segment(std::string_view text, std::vector<ReplyEvent>& events);
+    void flush_text(bool drop_whitespace, std::vector<ReplyEvent>& events);
+    void emit_clean(std::string_view text, std::vector<ReplyEvent>& events);
+    void value_segment(std::string_view text, std::vector<ReplyEvent>& events);
     void begin_call(std::string name, std::vector<ReplyEvent>& events);
-    void begin_param(std::string name, int string_flag, std::vector<ReplyEvent>& events);
+    void begin_param(const std::string& name, int string_flag, std::vector<ReplyEvent>& events);
     void end_param(std::vector<ReplyEvent>& events);
     void end_call(std::vector<ReplyEvent>& events);
+    void close_open_markup(std::vector<ReplyEvent>& events);
     void args_delta(std::string text, std::vector<ReplyEvent>& events);
 
     State state_;
-    State after_call_state_ = State::kContent;  // where a closed invoke returns (block, or content when bare)
+    State after_call_state_ = State::kContent;  // where a closed invoke returns: the block, or content when bare
     std::string buf_;                // undecided input
-    std::string pending_ws_;         // whitespace held before a possible tool-call block
-    std::string pending_utf8_;       // incomplete UTF-8 sequence held from the last text delta
-    bool content_started_ = false;   // a non-whitespace content byte was emitted
+    std::string pending_ws_;         // whitespace held: it is dropped if a tool-call block follows
+    std::string reasoning_tail_;     // last bytes emitted per channel, so removed markup cannot splice a marker
+    std::string content_tail_;
+    bool content_started_ = false;   // a non-whitespace content byte was decided
     bool skip_leading_ws_ = false;   // after a tool-call block: drop whitespace before further content
-    int call_index_ = -1;            // index of the open call, -1 when none
     int params_in_call_ = 0;
-    std::string param_name_;
     int param_string_ = 0;           // 1: string="true"; 0: string="false"; -1: attribute missing
-    std::string param_value_;        // value of a non-string parameter (emitted when it closes)
+    std::string param_value_;        // raw value of a non-string parameter (emitted when it closes)
     ParsedReply reply_;
 };
 
