@@ -1,0 +1,73 @@
+// Public API: load a DeepSeek-V4 checkpoint folder and create per-sequence sessions (session.h).
+//
+//   auto engine = dsv4::Engine::load("/models/tiny", {.precision = dsv4::EnginePrecision::kF32});
+//   auto session = (*engine)->create_session({.max_context = 4096});
+//   dsv4::Logits logits;
+//   Status s = (*session)->feed(token_ids, &logits);   // logits.values: [T, vocab] f32
+//
+// The engine owns the weights (memory-mapped, read-only) and may be shared by many sessions; every session owns
+// its own decode state (window rings, compressed entries, compressor running state). An Engine must outlive the
+// sessions it created.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "dsv4/status.h"
+
+namespace dsv4 {
+
+class Session;
+
+// Numerics (DESIGN §3): kReference = DeepSeek's reference arithmetic (FP8/FP4 activation quantisation, bf16
+// rounding, KV QAT simulation); kF32 = every activation in f32, weights dequantised exactly (the oracle mode).
+enum class EnginePrecision { kReference, kF32 };
+enum class EngineBackend { kCpu, kCuda };
+
+const char* engine_precision_name(EnginePrecision p);  // "reference", "f32"
+const char* engine_backend_name(EngineBackend b);      // "cpu", "cuda"
+
+struct EngineOptions {
+    EnginePrecision precision = EnginePrecision::kReference;
+    EngineBackend backend = EngineBackend::kCpu;
+    int threads = 0;  // CPU worker threads; 0 = hardware concurrency
+};
+
+struct ModelInfo {
+    std::string name;             // the folder the model came from
+    std::string layout;           // "official" or "transformers"
+    int64_t vocab_size = 0;
+    int64_t hidden_size = 0;
+    int64_t num_layers = 0;       // main layers (MTP not included)
+    int64_t max_position = 0;     // the model's own context limit (max_position_embeddings)
+    bool has_mtp = false;         // the checkpoint holds an MTP block (mtp.0.*)
+};
+
+struct SessionOptions {
+    // Tokens the session can hold; every state buffer is sized from it at creation. 0 = min(max_position, 4096).
+    int64_t max_context = 0;
+    // Also compute the MTP head's logits (needs a checkpoint with an MTP block). See session.h for the layout.
+    bool mtp = false;
+};
+
+class Engine {
+public:
+    static Result<std::unique_ptr<Engine>> load(const std::filesystem::path& model_dir, const EngineOptions& options);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    const ModelInfo& info() const;
+    const EngineOptions& options() const;
+    Result<std::unique_ptr<Session>> create_session(const SessionOptions& options = {});
+
+    struct Impl;  // defined in src/engine/
+
+private:
+    explicit Engine(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsv4

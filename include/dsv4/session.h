@@ -1,0 +1,47 @@
+// One sequence being processed: its decode state and position. Feeding tokens in any chunking gives the same
+// logits (MODEL_SPEC §8.2): feed(all) == feed(first k) + feed(rest) == one token at a time, exactly in
+// EnginePrecision::kF32 up to summation order, and within the reference band in kReference.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dsv4/engine.h"
+#include "dsv4/status.h"
+
+namespace dsv4 {
+
+struct Logits {
+    int64_t rows = 0;           // tokens fed by the call that filled this
+    int64_t vocab = 0;
+    std::vector<float> values;  // [rows, vocab]: row i = next-token logits after fed token i
+    // MTP head, only when SessionOptions::mtp: [rows, vocab]; row i predicts the token after next from the main
+    // model's streams at the previous position and the embedding of fed token i (NaN for the first token of the
+    // sequence, which has no previous position).
+    std::vector<float> mtp;
+};
+
+class Session {
+public:
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // Runs `tokens` at positions position() .. position()+n-1 and fills `out` (resized) with their logits. Errors
+    // (state unchanged): empty list, id outside [0, vocab), position() + n > max_context().
+    Status feed(std::span<const int32_t> tokens, Logits* out);
+    int64_t position() const;     // tokens fed so far
+    int64_t max_context() const;
+    // Forgets the sequence (position 0), keeping the buffers.
+    void reset();
+
+    struct Impl;  // defined in src/engine/
+
+private:
+    friend class Engine;
+    explicit Session(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsv4

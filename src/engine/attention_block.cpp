@@ -1,0 +1,278 @@
+// The attention sub-block with its per-sequence state (MODEL_SPEC §5.4, §6, §8).
+//
+// Order inside a chunk of n tokens at positions p0 .. p0+n-1 (the reference's prefill order, §6, generalised to
+// any p0 the way transformers' dynamic cache does, §8.2):
+//   1. q path and window K=V for the n tokens; the K=V rows go straight into the chunk rows of the layer pool.
+//   2. compressors (main, and for CSA the indexer's) absorb the n tokens: the open window's buffered projections
+//      plus the chunk's form a series; every window it completes becomes an entry (rope at the window's first
+//      position); the last complete window is kept as the next entry's "previous window" (CSA), the rest stays
+//      open. The very first window of a sequence has no previous window: its first-half candidates get weight 0
+//      (the reference's -inf score state and transformers' -inf gate; MODEL_SPEC §11 row 16).
+//   3. CSA: indexer scores over every entry that exists after step 2, masked to j < (t+1)/4, top-k.
+//   4. one sparse attention over [window candidates | compressed candidates] per query; entries that complete
+//      inside the chunk are visible to exactly the queries at or after their window's last token.
+//   5. de-rotation, wo_a, wo_b; then the ring takes the chunk's last (up to) 128 K=V rows.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+#include "engine/forward.h"
+
+namespace dsv4::engine {
+
+namespace cpu = backend::cpu;
+using backend::CompressedKind;
+
+namespace {
+
+// Absorbs the chunk into one compressor; writes completed entries to entries[first_new .. first_new+emitted).
+Status absorb_compressor(const ForwardContext& ctx, const CompressorViews& w, CompressorState& cs,
+                         CompressedKind kind, int64_t head_dim, const float* x, int64_t n, int64_t p0,
+                         ForwardScratch& s, float* entries, int64_t* emitted) {
+    const int64_t m = cs.ratio, width = cs.width;
+    const int64_t buffered = p0 % m;   // open-window tokens already projected
+    const int64_t entries_before = p0 / m;
+    float* skv = s.series_kv.data();
+    float* ssc = s.series_score.data();
+    std::memcpy(skv, cs.open_kv.data(), size_t(buffered * width) * sizeof(float));
+    std::memcpy(ssc, cs.open_score.data(), size_t(buffered * width) * sizeof(float));
+
+    backend::CompressorProjectParams pp;
+    pp.x = x;
+    pp.tokens = n;
+    pp.wkv = w.wkv;
+    pp.wgate = w.wgate;
+    pp.ape = w.ape;
+    pp.ratio = m;
+    pp.positions = s.positions.data();
+    pp.kv = skv + buffered * width;
+    pp.score = ssc + buffered * width;
+    DSV4_RETURN_IF_ERROR(cpu::compressor_project(ctx.exec, pp));
+
+    const int64_t total = buffered + n;
+    const int64_t windows = total / m;
+    if (windows > 0) {
+        const bool has_prev = cs.overlap && entries_before > 0;
+        backend::CompressorPoolParams pl;
+        pl.kv = skv;
+        pl.score = ssc;
+        pl.prev_kv = has_prev ? cs.prev_kv.data() : nullptr;
+        pl.prev_score = has_prev ? cs.prev_score.data() : nullptr;
+        pl.n_windows = windows;
+        pl.ratio = m;
+        pl.head_dim = head_dim;
+        pl.overlap = cs.overlap;
+        pl.out = s.pooled.data();
+        DSV4_RETURN_IF_ERROR(cpu::compressor_pool(ctx.exec, pl));
+
+        backend::CompressorFinishParams fp;
+        fp.pooled = s.pooled.data();
+        fp.n = windows;
+        fp.head_dim = head_dim;
+        fp.rope_dim = ctx.cfg->rope_head_dim;
+        fp.ratio = m;
+        fp.first_window = entries_before;
+        fp.kind = kind;
+        fp.norm = w.norm;
+        fp.freqs = &ctx.freqs_compress;
+        fp.eps = float(ctx.cfg->rms_norm_eps);
+        fp.out = entries + entries_before * head_dim;
+        DSV4_RETURN_IF_ERROR(cpu::compressor_finish(ctx.exec, fp));
+
+        if (cs.overlap) {  // the last complete window feeds the next entry's first half
+            std::memcpy(cs.prev_kv.data(), skv + (windows - 1) * m * width, size_t(m * width) * sizeof(float));
+            std::memcpy(cs.prev_score.data(), ssc + (windows - 1) * m * width, size_t(m * width) * sizeof(float));
+        }
+    }
+    const int64_t rest = total - windows * m;
+    std::memcpy(cs.open_kv.data(), skv + windows * m * width, size_t(rest * width) * sizeof(float));
+    std::memcpy(cs.open_score.data(), ssc + windows * m * width, size_t(rest * width) * sizeof(float));
+    *emitted = windows;
+    return Status::ok();
+}
+
+// Indexer (MODEL_SPEC §5.4.5): top-k entry numbers per query into s.index_topk [n, index_topk] (-1 = none).
+Status run_indexer(const ForwardContext& ctx, const LayerViews& layer, const LayerState& ls, ForwardScratch& s,
+                   const float* x, int64_t n, int64_t n_entries) {
+    const model::ModelConfig& cfg = *ctx.cfg;
+    const int64_t k = cfg.index_topk;
+    if (n_entries == 0) {
+        std::fill(s.index_topk.begin(), s.index_topk.begin() + n * k, -1);
+        return Status::ok();
+    }
+    backend::IndexerQParams qp;
+    qp.qr = s.qr.data();
+    qp.tokens = n;
+    qp.heads = cfg.index_n_heads;
+    qp.head_dim = cfg.index_head_dim;
+    qp.rope_dim = cfg.rope_head_dim;
+    qp.wq_b = layer.attn.index_wq_b;
+    qp.positions = s.positions.data();
+    qp.freqs = &ctx.freqs_compress;
+    qp.q = s.index_q.data();
+    DSV4_RETURN_IF_ERROR(cpu::indexer_q(ctx.exec, qp));
+
+    backend::IndexerWeightsParams wp;
+    wp.x = x;
+    wp.tokens = n;
+    wp.weights_proj = layer.attn.index_weights_proj;
+    wp.scale = float(1.0 / std::sqrt(double(cfg.index_head_dim)) / std::sqrt(double(cfg.index_n_heads)));
+    wp.w = s.index_w.data();
+    DSV4_RETURN_IF_ERROR(cpu::indexer_weights(ctx.exec, wp));
+
+    backend::IndexerScoresParams sp;
+    sp.q = s.index_q.data();
+    sp.keys = ls.index_keys.data();
+    sp.w = s.index_w.data();
+    sp.tokens = n;
+    sp.heads = cfg.index_n_heads;
+    sp.head_dim = cfg.index_head_dim;
+    sp.n = n_entries;
+    sp.ratio = ls.ratio;
+    sp.positions = s.positions.data();
+    sp.scores = s.index_scores.data();
+    DSV4_RETURN_IF_ERROR(cpu::indexer_scores(ctx.exec, sp));
+
+    backend::TopKParams tp;
+    tp.scores = s.index_scores.data();
+    tp.rows = n;
+    tp.n = n_entries;
+    tp.k = k;
+    tp.idx = s.index_topk.data();
+    return cpu::topk(ctx.exec, tp);
+}
+
+}  // namespace
+
+Status attention_block(const ForwardContext& ctx, const LayerViews& layer, LayerState& ls, const SequenceState& state,
+                       ForwardScratch& s, const float* x, int64_t n, float* out) {
+    const model::ModelConfig& cfg = *ctx.cfg;
+    const AttentionViews& w = layer.attn;
+    const int64_t p0 = state.position;
+    const int64_t hd = cfg.head_dim, heads = cfg.num_heads, window = state.window;
+    const float eps = float(cfg.rms_norm_eps);
+    const backend::RopeFreqs* freqs = layer.ratio ? &ctx.freqs_compress : &ctx.freqs_window;
+    float* pool = ls.pool.data();  // [S + 128 + max_entries, 512]
+
+    // 1. queries and window K=V (into the chunk rows 0..n-1 of the pool)
+    backend::QPathParams qp;
+    qp.x = x;
+    qp.tokens = n;
+    qp.heads = heads;
+    qp.head_dim = hd;
+    qp.rope_dim = cfg.rope_head_dim;
+    qp.wq_a = w.wq_a;
+    qp.q_norm = w.q_norm;
+    qp.wq_b = w.wq_b;
+    qp.positions = s.positions.data();
+    qp.freqs = freqs;
+    qp.eps = eps;
+    qp.qr = s.qr.data();
+    qp.q = s.q.data();
+    DSV4_RETURN_IF_ERROR(cpu::q_path(ctx.exec, qp));
+
+    backend::WindowKvParams kp;
+    kp.x = x;
+    kp.tokens = n;
+    kp.head_dim = hd;
+    kp.rope_dim = cfg.rope_head_dim;
+    kp.wkv = w.wkv;
+    kp.kv_norm = w.kv_norm;
+    kp.positions = s.positions.data();
+    kp.freqs = freqs;
+    kp.eps = eps;
+    kp.kv = pool;
+    DSV4_RETURN_IF_ERROR(cpu::window_kv(ctx.exec, kp));
+
+    // 2. compressors
+    int64_t n_entries = 0;
+    if (layer.ratio) {
+        int64_t emitted = 0;
+        DSV4_RETURN_IF_ERROR(absorb_compressor(ctx, w.compressor, ls.compressor, CompressedKind::kMain, hd, x, n, p0,
+                                               s, pool + state.entry_row(0) * hd, &emitted));
+        n_entries = p0 / layer.ratio + emitted;
+    }
+    // 3. indexer
+    if (layer.attn_kind == model::AttnKind::kCSA) {
+        int64_t emitted = 0;
+        DSV4_RETURN_IF_ERROR(absorb_compressor(ctx, w.index_compressor, ls.index_compressor, CompressedKind::kIndexer,
+                                               cfg.index_head_dim, x, n, p0, s, ls.index_keys.data(), &emitted));
+        DSV4_RETURN_IF_ERROR(run_indexer(ctx, layer, ls, s, x, n, n_entries));
+    }
+
+    // 4. index lists: [window (128) | compressed], rows of the pool, -1 = nothing
+    const int64_t topk = cfg.index_topk;
+    const int64_t width = window + (layer.attn_kind == model::AttnKind::kCSA   ? topk
+                                    : layer.attn_kind == model::AttnKind::kHCA ? n_entries
+                                                                               : 0);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t pos = p0 + i;
+        int32_t* row = s.idx.data() + i * width;
+        for (int64_t c = 0; c < window; ++c) {
+            const int64_t q = pos - (window - 1) + c;
+            row[c] = q < 0 ? -1 : int32_t(q >= p0 ? q - p0 : state.ring_row(q));
+        }
+        if (layer.attn_kind == model::AttnKind::kCSA) {
+            const int32_t* picks = s.index_topk.data() + i * topk;
+            for (int64_t c = 0; c < topk; ++c)
+                row[window + c] = picks[c] < 0 ? -1 : int32_t(state.entry_row(picks[c]));
+        } else if (layer.attn_kind == model::AttnKind::kHCA) {
+            const int64_t visible = (pos + 1) / layer.ratio;
+            for (int64_t j = 0; j < n_entries; ++j)
+                row[window + j] = j < visible ? int32_t(state.entry_row(j)) : -1;
+        }
+    }
+
+    backend::SparseAttnParams ap;
+    ap.q = s.q.data();
+    ap.kv = pool;
+    ap.idx = s.idx.data();
+    ap.tokens = n;
+    ap.heads = heads;
+    ap.dim = hd;
+    ap.n_kv = state.entry_row(n_entries);
+    ap.topk = width;
+    ap.sink = w.sink;
+    ap.scale = float(1.0 / std::sqrt(double(hd)));
+    ap.out = s.attn.data();
+    DSV4_RETURN_IF_ERROR(cpu::sparse_attn(ctx.exec, ap));
+
+    // 5. de-rotate the output's rope slice at the query position, grouped low-rank projection
+    backend::RopeParams rp;
+    rp.x = s.attn.data();
+    rp.tokens = n;
+    rp.vecs = heads;
+    rp.vec_stride = hd;
+    rp.offset = hd - cfg.rope_head_dim;
+    rp.positions = s.positions.data();
+    rp.freqs = freqs;
+    rp.inverse = true;
+    DSV4_RETURN_IF_ERROR(cpu::rope(ctx.exec, rp));
+
+    backend::WoAParams op;
+    op.o = s.attn.data();
+    op.tokens = n;
+    op.heads = heads;
+    op.head_dim = hd;
+    op.groups = cfg.o_groups;
+    op.rank = cfg.o_lora_rank;
+    op.wo_a = w.wo_a;
+    op.z = s.z.data();
+    DSV4_RETURN_IF_ERROR(cpu::wo_a(ctx.exec, op));
+
+    backend::LinearParams lp;
+    lp.x = s.z.data();
+    lp.tokens = n;
+    lp.w = w.wo_b;
+    lp.out = backend::LinearOut::kBF16;
+    lp.y = out;
+    DSV4_RETURN_IF_ERROR(cpu::linear(ctx.exec, lp));
+
+    // the ring keeps the last `window` positions for the next chunk
+    for (int64_t q = std::max(p0, p0 + n - window); q < p0 + n; ++q)
+        std::memcpy(pool + state.ring_row(q) * hd, pool + (q - p0) * hd, size_t(hd) * sizeof(float));
+    return Status::ok();
+}
+
+}  // namespace dsv4::engine

@@ -1,0 +1,79 @@
+// The engine's view of the checkpoint: every weight of model::ModelWeights turned into the backend's WeightView
+// (backend/ops.h) once at load. Formats the ops read directly (F32, BF16, FP8 with UE8M0 128x128 block scales,
+// MXFP4) point into the memory mapping; the rest (F16, NVFP4, FP8 with F32 scales, an FP8 slice not aligned to a
+// 128-row block) are dequantised exactly to f32 copies owned by WeightStore, which the ops then read as F32
+// weights (so in reference numerics such a weight runs as an f32 GEMM rather than W8A8/W4A8).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+#include "dsv4/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace dsv4::engine {
+
+using backend::WeightView;
+
+struct HcViews {
+    WeightView fn, base, scale;
+};
+
+struct CompressorViews {
+    WeightView wkv, wgate, ape, norm;
+};
+
+struct AttentionViews {
+    WeightView sink, wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b;
+    CompressorViews compressor;          // CSA and HCA
+    WeightView index_wq_b, index_weights_proj;  // CSA
+    CompressorViews index_compressor;    // CSA (c = 128)
+};
+
+struct MoeViews {
+    WeightView gate, gate_bias;
+    std::vector<int64_t> tid2eid;        // [vocab, K] (hash layers), copied as int64
+    backend::ExpertWeights shared;
+    std::vector<backend::ExpertWeights> experts;  // [E]
+};
+
+struct LayerViews {
+    int index = 0;
+    model::AttnKind attn_kind = model::AttnKind::kSWA;
+    bool hash_routed = false;
+    int ratio = 0;
+    WeightView attn_norm, ffn_norm;
+    HcViews hc_attn, hc_ffn;
+    AttentionViews attn;
+    MoeViews ffn;
+};
+
+struct MtpViews {
+    LayerViews block;
+    WeightView e_proj, h_proj, enorm, hnorm, norm;
+    HcViews hc_head;
+};
+
+struct ModelViews {
+    WeightView embed, head, norm;
+    HcViews hc_head;
+    std::vector<LayerViews> layers;
+    std::unique_ptr<MtpViews> mtp;       // null without an MTP block
+};
+
+// Owns the f32 copies of weights the ops cannot read in their stored format.
+class WeightStore {
+public:
+    const float* add(std::vector<float> values);
+
+private:
+    std::vector<std::unique_ptr<std::vector<float>>> owned_;
+};
+
+// Builds every view; a weight in a format nothing can read (e.g. integer where a matrix is expected) is a Status
+// naming the tensor.
+Result<ModelViews> make_model_views(const model::ModelWeights& w, const model::ModelConfig& cfg, WeightStore& store);
+
+}  // namespace dsv4::engine
