@@ -127,25 +127,35 @@ public:
         std::string want = "F8_E4M3 " + shape_str(shape) + " + .scale F8_E8M0/F32 " + shape_str(block_scales);
         if (expert) want += ", or I8/U8 " + shape_str({rows, cols / 2}) + " (MXFP4/NVFP4) + .scale";
         want += ", or BF16/F16/F32 " + shape_str(shape);
+        const std::string sname = scale_name(name), gname = global_scale_name(name);
         const TensorInfo* t = take(name);
-        if (!t) return missing(name, want);
+        if (!t) {  // its sidecars, if any, go with it: one line for the user, not three
+            take(sname);
+            take(gname);
+            return missing(name, want);
+        }
+        // A rejected weight takes its sidecars with it, so they are not reported a second time as unexpected.
+        auto reject = [&](const TensorInfo& bad, const std::string& w) {
+            take(sname);
+            take(gname);
+            wrong(bad, w);
+        };
         if (auto f = float_format(t->dtype)) {
-            if (t->shape != shape) return wrong(*t, want);
+            if (t->shape != shape) return reject(*t, want);
             return fill(out, *t, *f, shape);
         }
-        const std::string sname = scale_name(name);
         if (t->dtype == DType::kF8E4M3) {
-            if (t->shape != shape) return wrong(*t, want);
+            if (t->shape != shape) return reject(*t, want);
             const TensorInfo* s = take(sname);
             const std::string swant = "F8_E8M0 or F32 " + shape_str(block_scales);
             if (!s) return missing(sname, swant);
             if ((s->dtype != DType::kF8E8M0 && s->dtype != DType::kF32) || s->shape != block_scales)
-                return wrong(*s, swant);
+                return reject(*s, swant);
             fill(out, *t, WeightFormat::kFP8Block128, shape);
             return fill_scale(out, *s);
         }
         if (expert && (t->dtype == DType::kI8 || t->dtype == DType::kU8)) {
-            if (t->shape != std::vector<int64_t>{rows, cols / 2} || cols % 32 != 0) return wrong(*t, want);
+            if (t->shape != std::vector<int64_t>{rows, cols / 2} || cols % 32 != 0) return reject(*t, want);
             const TensorInfo* s = take(sname);
             const std::vector<int64_t> mx = {rows, cols / 32}, nv = {rows, cols / 16};
             const std::string swant = "F8_E8M0 " + shape_str(mx) + " (MXFP4) or F8_E4M3 " + shape_str(nv) + " (NVFP4)";
@@ -154,17 +164,16 @@ public:
                 fill(out, *t, WeightFormat::kMXFP4, shape);
                 return fill_scale(out, *s);
             }
-            if (s->dtype != DType::kF8E4M3 || s->shape != nv) return wrong(*s, swant);
-            const std::string gname = global_scale_name(name);
+            if (s->dtype != DType::kF8E4M3 || s->shape != nv) return reject(*s, swant);
             const TensorInfo* g = take(gname);
             if (!g) return missing(gname, "F32 [1] NVFP4 global scale");
-            if (g->dtype != DType::kF32 || numel_of(g->shape) != 1) return wrong(*g, "F32 [1] NVFP4 global scale");
+            if (g->dtype != DType::kF32 || numel_of(g->shape) != 1) return reject(*g, "F32 [1] NVFP4 global scale");
             fill(out, *t, WeightFormat::kNVFP4, shape);
             fill_scale(out, *s);
             if (g->data) std::memcpy(&out->global_scale, g->data, 4);
             return;
         }
-        wrong(*t, want);
+        reject(*t, want);
     }
 
     // transformers' merged experts of one layer: gate_up_proj [E, 2I, D] (w1 rows, then w3 rows), down_proj
