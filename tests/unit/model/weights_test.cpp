@@ -2,6 +2,7 @@
 // sets of both layouts, and the dequantisation of every format against independent references.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -399,6 +400,73 @@ TEST(WeightMap, LayoutDetection) {
     std::vector<TensorInfo> mixed = {{"embed.weight", DType::kF32, {1}, nullptr},
                                      {"lm_head.weight", DType::kF32, {1}, nullptr}};
     EXPECT_FALSE(detect_layout(mixed).is_ok());
+}
+
+}  // namespace
+}  // namespace dsv4::model
+
+namespace dsv4::model {
+namespace {
+
+// Writes `set` as two shards + model.safetensors.index.json, the way checkpoints ship.
+void write_sharded(const std::filesystem::path& dir, const TensorSet& set) {
+    std::vector<io::TensorToWrite> shard[2];
+    std::map<std::string, std::string> weight_map;
+    uint64_t total = 0;
+    for (size_t i = 0; i < set.infos.size(); ++i) {
+        const TensorInfo& t = set.infos[i];
+        const int s = i % 2;
+        shard[s].push_back({t.name, t.dtype, t.shape, std::span<const uint8_t>(set.storage[i])});
+        weight_map[t.name] = "model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
+        total += set.storage[i].size();
+    }
+    for (int s = 0; s < 2; ++s) {
+        Status st = io::write_safetensors(dir / ("model-0000" + std::to_string(s + 1) + "-of-00002.safetensors"),
+                                          shard[s]);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+    }
+    Status st = io::write_index(dir, weight_map, total);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+}
+
+TEST(WeightMap, ShardedFilesThroughTheSafetensorsReader) {
+    ModelConfig c = preset("tiny");
+    {
+        testing::TempDir dir;
+        TensorSet set = make_set(checkpoint_schema(c, Layout::kOfficial), c.n_routed_experts);
+        write_sharded(dir.path(), set);
+        auto ckpt = io::Checkpoint::open(dir.path());
+        ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+        auto w = map_weights(**ckpt, c);
+        ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+        // The refs point into the mapping: the bytes read back are the bytes written.
+        std::vector<float> row = rows_of(w->embed, 3, 1);
+        uint16_t bits;
+        std::memcpy(&bits, set.storage[0].data() + 2 * (3 * c.hidden_size + 5), 2);
+        EXPECT_EQ(row[5], bf16_to_f32(bits));
+    }
+    {
+        testing::TempDir dir;
+        std::vector<TensorSpec> specs;
+        for (TensorSpec s : checkpoint_schema(c, Layout::kOfficial)) {
+            if (s.name == "layers.1.attn.indexer.weights_proj.weight") continue;
+            if (s.name == "norm.weight") s.shape = {129};
+            specs.push_back(s);
+        }
+        specs.push_back({"layers.0.ffn.gate.bias", DType::kF32, {8}, TensorRole::kWeight});
+        TensorSet set = make_set(specs, c.n_routed_experts);
+        write_sharded(dir.path(), set);
+        auto ckpt = io::Checkpoint::open(dir.path());
+        ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+        auto w = map_weights(**ckpt, c);
+        ASSERT_FALSE(w.is_ok());
+        const std::string m = w.status().message();
+        EXPECT_NE(m.find(dir.path().string()), std::string::npos) << m;
+        EXPECT_NE(m.find("1 missing, 1 unexpected, 1 mis-shaped"), std::string::npos) << m;
+        EXPECT_NE(m.find("missing layers.1.attn.indexer.weights_proj.weight"), std::string::npos) << m;
+        EXPECT_NE(m.find("unexpected layers.0.ffn.gate.bias"), std::string::npos) << m;  // hash layer: no bias
+        EXPECT_NE(m.find("norm.weight: stored BF16 [129], want BF16/F16/F32 [128]"), std::string::npos) << m;
+    }
 }
 
 }  // namespace
