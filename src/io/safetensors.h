@@ -2,9 +2,10 @@
 //
 // Format: 8-byte little-endian header length N, then N bytes of JSON {name: {dtype, shape, data_offsets:[b,e]},
 // "__metadata__": {str: str}}, then the data region; offsets are relative to the data region's start.
-// Validation is strict (header length bound, well-formed JSON, known dtype, offsets inside the file, no
-// overlapping ranges, byte size = product(shape) x dtype size); every failure is one Status naming the file and
-// the tensor.
+// Validation is strict (header length bound, well-formed JSON nested at most 64 deep with no duplicate keys,
+// entries of exactly {dtype, shape, data_offsets}, known dtype, offsets inside the file, no overlapping ranges,
+// byte size = product(shape) x dtype size, overflow-checked); every failure is one Status (corrupt, not_found or
+// io_error) naming the file and the tensor. Gaps between tensors are allowed.
 #pragma once
 
 #include <cstdint>
@@ -68,8 +69,10 @@ private:
 };
 
 // A checkpoint folder: model.safetensors.index.json + shards, or a single model.safetensors, or (no index) every
-// *.safetensors file in the folder. Tensor names are unique across shards; every index entry must exist in the
-// shard it names.
+// *.safetensors file in the folder (hidden files skipped); open() also takes the path of one .safetensors file.
+// Tensor names are unique across shards. With an index, index and shards agree exactly: every entry names a plain
+// file in the folder (no '/', no '..') that holds the tensor, and every tensor of a shard is listed under that
+// shard. The index's total_size is not checked (published checkpoints do not always get it right).
 class Checkpoint {
 public:
     struct Tensor {
@@ -94,18 +97,22 @@ private:
     std::vector<std::string> names_;
 };
 
-// Writing (make-model, tests). Tensors are written in the order given, 8-byte aligned header padding, data in
-// one contiguous region. With `sparse_data` the data region is left as a hole (ftruncate): a full-size header-
-// only file that costs no disk, for shape/parameter checks at real V4 sizes.
+// Writing (make-model, tests). Tensors are written in the order given, "__metadata__" first, header padded with
+// spaces so the data starts at a multiple of 8 (as the format's reference writer does), data in one contiguous
+// region. With `sparse_data` the data region is left as a hole (ftruncate): a full-size header-only file that
+// costs no disk, for shape/parameter checks at real V4 sizes; tensors given with bytes are still written.
+// The file is written under a temporary name beside `path`, fsynced and renamed: `path` only ever holds a whole
+// file. Bad input (data size != shape x dtype, duplicate or non-UTF-8 names) is invalid_argument.
 struct TensorToWrite {
     std::string name;
     DType dtype = DType::kU8;
     std::vector<int64_t> shape;
-    std::span<const uint8_t> data;  // empty when writing sparse
+    std::span<const uint8_t> data;  // [numel x dtype_size] bytes; may be empty when writing sparse
 };
 Status write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                          const std::map<std::string, std::string>& metadata = {}, bool sparse_data = false);
-// Writes model.safetensors.index.json: {"metadata": {"total_size": N}, "weight_map": {name: shard}}.
+// Writes model.safetensors.index.json: {"metadata": {"total_size": N}, "weight_map": {name: shard}} (atomically;
+// shard names must be plain file names).
 Status write_index(const std::filesystem::path& dir, const std::map<std::string, std::string>& weight_map,
                    uint64_t total_size);
 
