@@ -44,7 +44,9 @@ TEST(FuzzReplay, RegressionInputsDoNotCrash) {
         for (uint64_t file_size : {static_cast<uint64_t>(bytes.size()), uint64_t{1} << 50}) {
             auto parsed = parse_header(bytes, file_size, p.string());
             // Every input here is hostile unless its name says otherwise (valid_*).
-            if (p.filename().string().rfind("valid_", 0) != 0) EXPECT_FALSE(parsed.is_ok()) << p;
+            if (p.filename().string().rfind("valid_", 0) != 0) {
+                EXPECT_FALSE(parsed.is_ok()) << p;
+            }
             if (!parsed.is_ok()) {
                 EXPECT_NE(parsed.status().message().find(p.string()), std::string::npos)
                     << parsed.status().to_string();
