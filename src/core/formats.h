@@ -16,8 +16,9 @@ float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float x);  // RNE; overflow -> inf
 
 float e4m3_to_f32(uint8_t bits);
-// RNE. With saturate, |x| > 448 becomes ±448 (what the reference gets after its clamp); without, it becomes NaN
-// (PyTorch's cast of an out-of-range value). NaN -> 0x7f.
+// RNE. With saturate, |x| > 448 (inf included) becomes ±448: what the reference gets after its clamp, and what
+// PyTorch 2.x's .to(float8_e4m3fn) does (checked bit for bit on 3M values with torch 2.15). Without, a value that
+// rounds past 448 becomes NaN (the non-saturating e4m3fn convention). NaN -> 0x7f.
 uint8_t f32_to_e4m3(float x, bool saturate = true);
 
 float e8m0_to_f32(uint8_t bits);  // 2^(bits-127); 0xff -> NaN
