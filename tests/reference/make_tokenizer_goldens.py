@@ -6,6 +6,8 @@ Each line is one JSON object:
   {"text": s, "ids": [...]}                 encode(s, add_special_tokens=False).ids
   {"hex": "...", "ids": [...]}              invalid UTF-8 bytes; ids of bytes.decode("utf-8", "replace")
   {"decode": [...], "text": s, "skip": b}   decode(ids, skip_special_tokens=b) of an arbitrary id sequence
+and goldens_v4_variants.json: patched copies of the file (added tokens with lstrip/rstrip/single_word/normalized,
+Split steps with every behaviour, inverted or not) with the ids HF gives for a few strings.
 The strings are generated from a fixed seed (deterministic for a given tokenizer file): English prose, code with
 tabs and mixed indentation, CJK, emoji incl. ZWJ sequences, digit runs, whitespace/newline runs, every added
 token's text, look-alike ASCII, mixed scripts, random code points.
@@ -156,6 +158,44 @@ INVALID = [b"\xff", b"abc\x80def", b"\xc3", b"\xc3(", b"\xe2\x82", b"\xe2\x82(",
            b"\xe4\xbd\xa0\xe5\xa5", b"<\xef\xbd\x9cUser\xef\xbd\x9c>\xff", b"\x80\x80\x80", b"ok\xe0\x80\x80ok"]
 
 
+VARIANT_TEXTS = ["a[L]b", "a  [L]b", "x [L]  [L] y", "a[R]  b", "a [R]\n\nb", "[R]", " [B] ", "a\t[B]\u3000b",
+                 "[W]", "a[W]b", "a [W] b", "_[W]", "é[W]", "1[W]2", "[W]!", "x-[W]-y", "[N] [NL]", "a[NL]b  ",
+                 "the-final--countdown", "-a-", "--", "a--b---c", "", "no dash here", "-", "x - y -- z"]
+
+
+def variants(tok_json):
+    """tokenizer.json variants (patches of the V4 file) exercising flags and split behaviours DeepSeek's file
+    does not use; the C++ test applies the same patch and must give the same ids."""
+    out = []
+    base_id = 129280
+    flags = [("[L]", dict(lstrip=True)), ("[R]", dict(rstrip=True)), ("[B]", dict(lstrip=True, rstrip=True)),
+             ("[W]", dict(single_word=True)), ("[N]", dict(normalized=True, lstrip=True)),
+             ("[NL]", dict(normalized=True, rstrip=True, special=False))]
+    added = []
+    for i, (content, f) in enumerate(flags):
+        tok = dict(id=base_id + i, content=content, single_word=False, lstrip=False, rstrip=False,
+                   normalized=False, special=True)
+        tok.update(f)
+        added.append(tok)
+    out.append({"name": "added_token_flags", "patch": {"append_added_tokens": added}})
+    for behavior in ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"]:
+        for invert in (False, True):
+            pre = {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"String": "-"}, "behavior": behavior, "invert": invert},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+            out.append({"name": f"split_{behavior}_{'inverted' if invert else 'plain'}",
+                        "patch": {"pre_tokenizer": pre}})
+    for v in out:
+        patched = json.loads(json.dumps(tok_json))
+        if "append_added_tokens" in v["patch"]:
+            patched["added_tokens"] += v["patch"]["append_added_tokens"]
+        if "pre_tokenizer" in v["patch"]:
+            patched["pre_tokenizer"] = v["patch"]["pre_tokenizer"]
+        tok = Tokenizer.from_str(json.dumps(patched))
+        v["cases"] = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in VARIANT_TEXTS]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenizer", default=str(ROOT / "tests/data/tokenizer/deepseek_v4_tokenizer.json"))
@@ -181,6 +221,9 @@ def main():
         lines.append(json.dumps({"decode": ids, "text": tok.decode(ids, skip_special_tokens=skip), "skip": skip},
                                 ensure_ascii=False))
     pathlib.Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    variants_path = pathlib.Path(args.out).with_name(pathlib.Path(args.out).stem + "_variants.json")
+    variants_path.write_text(json.dumps(variants(tok_json), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {variants_path}")
     size = pathlib.Path(args.out).stat().st_size
     print(f"wrote {args.out}: {len(texts)} strings, {len(INVALID)} invalid-UTF-8 inputs, 300 decode cases, "
           f"{size / 1e6:.2f} MB")
