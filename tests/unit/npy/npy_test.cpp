@@ -16,9 +16,10 @@ std::vector<uint8_t> npy_bytes(const std::string& descr, const std::string& shap
     std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
     h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
     h += '\n';
-    std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, uint8_t(h.size()), uint8_t(h.size() >> 8)};
-    out.insert(out.end(), h.begin(), h.end());
-    out.insert(out.end(), data.begin(), data.end());
+    std::string head = std::string("\x93NUMPY\x01\x00", 8) + char(h.size() & 0xff) + char(h.size() >> 8) + h;
+    std::vector<uint8_t> out(head.size() + data.size());
+    std::copy(head.begin(), head.end(), out.begin());
+    std::copy(data.begin(), data.end(), out.begin() + int64_t(head.size()));
     return out;
 }
 
