@@ -74,7 +74,7 @@ bool truthy(const Json* v) {
         case Json::value_t::number_integer: return v->get<int64_t>() != 0;
         case Json::value_t::number_unsigned: return v->get<uint64_t>() != 0;
         case Json::value_t::number_float: return v->get<double>() != 0.0;
-        case Json::value_t::string:
+        case Json::value_t::string: return !v->get_ref<const std::string&>().empty();  // json::empty() is false
         case Json::value_t::array:
         case Json::value_t::object: return !v->empty();
         default: return false;
@@ -95,6 +95,7 @@ struct Block {
 
 struct Message {
     std::string role;
+    std::string origin;            // "messages[3]" / "context[0]": where the message came from, for errors
     const Json* source = nullptr;  // the original message (fields other than user content)
     bool has_blocks = false;       // a merged user turn
     std::vector<Block> blocks;
@@ -159,7 +160,7 @@ Result<std::vector<Message>> to_messages(const Json& list, const std::string& li
         const Json* task = field(msg, "task");
         if (task && task->is_null()) task = nullptr;
         if (!merge || (role != "tool" && role != "user")) {
-            out.push_back(Message{role, &msg, false, {}, task, false});
+            out.push_back(Message{role, at, &msg, false, {}, task, false});
             continue;
         }
         Block block;
@@ -177,7 +178,7 @@ Result<std::vector<Message>> to_messages(const Json& list, const std::string& li
             if (!out.empty() && out.back().has_blocks) {
                 out.back().blocks.push_back(std::move(block));
             } else {
-                Message merged{"user", &msg, true, {}, nullptr, false};
+                Message merged{"user", at, &msg, true, {}, nullptr, false};
                 merged.blocks.push_back(std::move(block));
                 out.push_back(std::move(merged));
             }
@@ -194,7 +195,7 @@ Result<std::vector<Message>> to_messages(const Json& list, const std::string& li
         if (!out.empty() && out.back().has_blocks && out.back().task == nullptr) {
             out.back().blocks.push_back(std::move(block));
         } else {
-            Message merged{"user", &msg, true, {}, task, false};
+            Message merged{"user", at, &msg, true, {}, task, false};
             merged.blocks.push_back(std::move(block));
             out.push_back(std::move(merged));
         }
@@ -356,7 +357,7 @@ Status render(std::string& out, size_t index, const std::vector<Message>& messag
     const Message& m = messages[index];
     const bool thinking = opt.thinking_mode == ThinkingMode::kThinking;
     const int last_user = last_user_index(messages);
-    const std::string at = "message " + std::to_string(index) + " (" + m.role + ")";
+    const std::string at = m.origin + " (" + m.role + ")";
     const Json& src = *m.source;
 
     if (index == 0 && thinking && opt.reasoning_effort == ReasoningEffort::kMax) out += kReasoningEffortMax;
