@@ -70,7 +70,8 @@ public:
 
     // logits: [vocab_size]. history: tokens seen so far (the caller decides: OpenAI semantics pass the generated
     // tokens only); the last penalty_last_n of them count for the penalties. Ids outside the vocabulary are
-    // ignored. Returns an error only for a logits span of the wrong size.
+    // ignored. Errors: a logits span of the wrong size, no finite logit, a +infinity logit. Parameters are not
+    // re-checked here: call validate() when they come from a user.
     Status sample(std::span<const float> logits, std::span<const int32_t> history, SampleResult& result);
 
     // The logits after penalties and temperature of the last call (the distribution logprobs are taken from).
