@@ -108,14 +108,16 @@ CASES = {
         "config": {"vocab_size": 512, "num_hidden_layers": 4, "compress_ratios": [0, 0, 4, 128, 0],
                    "index_topk": 16, "routed_scaling_factor": 1.5, "num_nextn_predict_layers": 1},
     },
-    # V4-Pro-like: HCA, HCA, CSA, HCA (+ SWA MTP slot), no MTP tensors. 100 tokens, shorter than the window:
+    # V4-Pro-like: HCA, HCA, CSA, HCA (+ SWA MTP slot), no MTP tensors, hash routing in layers 0-1 only.
+    # 100 tokens, shorter than the window:
     # 25 CSA entries (index_topk 8 selects from t = 35 on), no HCA entry is ever complete. Single-file layout.
     "pro_like": {
         "seed": 2002,
         "tokens": 100,
         "shards": 1,
         "config": {"vocab_size": 512, "num_hidden_layers": 4, "compress_ratios": [128, 128, 4, 128, 0],
-                   "index_topk": 8, "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 0},
+                   "index_topk": 8, "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 0,
+                   "num_hash_layers": 2},
     },
 }
 
@@ -371,32 +373,13 @@ def build_case_model(case):
 
 
 def random_mtp_tensors(ocfg, gen):
-    """mtp.0.*: a score-routed SWA block plus e_proj/h_proj/enorm/hnorm/norm/hc_head (MODEL_SPEC §5.7, §9.5)."""
-    d, inter, n_exp = ocfg["hidden_size"], ocfg["moe_intermediate_size"], ocfg["n_routed_experts"]
-    h, hd, q_lora = ocfg["num_attention_heads"], ocfg["head_dim"], ocfg["q_lora_rank"]
-    g, r, hc = ocfg["o_groups"], ocfg["o_lora_rank"], ocfg["hc_mult"]
-    mix = (2 + hc) * hc
-    shapes = {
-        "attn_norm.weight": [d], "ffn_norm.weight": [d],
-        "hc_attn_fn": [mix, hc * d], "hc_attn_base": [mix], "hc_attn_scale": [3],
-        "hc_ffn_fn": [mix, hc * d], "hc_ffn_base": [mix], "hc_ffn_scale": [3],
-        "attn.attn_sink": [h], "attn.wq_a.weight": [q_lora, d], "attn.q_norm.weight": [q_lora],
-        "attn.wq_b.weight": [h * hd, q_lora], "attn.wkv.weight": [hd, d], "attn.kv_norm.weight": [hd],
-        "attn.wo_a.weight": [g * r, h * hd // g], "attn.wo_b.weight": [d, g * r],
-        "ffn.gate.weight": [n_exp, d], "ffn.gate.bias": [n_exp],
-        "ffn.shared_experts.w1.weight": [inter, d], "ffn.shared_experts.w3.weight": [inter, d],
-        "ffn.shared_experts.w2.weight": [d, inter],
-        "e_proj.weight": [d, d], "h_proj.weight": [d, d],
-        "enorm.weight": [d], "hnorm.weight": [d], "norm.weight": [d],
-        "hc_head_fn": [hc, hc * d], "hc_head_base": [hc], "hc_head_scale": [1],
-    }
-    for e in range(n_exp):
-        shapes.update({f"ffn.experts.{e}.w1.weight": [inter, d], f"ffn.experts.{e}.w3.weight": [inter, d],
-                       f"ffn.experts.{e}.w2.weight": [d, inter]})
+    """mtp.0.*: a score-routed SWA block plus e_proj/h_proj/enorm/hnorm/norm/hc_head (MODEL_SPEC §5.7, §9.5),
+    named and shaped by the same §9 restatement that check_official holds the files to."""
     out = {}
-    for key, shape in shapes.items():
-        name = "mtp.0." + key
-        out.update(encode(name, random_value(name, tuple(shape), gen, ocfg)))
+    for name, (dtype, shape) in expected_official_tensors(ocfg).items():
+        if name.startswith("mtp.0.") and not name.endswith(".scale"):
+            logical = (shape[0], 2 * shape[1]) if dtype == "I8" else tuple(shape)  # packed FP4: two per byte
+            out.update(encode(name, random_value(name, logical, gen, ocfg)))
     return out
 
 
@@ -730,7 +713,7 @@ def compare_models(loaded, model, what):
 
 
 def check_transformers(folder, model, tokens, logits):
-    loaded = DeepseekV4ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    loaded = DeepseekV4ForCausalLM.from_pretrained(folder).eval()  # the dtype recorded in config.json: float32
     compare_models(loaded, model, "transformers layout")
     again = logits_of(loaded, tokens)
     assert torch.equal(again, logits), f"transformers layout: logits differ, rel_l2 {rel_l2(again, logits)}"
@@ -755,14 +738,21 @@ def make_case(name, case, out_root):
     rel_no_clamp = rel_l2(logits_of(model, tokens), logits)
     set_swiglu_limit(model, ocfg["swiglu_limit"])
     model16 = bf16_copy(model)
-    rel_bf16 = rel_l2(logits_of(model16, tokens), logits)
+    logits16 = logits_of(model16, tokens)
+    rel_bf16 = rel_l2(logits16, logits)
+    rel_bf16_rows = [rel_l2(logits16[t], logits[t]) for t in range(len(tokens))]
     print(f"  rel_l2 bf16 vs f32 {rel_bf16:.3e}; without the SwiGLU clamp {rel_no_clamp:.3e}")
 
     # transformers layout: written from the bf16 model (every bf16 parameter is bf16-exact, float32-kept modules
     # stay float32); config dtype float32 so a plain from_pretrained builds the float32 model.
     tdir = os.path.join(out, "transformers")
-    model16.config.dtype = torch.float32
     model16.save_pretrained(tdir, save_original_format=False)
+    with open(os.path.join(tdir, "config.json")) as f:
+        tcfg = json.load(f)
+    tcfg["dtype"] = "float32"  # save_pretrained records bfloat16, and a bf16-loaded V4 fails at its first forward
+    with open(os.path.join(tdir, "config.json"), "w") as f:
+        json.dump(tcfg, f, indent=2, sort_keys=True)
+        f.write("\n")
     check_transformers(tdir, model, tokens, logits)
     odir = os.path.join(out, "official")
     write_official(odir, ocfg, official, case["shards"])
@@ -790,9 +780,16 @@ def make_case(name, case, out_root):
         "compressed_entries": {str(i): len(tokens) // r for i, r in enumerate(ocfg["compress_ratios"][:-1]) if r},
         "logits": {"file": "logits_f32.npy", "dtype": "<f4", "shape": list(arr.shape),
                    "sha256": hashlib.sha256(arr.tobytes()).hexdigest(), "rms": float(np.sqrt((arr ** 2).mean()))},
-        "rel_l2": {"transformers_bf16_vs_f32": rel_bf16, "f32_without_swiglu_clamp_vs_f32": rel_no_clamp},
+        "rel_l2": {"transformers_bf16_vs_f32": rel_bf16,
+                   "transformers_bf16_vs_f32_per_position": {"median": float(np.median(rel_bf16_rows)),
+                                                             "max": max(rel_bf16_rows)},
+                   "f32_without_swiglu_clamp_vs_f32": rel_no_clamp},
         "topk_margins": {"definition": "(v_k - v_{k+1}) / max|v| over the row's candidates; indexer rows are the "
-                                       "entries visible to the query, only where more than index_topk are visible",
+                                       "entries visible to the query, only where more than index_topk are visible. "
+                                       "A boundary inside the block of exact ReLU zeros is decided by the lower entry "
+                                       "index; its margin is the smallest of: nearest non-zero score / max|v|, and "
+                                       "-max head dot of the zero entries / max|dot|",
+                         "tie_break": "equal scores: the lower index is selected (indexer and router)",
                          "required_min": MIN_REL_MARGIN, "min": worst,
                          "indexer": {str(k): v for k, v in margin_detail["indexer"].items()},
                          "router": {str(k): v for k, v in margin_detail["router"].items()}},
