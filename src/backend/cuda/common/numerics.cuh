@@ -1,0 +1,108 @@
+// Device-side scalar numerics shared by the kernels, each written to give the same bits as the CPU reference
+// (core/formats.h, backend/cpu): IEEE-rounded f32 arithmetic without FMA contraction where the CPU rounds twice
+// (dsv4's CPU build compiles in ISO C++ mode, which does not contract a*b+c), bf16 RNE, UE8M0 scales, e4m3 (RNE,
+// saturating) and e2m1 (RNE on the grid, saturating at 6).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+// Activations: bf16 in reference numerics, f32 in f32 mode. Loads/stores through these two overloads.
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(float v) { return v; }
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// 2^(byte-127); byte 0 is the subnormal 2^-127, byte 255 NaN (as core/formats.h e8m0_to_f32).
+__device__ __forceinline__ float e8m0_to_f32(uint8_t b) {
+    if (b == 0) return __uint_as_float(0x00400000u);
+    if (b == 0xff) return __uint_as_float(0x7fc00000u);
+    return __uint_as_float(uint32_t(b) << 23);
+}
+
+// ceil(log2(max(amax, floor) / max_code)) with the division rounded in f32 (quant_formats.cpp
+// ue8m0_exponent_for). The quotient is a positive normal f32 for every floor the quantisers use.
+__device__ __forceinline__ int ue8m0_exponent_for(float amax, float amax_floor, float max_code) {
+    const float x = __fdiv_rn(fmaxf(amax, amax_floor), max_code);
+    const uint32_t bits = __float_as_uint(x);
+    const int e = int((bits >> 23) & 0xff) - 127;
+    return (bits & 0x7fffff) ? e + 1 : e;
+}
+
+// 2^e for e in [-127, 127] as f32 (exact; e = -127 is subnormal).
+__device__ __forceinline__ float exp2_int(int e) {
+    return e >= -126 ? __uint_as_float(uint32_t(e + 127) << 23) : __uint_as_float(0x00400000u);
+}
+
+// e4m3fn code of v (RNE, saturating at ±448: the reference clamps first, so saturation equals the clamp).
+__device__ __forceinline__ uint8_t f32_to_e4m3(float v) {
+    return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float e4m3_to_f32(uint8_t c) {
+    __nv_fp8_e4m3 f;
+    f.__x = c;
+    return float(f);
+}
+
+// e2m1 code (bit 3 = sign, kept for -0) by the midpoints of core/formats.cpp f32_to_e2m1; ties to the even code.
+__device__ __forceinline__ uint8_t f32_to_e2m1(float x) {
+    if (x != x) return 0;
+    const uint8_t sign = (__float_as_uint(x) >> 31) ? 8 : 0;
+    const float a = fabsf(x);
+    uint8_t code;
+    if (a <= 0.25f) code = 0;
+    else if (a < 0.75f) code = 1;
+    else if (a <= 1.25f) code = 2;
+    else if (a < 1.75f) code = 3;
+    else if (a <= 2.5f) code = 4;
+    else if (a < 3.5f) code = 5;
+    else if (a <= 5.0f) code = 6;
+    else code = 7;
+    return sign | code;
+}
+__device__ __forceinline__ float e2m1_to_f32(uint8_t code) {
+    const float mag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+    const float m = mag[code & 7];
+    return (code & 8) ? -m : m;
+}
+
+// 8 consecutive activations as f32 from one 16-byte (bf16) or two 16-byte (f32) loads. Pointers 16-byte aligned.
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void store8(float* p, const float (&v)[8]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+}  // namespace dsv4::cuda

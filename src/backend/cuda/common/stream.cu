@@ -1,0 +1,60 @@
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/stream.h"
+
+namespace dsv4::cuda {
+
+Result<Stream> Stream::create() {
+    Stream s;
+    cudaStream_t h = nullptr;
+    DSV4_CUDA_TRY(cudaStreamCreateWithFlags(&h, cudaStreamNonBlocking), "cudaStreamCreate");
+    s.s_ = h;
+    return Result<Stream>(std::move(s));
+}
+
+Stream::~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+}
+
+Stream& Stream::operator=(Stream&& o) noexcept {
+    if (this != &o) {
+        if (s_) cudaStreamDestroy(s_);
+        s_ = std::exchange(o.s_, nullptr);
+    }
+    return *this;
+}
+
+Status Stream::synchronize() const { return cuda_status(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
+
+Result<EventTimer> EventTimer::create() {
+    EventTimer t;
+    DSV4_CUDA_TRY(cudaEventCreate(&t.start_), "cudaEventCreate");
+    DSV4_CUDA_TRY(cudaEventCreate(&t.stop_), "cudaEventCreate");
+    return Result<EventTimer>(std::move(t));
+}
+
+EventTimer::~EventTimer() {
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+}
+
+Status EventTimer::start(StreamHandle s) { return cuda_status(cudaEventRecord(start_, s), "cudaEventRecord"); }
+Status EventTimer::stop(StreamHandle s) { return cuda_status(cudaEventRecord(stop_, s), "cudaEventRecord"); }
+
+Result<float> EventTimer::elapsed_ms() const {
+    DSV4_CUDA_TRY(cudaEventSynchronize(stop_), "cudaEventSynchronize");
+    float ms = 0;
+    DSV4_CUDA_TRY(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+    return ms;
+}
+
+int current_sm_count() {
+    static const int n = [] {
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 132;
+        return sms;
+    }();
+    return n;
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,61 @@
+// Streams and event timing behind a plain C++ interface: the rest of the engine (and benchmarks) hold an opaque
+// StreamHandle and never include a CUDA header. CUstream_st is the runtime's own (incomplete) stream type, so a
+// StreamHandle is a cudaStream_t inside backend/cuda without any cast.
+#pragma once
+
+#include <utility>
+
+#include "dsv4/status.h"
+
+struct CUstream_st;
+struct CUevent_st;
+
+namespace dsv4::cuda {
+
+using StreamHandle = CUstream_st*;  // nullptr = the legacy default stream
+
+// An owned non-blocking stream. Movable, not copyable.
+class Stream {
+public:
+    static Result<Stream> create();
+    Stream() = default;
+    ~Stream();
+    Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    Stream& operator=(Stream&& o) noexcept;
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+
+    StreamHandle handle() const { return s_; }
+    // Waits for all work queued on the stream; returns the first asynchronous error (a kernel fault) if any.
+    Status synchronize() const;
+
+private:
+    StreamHandle s_ = nullptr;
+};
+
+// Elapsed GPU time between two points of a stream (CUDA events): record start, queue work, record stop, read.
+class EventTimer {
+public:
+    static Result<EventTimer> create();
+    EventTimer() = default;
+    ~EventTimer();
+    EventTimer(EventTimer&& o) noexcept
+        : start_(std::exchange(o.start_, nullptr)), stop_(std::exchange(o.stop_, nullptr)) {}
+    EventTimer& operator=(EventTimer&&) = delete;
+    EventTimer(const EventTimer&) = delete;
+    EventTimer& operator=(const EventTimer&) = delete;
+
+    Status start(StreamHandle s);
+    Status stop(StreamHandle s);
+    // Milliseconds between start and stop; waits for the stop event.
+    Result<float> elapsed_ms() const;
+
+private:
+    CUevent_st* start_ = nullptr;
+    CUevent_st* stop_ = nullptr;
+};
+
+// Multiprocessor count of the current device (cached per process; split-K and grid sizing read it).
+int current_sm_count();
+
+}  // namespace dsv4::cuda
