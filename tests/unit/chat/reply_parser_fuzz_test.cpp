@@ -49,10 +49,7 @@ std::string junk(std::mt19937_64& rng) {
     return out;
 }
 
-int g_shapes = 0;
-
 void check_shape(const std::string& text, bool reasoning, std::mt19937_64& rng, const std::string& label) {
-    ++g_shapes;
     auto whole = test::stream_whole(text, reasoning);
     auto bytes = test::stream_bytes(text, reasoning);
     auto random = test::stream_random(text, reasoning, rng);
@@ -76,16 +73,20 @@ void check_shape(const std::string& text, bool reasoning, std::mt19937_64& rng, 
 
 TEST(ReplyParserFuzz, TruncatedAtEveryByte) {
     std::mt19937_64 rng(1);
+    int shapes = 0;
     for (const auto& [text, reasoning] : base_replies()) {
-        for (size_t n = 0; n <= text.size(); ++n) {
+        for (size_t n = 0; n <= text.size(); ++n, ++shapes) {
             check_shape(text.substr(0, n), reasoning, rng, "truncated at " + std::to_string(n));
             if (HasFatalFailure()) return;
         }
     }
+    std::printf("truncated shapes: %d\n", shapes);
+    EXPECT_GE(shapes, 1000);
 }
 
 TEST(ReplyParserFuzz, JunkInsertedDeletedDuplicated) {
     std::mt19937_64 rng(2);
+    int shapes = 0;
     for (const auto& [base, reasoning] : base_replies()) {
         for (int round = 0; round < 150; ++round) {
             std::string text = base;
@@ -100,8 +101,10 @@ TEST(ReplyParserFuzz, JunkInsertedDeletedDuplicated) {
             }
             check_shape(text, reasoning, rng, "edit round " + std::to_string(round));
             if (HasFatalFailure()) return;
+            ++shapes;
         }
     }
+    EXPECT_EQ(shapes, 150 * static_cast<int>(base_replies().size()));
 }
 
 TEST(ReplyParserFuzz, RandomBytes) {
@@ -115,12 +118,6 @@ TEST(ReplyParserFuzz, RandomBytes) {
         check_shape(text, round % 2 == 0, rng, "random bytes " + std::to_string(round));
         if (HasFatalFailure()) return;
     }
-}
-
-TEST(ReplyParserFuzz, EnoughShapes) {
-    // Runs after the others in declaration order; a guard that the fuzz loops really ran.
-    std::printf("fuzzed reply shapes: %d\n", g_shapes);
-    EXPECT_GE(g_shapes, 100);
 }
 
 }  // namespace
