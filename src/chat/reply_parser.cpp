@@ -196,8 +196,9 @@ bool ReplyParser::step(bool at_end, std::vector<ReplyEvent>& events) {
     }
     if (!hit.full) {
         if (!at_end) return false;
-        // The reply ended inside something that looked like markup: drop it (a lone '<' is kept as text).
-        if (buf_.size() == 1 && buf_[0] == '<') {
+        // The reply ended inside something that looked like markup: drop it. A lone '<' and the start of a bare
+        // "｜DSML｜" (e.g. a final "｜" character) are ordinary text.
+        if ((buf_.size() == 1 && buf_[0] == '<') || hit.id == kDsmlBare) {
             if (text_state) text_segment(buf_, events);
             else if (state_ == State::kParamValue) value_segment(buf_, events);
         }

@@ -43,6 +43,9 @@ TEST(ReplyParser, ThinkingSplitsReasoningAndContent) {
 TEST(ReplyParser, ChatModeIsAllContent) {
     auto r = parse_checked("Hello, wörld 👋 <b>bold</b> a<b" + kEos, false);
     EXPECT_EQ(r.content, "Hello, wörld 👋 <b>bold</b> a<b");
+    EXPECT_EQ(parse_checked("a｜b ends with ｜", false).content, "a｜b ends with ｜");
+    EXPECT_EQ(parse_checked("x <", false).content, "x <");
+    EXPECT_EQ(parse_checked("x <｜DSML｜too", false).content, "x ");  // a truncated tag is dropped
     EXPECT_EQ(r.reasoning, "");
 }
 
