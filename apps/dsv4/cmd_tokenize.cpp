@@ -8,11 +8,10 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "command_registry.h"
 #include "dsv4/tokenizer.h"
@@ -26,8 +25,8 @@ struct TokenizerSource {
 };
 
 void add_source_options(CLI::App* cmd, TokenizerSource& src) {
-    auto* m = with_env(cmd->add_option("-m,--model", src.model_dir, "Model directory holding tokenizer.json"),
-                       "DSV4_MODEL");
+    auto* m =
+        with_env(cmd->add_option("-m,--model", src.model_dir, "Model directory holding tokenizer.json"), "DSV4_MODEL");
     auto* t = with_env(cmd->add_option("--tokenizer", src.tokenizer_file, "A tokenizer.json file (HF format)"),
                        "DSV4_TOKENIZER");
     m->excludes(t);
@@ -83,8 +82,10 @@ int run_jsonl(const Tokenizer& tok, const std::string& path) {
 
 int run_tokenize(const TokenizerSource& src, const std::string& text, bool text_given, bool pieces,
                  const std::string& jsonl) {
-    if (jsonl.empty() && !text_given) return report_error(invalid_argument("tokenize: give TEXT (or - for stdin) or --jsonl FILE"));
-    if (!jsonl.empty() && text_given) return report_error(invalid_argument("tokenize: give either TEXT or --jsonl, not both"));
+    if (jsonl.empty() && !text_given)
+        return report_error(invalid_argument("tokenize: give TEXT (or - for stdin) or --jsonl FILE"));
+    if (!jsonl.empty() && text_given)
+        return report_error(invalid_argument("tokenize: give either TEXT or --jsonl, not both"));
     auto tok = load(src);
     if (!tok.is_ok()) return report_error(tok.status());
     if (!jsonl.empty()) return run_jsonl(**tok, jsonl);

@@ -8,11 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dsv4/tokenizer.h"
 
@@ -41,9 +40,12 @@ int main(int argc, char** argv) {
     std::vector<fs::path> extra;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--tokenizer" && i + 1 < argc) tokenizer_path = argv[++i];
-        else if (a == "--passes" && i + 1 < argc) passes = std::max(2, std::atoi(argv[++i]));
-        else extra.emplace_back(a);
+        if (a == "--tokenizer" && i + 1 < argc)
+            tokenizer_path = argv[++i];
+        else if (a == "--passes" && i + 1 < argc)
+            passes = std::max(2, std::atoi(argv[++i]));
+        else
+            extra.emplace_back(a);
     }
 
     // Corpus: one document per golden string, per source/doc file, per extra file.

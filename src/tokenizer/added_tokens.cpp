@@ -7,16 +7,6 @@
 namespace dsv4::tokenizer {
 namespace {
 
-// Code point starting at byte i of valid UTF-8, and its length.
-char32_t cp_at(std::string_view s, size_t i, size_t* len) {
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data() + i);
-    if (p[0] < 0x80) return *len = 1, p[0];
-    if (p[0] < 0xE0) return *len = 2, (char32_t(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-    if (p[0] < 0xF0) return *len = 3, (char32_t(p[0] & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-    *len = 4;
-    return (char32_t(p[0] & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) | (char32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-}
-
 // Start of the code point that ends right before byte i (i > lo).
 size_t prev_cp_start(std::string_view s, size_t lo, size_t i) {
     do {
@@ -96,8 +86,9 @@ void AddedTokenMatcher::find_matches(const Trie& trie, std::string_view text, ui
         pos = stop;  // the automaton resumes after this match even when it is discarded below
         if (tok.single_word) {
             size_t l;
-            const bool start_ok = start == begin || !is_word_cp(cp_at(sentence, prev_cp_start(sentence, begin, start), &l));
-            const bool stop_ok = stop == end || !is_word_cp(cp_at(sentence, stop, &l));
+            const bool start_ok =
+                start == begin || !is_word_cp(code_point_at(sentence, prev_cp_start(sentence, begin, start), &l));
+            const bool stop_ok = stop == end || !is_word_cp(code_point_at(sentence, stop, &l));
             if (!start_ok || !stop_ok) continue;
         }
         if (tok.lstrip) {
@@ -105,15 +96,15 @@ void AddedTokenMatcher::find_matches(const Trie& trie, std::string_view text, ui
             while (s > begin) {
                 const size_t prev = prev_cp_start(sentence, begin, s);
                 size_t l;
-                if (!is_space_cp(cp_at(sentence, prev, &l))) break;
+                if (!is_space_cp(code_point_at(sentence, prev, &l))) break;
                 s = prev;
             }
             start = std::max<size_t>(s, start_offset);  // whitespace an earlier match took stays with it
         }
         if (tok.rstrip) {
             size_t l;
-            while (stop < end && is_space_cp(cp_at(sentence, stop, &l))) stop += l;
-            pos = stop;
+            while (stop < end && is_space_cp(code_point_at(sentence, stop, &l))) stop += l;
+            pos = stop;  // HF resumes at the token's own end; they differ only if a token starts with whitespace
         }
         if (start_offset < start) out.push_back({start_offset, static_cast<uint32_t>(start), -1});
         out.push_back({static_cast<uint32_t>(start), static_cast<uint32_t>(stop), tok.id});
@@ -134,8 +125,10 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out, 
     if (normalized_.empty) return;
     scratch.clear();
     for (const Segment& s : out) {
-        if (s.id >= 0) scratch.push_back(s);
-        else find_matches(normalized_, text, s.begin, s.end, scratch);
+        if (s.id >= 0)
+            scratch.push_back(s);
+        else
+            find_matches(normalized_, text, s.begin, s.end, scratch);
     }
     out.swap(scratch);
 }

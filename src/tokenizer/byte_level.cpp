@@ -45,12 +45,8 @@ std::string byte_level_token_bytes(std::string_view token) {
         bool truncated;
         const size_t n = utf8_sequence_length(token, i, &bad, &truncated);
         if (n == 0) return std::string(token);  // not UTF-8 at all: keep as is
-        char32_t cp;
-        const auto* p = reinterpret_cast<const unsigned char*>(token.data() + i);
-        if (n == 1) cp = p[0];
-        else if (n == 2) cp = (char32_t(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-        else if (n == 3) cp = (char32_t(p[0] & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-        else cp = (char32_t(p[0] & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) | (char32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+        size_t len;
+        const char32_t cp = code_point_at(token, i, &len);
         const int b = byte_of_char(cp);
         if (b < 0) return std::string(token);
         out += static_cast<char>(b);

@@ -101,15 +101,19 @@ void PreTokenizer::split_piece(const SplitRule& rule, const CodepointText& text,
             break;
         case SplitBehavior::kMergedWithPrevious:
             for (const Part& part : parts) {
-                if (part.is_match && !previous_match && out.size() > first_out) out.back().second = part.end;
-                else out.emplace_back(part.begin, part.end);
+                if (part.is_match && !previous_match && out.size() > first_out)
+                    out.back().second = part.end;
+                else
+                    out.emplace_back(part.begin, part.end);
                 previous_match = part.is_match;
             }
             break;
         case SplitBehavior::kContiguous:
             for (const Part& part : parts) {
-                if (part.is_match == previous_match && out.size() > first_out) out.back().second = part.end;
-                else out.emplace_back(part.begin, part.end);
+                if (part.is_match == previous_match && out.size() > first_out)
+                    out.back().second = part.end;
+                else
+                    out.emplace_back(part.begin, part.end);
                 previous_match = part.is_match;
             }
             break;
@@ -117,8 +121,10 @@ void PreTokenizer::split_piece(const SplitRule& rule, const CodepointText& text,
             // Walk backwards, merging each match into the piece after it, then restore the order.
             for (size_t i = parts.size(); i-- > 0;) {
                 const Part& part = parts[i];
-                if (part.is_match && !previous_match && out.size() > first_out) out.back().first = part.begin;
-                else out.emplace_back(part.begin, part.end);
+                if (part.is_match && !previous_match && out.size() > first_out)
+                    out.back().first = part.begin;
+                else
+                    out.emplace_back(part.begin, part.end);
                 previous_match = part.is_match;
             }
             std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first_out), out.end());

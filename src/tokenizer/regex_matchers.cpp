@@ -50,7 +50,7 @@ uint32_t match_deepseek_words(const CodepointText& t, uint32_t p, uint32_t end) 
         return run_end(t, q, end, kCrLf);
     }
 
-    if (!(f0 & kSpace)) return p;  // alternatives 4-6 all start with whitespace
+    if (!(f0 & kSpace)) return p;                   // alternatives 4-6 all start with whitespace
     const uint32_t q = run_end(t, p, end, kSpace);  // the maximal \s run [p, q)
 
     // 4. \s*[\r\n]+ — \s* backs off from q until [\r\n]+ can start: at the last CR/LF of the run, and
@@ -91,8 +91,7 @@ Result<MatcherKind> matcher_for_regex(const std::string& source_file, const std:
                        "see docs/tokenizer.md");
 }
 
-uint32_t match_at(MatcherKind kind, const std::u32string& literal, const CodepointText& t, uint32_t pos,
-                  uint32_t end) {
+uint32_t match_at(MatcherKind kind, const std::u32string& literal, const CodepointText& t, uint32_t pos, uint32_t end) {
     switch (kind) {
         case MatcherKind::kNumbersUpTo3: {
             uint32_t q = pos;

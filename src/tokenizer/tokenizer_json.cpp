@@ -1,8 +1,7 @@
 // tokenizer.json → TokenizerSpec. Only this file knows the JSON layout of HF tokenizers.
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tokenizer/tokenizer_spec.h"
 
@@ -38,7 +37,7 @@ Result<SplitBehavior> parse_behavior(const TokenizerSpec& spec, const std::strin
     return corrupt(where(spec, "pre_tokenizer Split behavior") + ": unknown value '" + b + "'");
 }
 
-Status parse_one_pre_tokenizer(const json& p, bool is_last, TokenizerSpec& spec, bool& saw_byte_level) {
+Status parse_one_pre_tokenizer(const json& p, TokenizerSpec& spec, bool& saw_byte_level) {
     const std::string type = p.value("type", "");
     if (saw_byte_level)
         return unsupported(where(spec, "pre_tokenizer") + ": a '" + type +
@@ -67,8 +66,7 @@ Status parse_one_pre_tokenizer(const json& p, bool is_last, TokenizerSpec& spec,
                                ": true (GPT-2 regex) is not implemented; only use_regex=false");
         spec.byte_level_add_prefix_space = p.value("add_prefix_space", false);
         if (spec.byte_level_add_prefix_space)
-            return unsupported(where(spec, "pre_tokenizer ByteLevel add_prefix_space") +
-                               ": true is not implemented");
+            return unsupported(where(spec, "pre_tokenizer ByteLevel add_prefix_space") + ": true is not implemented");
         return Status::ok();
     }
     return unsupported(where(spec, "pre_tokenizer") + ": type '" + type + "' is not implemented");
@@ -80,9 +78,9 @@ Status parse_pre_tokenizer(const json& root, TokenizerSpec& spec) {
     if (p.value("type", "") == "Sequence") {
         const json& list = p.at("pretokenizers");
         for (size_t i = 0; i < list.size(); ++i)
-            DSV4_RETURN_IF_ERROR(parse_one_pre_tokenizer(list[i], i + 1 == list.size(), spec, saw_byte_level));
+            DSV4_RETURN_IF_ERROR(parse_one_pre_tokenizer(list[i], spec, saw_byte_level));
     } else {
-        DSV4_RETURN_IF_ERROR(parse_one_pre_tokenizer(p, true, spec, saw_byte_level));
+        DSV4_RETURN_IF_ERROR(parse_one_pre_tokenizer(p, spec, saw_byte_level));
     }
     if (!saw_byte_level)
         return unsupported(where(spec, "pre_tokenizer") + ": no ByteLevel step; only byte-level BPE is implemented");

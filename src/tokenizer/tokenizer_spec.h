@@ -32,12 +32,12 @@ struct SplitSpec {
 };
 
 struct TokenizerSpec {
-    std::string source;                  // file path, for messages
-    std::vector<AddedTokenSpec> added;   // in file order
-    std::vector<SplitSpec> splits;       // Split pre-tokenizers in order (before the ByteLevel step)
+    std::string source;                 // file path, for messages
+    std::vector<AddedTokenSpec> added;  // in file order
+    std::vector<SplitSpec> splits;      // Split pre-tokenizers in order (before the ByteLevel step)
     bool byte_level_add_prefix_space = false;
-    std::vector<std::pair<std::string, int32_t>> vocab;         // BPE vocabulary, byte-level strings
-    std::vector<std::pair<std::string, std::string>> merges;    // in rank order
+    std::vector<std::pair<std::string, int32_t>> vocab;       // BPE vocabulary, byte-level strings
+    std::vector<std::pair<std::string, std::string>> merges;  // in rank order
     bool ignore_merges = false;
 };
 

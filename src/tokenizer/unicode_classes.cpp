@@ -127,6 +127,15 @@ std::string sanitize_utf8(std::string_view s) {
     return out;
 }
 
+char32_t code_point_at(std::string_view s, size_t i, size_t* len) {
+    const auto* p = reinterpret_cast<const uint8_t*>(s.data() + i);
+    if (p[0] < 0x80) return *len = 1, p[0];
+    if (p[0] < 0xE0) return *len = 2, (char32_t(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
+    if (p[0] < 0xF0) return *len = 3, (char32_t(p[0] & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+    *len = 4;
+    return (char32_t(p[0] & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) | (char32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+}
+
 void append_utf8(char32_t cp, std::string& out) {
     if (cp < 0x80) {
         out += static_cast<char>(cp);

@@ -14,18 +14,18 @@ namespace dsv4::tokenizer {
 // One bit per class. Bits 0..6 come from the generated table; the rest are ASCII/CJK facts the hand-written
 // regex matchers need, computed in char_flags().
 enum CharFlag : uint16_t {
-    kLetter = 1,       // \p{L}
-    kMark = 2,         // \p{M}
-    kNumber = 4,       // \p{N}
-    kPunct = 8,        // \p{P}
-    kSymbol = 16,      // \p{S}
-    kSpace = 32,       // \s (Oniguruma, Unicode: 9..D, 85, Zs, Zl, Zp)
-    kWord = 64,        // \w (Rust regex crate; only for single_word added tokens)
-    kCrLf = 128,       // \r or \n
-    kAsciiPunct = 256, // [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]
-    kAsciiAlpha = 512, // [A-Za-z]
-    kCjk = 1024,       // [一-龥぀-ゟ゠-ヿ] = U+4E00..U+9FA5, U+3040..U+309F, U+30A0..U+30FF
-    kAsciiSpace = 2048 // ' ' (U+0020)
+    kLetter = 1,        // \p{L}
+    kMark = 2,          // \p{M}
+    kNumber = 4,        // \p{N}
+    kPunct = 8,         // \p{P}
+    kSymbol = 16,       // \p{S}
+    kSpace = 32,        // \s (Oniguruma, Unicode: 9..D, 85, Zs, Zl, Zp)
+    kWord = 64,         // \w (Rust regex crate; only for single_word added tokens)
+    kCrLf = 128,        // \r or \n
+    kAsciiPunct = 256,  // [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]
+    kAsciiAlpha = 512,  // [A-Za-z]
+    kCjk = 1024,        // [一-龥぀-ゟ゠-ヿ] = U+4E00..U+9FA5, U+3040..U+309F, U+30A0..U+30FF
+    kAsciiSpace = 2048  // ' ' (U+0020)
 };
 
 struct UnicodeRun {
@@ -57,6 +57,9 @@ bool is_valid_utf8(std::string_view s);
 
 // Copy of `s` with each maximal ill-formed subpart replaced by U+FFFD (EF BF BD).
 std::string sanitize_utf8(std::string_view s);
+
+// The code point of the well-formed UTF-8 sequence at s[i] and its length in bytes.
+char32_t code_point_at(std::string_view s, size_t i, size_t* len);
 
 // Appends the UTF-8 encoding of cp.
 void append_utf8(char32_t cp, std::string& out);

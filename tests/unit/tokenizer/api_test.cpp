@@ -11,10 +11,15 @@ namespace {
 TEST(Tokenizer, V4SpecialTokenIds) {
     const Tokenizer& tok = v4_tokenizer();
     EXPECT_EQ(tok.vocab_size(), 129280);
-    const std::pair<const char*, int32_t> expected[] = {
-        {"<｜begin▁of▁sentence｜>", 0}, {"<｜end▁of▁sentence｜>", 1}, {"<｜User｜>", 128803},
-        {"<｜Assistant｜>", 128804},     {"<think>", 128821},             {"</think>", 128822},
-        {"｜DSML｜", 128825},            {"<｜latest_reminder｜>", 128828}, {"<｜read_url｜>", 128845}};
+    const std::pair<const char*, int32_t> expected[] = {{"<｜begin▁of▁sentence｜>", 0},
+                                                        {"<｜end▁of▁sentence｜>", 1},
+                                                        {"<｜User｜>", 128803},
+                                                        {"<｜Assistant｜>", 128804},
+                                                        {"<think>", 128821},
+                                                        {"</think>", 128822},
+                                                        {"｜DSML｜", 128825},
+                                                        {"<｜latest_reminder｜>", 128828},
+                                                        {"<｜read_url｜>", 128845}};
     for (const auto& [text, id] : expected) {
         EXPECT_EQ(tok.token_to_id(text), id) << text;
         EXPECT_EQ(tok.encode(text), std::vector<int32_t>{id}) << text;
@@ -50,7 +55,7 @@ TEST(Tokenizer, InvalidUtf8IsReplacedPerMaximalSubpart) {
     using tokenizer::sanitize_utf8;
     const std::string fffd = "\xEF\xBF\xBD";
     EXPECT_EQ(sanitize_utf8("\xFF"), fffd);
-    EXPECT_EQ(sanitize_utf8("\xE2\x82("), fffd + "(");           // truncated 3-byte sequence: one U+FFFD
+    EXPECT_EQ(sanitize_utf8("\xE2\x82("), fffd + "(");             // truncated 3-byte sequence: one U+FFFD
     EXPECT_EQ(sanitize_utf8("\xF0\x80\x80"), fffd + fffd + fffd);  // F0 80 is never valid: three
     EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), fffd + fffd + fffd);  // surrogate
     EXPECT_EQ(sanitize_utf8("\xC0\xAF"), fffd + fffd);             // overlong
@@ -80,7 +85,7 @@ TEST(Tokenizer, BadIdsAreErrors) {
     StreamDecoder stream(tok);
     ASSERT_TRUE(stream.push(28927).is_ok());  // first half of 😀
     EXPECT_FALSE(stream.push(129280).is_ok());
-    EXPECT_EQ(stream.pending_bytes(), 3u);     // state kept
+    EXPECT_EQ(stream.pending_bytes(), 3u);  // state kept
     EXPECT_EQ(*stream.push(225), "😀");
 }
 
@@ -103,9 +108,10 @@ TEST(Tokenizer, V3FamilyFileLoadsAndEncodesLikeHf) {
     auto tok = Tokenizer::from_file(v3_tokenizer_path());
     ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
     EXPECT_EQ((*tok)->vocab_size(), 128815);
-    const std::vector<int32_t> expected = {0, 128803, 3085, 344, 223, 20, 13, 20, 33, 128804,
-                                           30, 37947, 32, 633, 1718, 37947, 32};  // no <think> token in V3
-    EXPECT_EQ((*tok)->encode("<｜begin▁of▁sentence｜><｜User｜>What is 2+2?<｜Assistant｜><think>ok</think>"), expected);
+    const std::vector<int32_t> expected = {0,      128803, 3085,  344, 223, 20,   13,    20, 33,
+                                           128804, 30,     37947, 32,  633, 1718, 37947, 32};  // no <think> token in V3
+    const std::string prompt = "<｜begin▁of▁sentence｜><｜User｜>What is 2+2?<｜Assistant｜><think>ok</think>";
+    EXPECT_EQ((*tok)->encode(prompt), expected);
 }
 
 TEST(Tokenizer, LoaderErrorsNameTheProblem) {
@@ -133,9 +139,8 @@ TEST(Tokenizer, LoaderErrorsNameTheProblem) {
     EXPECT_NE(regex.status().message().find("\\p{N}{1,4}"), std::string::npos) << regex.status().to_string();
     auto normalizer = write_variant("norm.json", [](nlohmann::json& j) { j["normalizer"] = {{"type", "NFC"}}; });
     EXPECT_EQ(normalizer.status().code(), StatusCode::kUnsupported);
-    auto byte_regex = write_variant("bl.json", [](nlohmann::json& j) {
-        j["pre_tokenizer"]["pretokenizers"][3]["use_regex"] = true;
-    });
+    auto byte_regex =
+        write_variant("bl.json", [](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][3]["use_regex"] = true; });
     EXPECT_EQ(byte_regex.status().code(), StatusCode::kUnsupported);
     auto merges = write_variant("merges.json", [](nlohmann::json& j) { j["model"]["merges"][5] = "zzzq qqqz"; });
     EXPECT_EQ(merges.status().code(), StatusCode::kCorrupt);

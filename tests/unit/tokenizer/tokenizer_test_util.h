@@ -1,12 +1,12 @@
 // Shared helpers for the tokenizer tests: the committed tokenizer files and golden fixtures.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "dsv4/tokenizer.h"
 #include "testing/testing.h"
