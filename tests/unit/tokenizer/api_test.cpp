@@ -1,5 +1,5 @@
 // Tokenizer API behaviour: special tokens, empty input, invalid UTF-8, id errors, streaming, loader errors,
-// the V3-family file. Expected ids come from HF tokenizers 0.23.3.
+// the V4 file. Expected ids come from HF tokenizers 0.23.3.
 #include <fstream>
 
 #include "tokenizer/unicode_classes.h"
@@ -102,16 +102,6 @@ TEST(Tokenizer, StreamingHoldsBackPartialCharacters) {
     EXPECT_EQ(*stream.push(ids[0]), "");
     EXPECT_EQ(stream.finish(), "\xEF\xBF\xBD");
     EXPECT_EQ(*tok.decode(std::vector<int32_t>{ids[0]}), "\xEF\xBF\xBD");
-}
-
-TEST(Tokenizer, V3FamilyFileLoadsAndEncodesLikeHf) {
-    auto tok = Tokenizer::from_file(v3_tokenizer_path());
-    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-    EXPECT_EQ((*tok)->vocab_size(), 128815);
-    const std::vector<int32_t> expected = {0,      128803, 3085,  344, 223, 20,   13,    20, 33,
-                                           128804, 30,     37947, 32,  633, 1718, 37947, 32};  // no <think> token in V3
-    const std::string prompt = "<｜begin▁of▁sentence｜><｜User｜>What is 2+2?<｜Assistant｜><think>ok</think>";
-    EXPECT_EQ((*tok)->encode(prompt), expected);
 }
 
 TEST(Tokenizer, LoaderErrorsNameTheProblem) {

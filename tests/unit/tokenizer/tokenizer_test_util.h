@@ -14,7 +14,6 @@
 namespace dsv4::testing {
 
 inline std::filesystem::path v4_tokenizer_path() { return test_data_dir() / "tokenizer/deepseek_v4_tokenizer.json"; }
-inline std::filesystem::path v3_tokenizer_path() { return test_data_dir() / "tokenizer/deepseek_v3_tokenizer.json"; }
 
 // Loaded once per test executable (loading parses ~6 MB of JSON).
 inline const Tokenizer& v4_tokenizer() {
