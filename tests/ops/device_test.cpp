@@ -2,16 +2,10 @@
 #include <gtest/gtest.h>
 
 #include "backend/cuda/device.h"
+#include "ops/gpu_testing.h"
 
 namespace dsv4::cuda {
 namespace {
-
-#define DSV4_REQUIRE_GPU()                                                                   \
-    do {                                                                                     \
-        auto n = device_count();                                                             \
-        if (!n.is_ok()) GTEST_SKIP() << "no usable CUDA driver: " << n.status().to_string(); \
-        if (*n == 0) GTEST_SKIP() << "no CUDA GPU on this machine";                          \
-    } while (0)
 
 TEST(CudaDevice, DescribesTheGpuAndAcceptsHopper) {
     DSV4_REQUIRE_GPU();

@@ -72,9 +72,11 @@ __device__ __forceinline__ uint8_t f32_to_e2m1(float x) {
     return sign | code;
 }
 __device__ __forceinline__ float e2m1_to_f32(uint8_t code) {
-    const float mag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-    const float m = mag[code & 7];
-    return (code & 8) ? -m : m;
+    // Magnitudes 0, 0.5 for codes 0-1; (1 + m/2)·2^(e-1) for codes 2-7 (e = code>>1, m = code&1). Arithmetic, not
+    // a table: a run-time-indexed local array would live in local memory.
+    const uint32_t m = code & 7;
+    const float mag = m < 2 ? 0.5f * float(m) : __uint_as_float((((m >> 1) + 126u) << 23) | ((m & 1u) << 22));
+    return (code & 8) ? -mag : mag;
 }
 
 // 8 consecutive activations as f32 from one 16-byte (bf16) or two 16-byte (f32) loads. Pointers 16-byte aligned.

@@ -1,0 +1,30 @@
+// The W8A8 FP8 GEMM of the reference numerics on the GPU (MODEL_SPEC §7.1, DeepSeek's fp8_gemm): weights e4m3 with
+// UE8M0 128x128 block scales exactly as shipped, activations e4m3 with one f32 (power-of-two) scale per token and
+// 128 channels (sm90_act_quant_e4m3), f32 accumulation per 128-wide K block on FP8 tensor cores, then
+// y += acc · (a_scale · w_scale) in f32 over the K blocks, bf16 output. The CPU op it matches is backend::cpu::linear
+// on an FP8 weight in kReference (act_quant + quantized_gemm).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/common/weights.h"
+
+namespace dsv4::cuda {
+
+struct Fp8GemmArgs {
+    const uint8_t* a_codes = nullptr;  // [T, K] e4m3, 16-byte aligned rows (K % 128 == 0)
+    const float* a_scale = nullptr;    // [T, K/128]
+    int64_t tokens = 0;                // T
+    DeviceWeightView w;                // kFP8Block [N, K]
+    void* y = nullptr;                 // bf16 [T, N]
+    float* workspace = nullptr;        // split-K partial sums; sm90_fp8_gemm_workspace_bytes() bytes
+    size_t workspace_bytes = 0;
+};
+
+// Workspace the launcher needs for T tokens and an [N, K] weight (0 when it will not split K).
+size_t sm90_fp8_gemm_workspace_bytes(int64_t tokens, int64_t n, int64_t k);
+Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda
