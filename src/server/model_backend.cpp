@@ -1,0 +1,45 @@
+#include "server/model_backend.h"
+
+#include <vector>
+
+namespace dsv4::server {
+namespace {
+
+class EngineRunner : public SequenceRunner {
+public:
+    EngineRunner(std::unique_ptr<Session> session, int32_t vocab, bool fold, int64_t context)
+        : session_(std::move(session)), vocab_(vocab), fold_(fold) {
+        if (fold_) folded_.reserve(size_t(context));
+    }
+    Status feed(std::span<const int32_t> tokens, Logits* out) override {
+        if (!fold_) return session_->feed(tokens, out);
+        folded_.assign(tokens.begin(), tokens.end());
+        for (int32_t& t : folded_)
+            if (t >= vocab_) t %= vocab_;
+        return session_->feed(folded_, out);
+    }
+    void reset() override { session_->reset(); }
+
+private:
+    std::unique_ptr<Session> session_;
+    int32_t vocab_;
+    bool fold_;
+    std::vector<int32_t> folded_;  // [context] at most
+};
+
+}  // namespace
+
+EngineModelBackend::EngineModelBackend(std::unique_ptr<Engine> engine, bool fold_vocab)
+    : engine_(std::move(engine)), fold_vocab_(fold_vocab) {}
+
+int32_t EngineModelBackend::vocab_size() const { return int32_t(engine_->info().vocab_size); }
+int64_t EngineModelBackend::max_context() const { return engine_->info().max_position; }
+
+Result<std::unique_ptr<SequenceRunner>> EngineModelBackend::create_runner(int64_t context) {
+    SessionOptions so;
+    so.max_context = context;
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine_->create_session(so));
+    return std::unique_ptr<SequenceRunner>(new EngineRunner(std::move(session), vocab_size(), fold_vocab_, context));
+}
+
+}  // namespace dsv4::server

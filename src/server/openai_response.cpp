@@ -1,0 +1,249 @@
+#include "server/openai_response.h"
+
+#include <chrono>
+
+namespace dsv4::server {
+
+Json usage_json(const Usage& u) {
+    Json j;
+    j["prompt_tokens"] = u.prompt_tokens;
+    j["completion_tokens"] = u.completion_tokens;
+    j["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+    j["prompt_tokens_details"] = Json{{"cached_tokens", u.cached_tokens}};
+    return j;
+}
+
+ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id,
+                                 std::string model)
+    : request_(request),
+      tokenizer_(tokenizer),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()),
+      parser_(request.starts_in_reasoning) {}
+
+std::string ResponseBuilder::tool_call_id(int index) const { return "call_" + id_.substr(id_.find('-') + 1) + "_" + std::to_string(index); }
+
+const char* ResponseBuilder::finish_name(FinishReason reason) const {
+    if (reason == FinishReason::kLength) return "length";
+    if (saw_tool_call_) return "tool_calls";
+    return "stop";
+}
+
+Json ResponseBuilder::chunk(Json choice) const {
+    Json c;
+    c["id"] = id_;
+    c["object"] = request_.chat ? "chat.completion.chunk" : "text_completion";
+    c["created"] = created_;
+    c["model"] = model_;
+    c["choices"] = Json::array({std::move(choice)});
+    return c;
+}
+
+Json ResponseBuilder::logprob_entry(const TokenOutput& t) const {
+    auto entry = [&](int32_t id, float lp) {
+        Result<std::string> bytes = tokenizer_.token_bytes(id);
+        const std::string b = bytes.is_ok() ? *bytes : std::string();
+        Json e;
+        e["token"] = b;
+        e["logprob"] = lp;
+        Json arr = Json::array();
+        for (unsigned char ch : b) arr.push_back(int(ch));
+        e["bytes"] = std::move(arr);
+        return e;
+    };
+    Json e = entry(t.token, t.logprob);
+    Json top = Json::array();
+    for (const auto& alt : t.top) top.push_back(entry(alt.token, alt.logprob));
+    e["top_logprobs"] = std::move(top);
+    return e;
+}
+
+void ResponseBuilder::legacy_logprobs(const std::vector<TokenOutput>& tokens, Json& lp) {
+    for (const auto& t : tokens) {
+        if (t.token < 0) continue;
+        Result<std::string> bytes = tokenizer_.token_bytes(t.token);
+        lp["tokens"].push_back(bytes.is_ok() ? *bytes : std::string());
+        lp["token_logprobs"].push_back(t.logprob);
+        Json top = Json::object();
+        for (const auto& alt : t.top) {
+            Result<std::string> b = tokenizer_.token_bytes(alt.token);
+            top[b.is_ok() ? *b : std::string()] = alt.logprob;
+        }
+        lp["top_logprobs"].push_back(std::move(top));
+        lp["text_offset"].push_back(text_offset_);
+        text_offset_ += bytes.is_ok() ? bytes->size() : 0;
+    }
+}
+
+void ResponseBuilder::begin(std::vector<Json>& chunks) {
+    if (!request_.chat) return;
+    Json choice;
+    choice["index"] = 0;
+    choice["delta"] = Json{{"role", "assistant"}, {"content", ""}};
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = nullptr;
+    chunks.push_back(chunk(std::move(choice)));
+}
+
+void ResponseBuilder::add_parser_events(const std::vector<chat::ReplyEvent>& events, std::vector<Json>& chunks) {
+    for (const auto& ev : events) {
+        Json delta = Json::object();
+        switch (ev.kind) {
+            case chat::ReplyEvent::Kind::kReasoning: delta["reasoning_content"] = ev.text; break;
+            case chat::ReplyEvent::Kind::kContent: delta["content"] = ev.text; break;
+            case chat::ReplyEvent::Kind::kToolCallBegin: {
+                saw_tool_call_ = true;
+                Json call;
+                call["index"] = ev.tool_index;
+                call["id"] = tool_call_id(ev.tool_index);
+                call["type"] = "function";
+                call["function"] = Json{{"name", ev.text}, {"arguments", ""}};
+                delta["tool_calls"] = Json::array({std::move(call)});
+                break;
+            }
+            case chat::ReplyEvent::Kind::kToolCallArgs: {
+                Json call;
+                call["index"] = ev.tool_index;
+                call["function"] = Json{{"arguments", ev.text}};
+                delta["tool_calls"] = Json::array({std::move(call)});
+                break;
+            }
+            case chat::ReplyEvent::Kind::kToolCallEnd: continue;
+        }
+        Json choice;
+        choice["index"] = 0;
+        choice["delta"] = std::move(delta);
+        choice["logprobs"] = nullptr;
+        choice["finish_reason"] = nullptr;
+        chunks.push_back(chunk(std::move(choice)));
+    }
+}
+
+void ResponseBuilder::add(const std::vector<TokenOutput>& tokens, std::vector<Json>& chunks) {
+    std::string text;
+    for (const auto& t : tokens) text += t.text;
+    text_ += text;
+    if (request_.chat) {
+        std::vector<chat::ReplyEvent> events;
+        parser_.feed(text, events);
+        add_parser_events(events, chunks);
+        if (request_.gen.logprobs) {
+            Json content = Json::array();
+            for (const auto& t : tokens)
+                if (t.token >= 0) content.push_back(logprob_entry(t));
+            if (!content.empty()) {
+                Json choice;
+                choice["index"] = 0;
+                choice["delta"] = Json::object();
+                choice["logprobs"] = Json{{"content", std::move(content)}};
+                choice["finish_reason"] = nullptr;
+                chunks.push_back(chunk(std::move(choice)));
+            }
+        }
+        return;
+    }
+    if (text.empty() && !request_.gen.logprobs) return;
+    Json choice;
+    choice["index"] = 0;
+    choice["text"] = text;
+    if (request_.gen.logprobs) {
+        Json lp;
+        lp["tokens"] = Json::array();
+        lp["token_logprobs"] = Json::array();
+        lp["top_logprobs"] = Json::array();
+        lp["text_offset"] = Json::array();
+        legacy_logprobs(tokens, lp);
+        choice["logprobs"] = std::move(lp);
+    } else {
+        choice["logprobs"] = nullptr;
+    }
+    choice["finish_reason"] = nullptr;
+    chunks.push_back(chunk(std::move(choice)));
+}
+
+void ResponseBuilder::end(FinishReason reason, const Usage& usage, std::vector<Json>& chunks) {
+    Json choice;
+    choice["index"] = 0;
+    if (request_.chat) {
+        std::vector<chat::ReplyEvent> events;
+        parser_.finish(events);
+        add_parser_events(events, chunks);
+        choice["delta"] = Json::object();
+    } else {
+        choice["text"] = "";
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_name(reason);
+    chunks.push_back(chunk(std::move(choice)));
+    if (request_.include_usage) {
+        Json last = chunk(Json());
+        last["choices"] = Json::array();
+        last["usage"] = usage_json(usage);
+        chunks.push_back(std::move(last));
+    }
+}
+
+void ResponseBuilder::collect(const std::vector<TokenOutput>& tokens) {
+    for (const auto& t : tokens) {
+        text_ += t.text;
+        if (request_.gen.logprobs && t.token >= 0) tokens_.push_back(t);
+    }
+}
+
+Json ResponseBuilder::response(FinishReason reason, const Usage& usage) {
+    Json choice;
+    choice["index"] = 0;
+    if (request_.chat) {
+        chat::ParsedReply reply = chat::parse_reply(text_, request_.starts_in_reasoning);
+        saw_tool_call_ = !reply.tool_calls.empty();
+        Json msg;
+        msg["role"] = "assistant";
+        msg["content"] = reply.content.empty() && saw_tool_call_ ? Json(nullptr) : Json(reply.content);
+        if (request_.starts_in_reasoning || !reply.reasoning.empty()) msg["reasoning_content"] = reply.reasoning;
+        if (saw_tool_call_) {
+            Json calls = Json::array();
+            for (size_t i = 0; i < reply.tool_calls.size(); ++i) {
+                Json call;
+                call["id"] = tool_call_id(int(i));
+                call["type"] = "function";
+                call["function"] = Json{{"name", reply.tool_calls[i].name}, {"arguments", reply.tool_calls[i].arguments}};
+                calls.push_back(std::move(call));
+            }
+            msg["tool_calls"] = std::move(calls);
+        }
+        choice["message"] = std::move(msg);
+        if (request_.gen.logprobs) {
+            Json content = Json::array();
+            for (const auto& t : tokens_) content.push_back(logprob_entry(t));
+            choice["logprobs"] = Json{{"content", std::move(content)}};
+        } else {
+            choice["logprobs"] = nullptr;
+        }
+    } else {
+        choice["text"] = text_;
+        if (request_.gen.logprobs) {
+            Json lp;
+            lp["tokens"] = Json::array();
+            lp["token_logprobs"] = Json::array();
+            lp["top_logprobs"] = Json::array();
+            lp["text_offset"] = Json::array();
+            legacy_logprobs(tokens_, lp);
+            choice["logprobs"] = std::move(lp);
+        } else {
+            choice["logprobs"] = nullptr;
+        }
+    }
+    choice["finish_reason"] = finish_name(reason);
+    Json r;
+    r["id"] = id_;
+    r["object"] = request_.chat ? "chat.completion" : "text_completion";
+    r["created"] = created_;
+    r["model"] = model_;
+    r["choices"] = Json::array({std::move(choice)});
+    r["usage"] = usage_json(usage);
+    return r;
+}
+
+}  // namespace dsv4::server

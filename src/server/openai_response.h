@@ -1,0 +1,59 @@
+// OpenAI response objects for one request: the whole response (non-streaming) or its SSE chunks. Chat replies go
+// through the V4 reply parser, which splits reasoning_content, content and DSML tool calls (streamed as argument
+// deltas).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dsv4/chat.h"
+#include "dsv4/tokenizer.h"
+#include "server/openai_request.h"
+#include "server/scheduler.h"
+
+namespace dsv4::server {
+
+struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t cached_tokens = 0;
+    int64_t completion_tokens = 0;
+};
+Json usage_json(const Usage& u);
+
+class ResponseBuilder {
+public:
+    ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id, std::string model);
+
+    // Streaming: the chunks for the first event (chat: the assistant role delta).
+    void begin(std::vector<Json>& chunks);
+    // Streaming: chunks for newly generated tokens.
+    void add(const std::vector<TokenOutput>& tokens, std::vector<Json>& chunks);
+    // Streaming: the chunk with finish_reason, then (include_usage) one with the usage and no choices.
+    void end(FinishReason reason, const Usage& usage, std::vector<Json>& chunks);
+
+    // Non-streaming: record tokens, then build the whole response.
+    void collect(const std::vector<TokenOutput>& tokens);
+    Json response(FinishReason reason, const Usage& usage);
+
+private:
+    Json chunk(Json choice) const;
+    Json logprob_entry(const TokenOutput& t) const;        // chat format
+    void legacy_logprobs(const std::vector<TokenOutput>& tokens, Json& lp);  // completions format
+    void add_parser_events(const std::vector<chat::ReplyEvent>& events, std::vector<Json>& chunks);
+    std::string tool_call_id(int index) const;
+    const char* finish_name(FinishReason reason) const;
+
+    const ParsedRequest& request_;
+    const Tokenizer& tokenizer_;
+    std::string id_;
+    std::string model_;
+    int64_t created_;
+    chat::ReplyParser parser_;
+    std::string text_;                 // all text so far
+    std::vector<TokenOutput> tokens_;  // non-streaming: every token with logprob data
+    size_t text_offset_ = 0;           // completions logprobs text_offset
+    bool saw_tool_call_ = false;
+};
+
+}  // namespace dsv4::server
