@@ -75,7 +75,9 @@ TEST(Rope, RotatesInterleavedPairsAndInverts) {
             }
     DSV4_EXPECT_CLOSE(y, expect, 1e-6);
     for (int64_t i = 0; i < T * V * S; ++i)
-        if (i % S < 64) EXPECT_EQ(y[i], x[i]);  // nope channels untouched
+        if (i % S < 64) {
+            EXPECT_EQ(y[i], x[i]);  // nope channels untouched
+        }
     p.inverse = true;
     ASSERT_TRUE(cpu::rope(f32_exec(), p).is_ok());
     DSV4_EXPECT_CLOSE(y, x, 1e-6);
@@ -394,7 +396,7 @@ TEST(Moe, RouterScoreAndHash) {
     std::vector<int64_t> table = {5, 0, 2, 3, 1, 1};  // vocab 3, k 2 (a repeated expert is allowed)
     std::vector<int32_t> tokens = {2, 0, 1, 2};
     ASSERT_TRUE(cpu::router(f32_exec(), {.x = x.data(), .tokens = T, .n_experts = E, .k = K,
-                                         .gate = f32_view(g, E, D), .tid2eid = table.data(), .vocab = 3,
+                                         .gate = f32_view(g, E, D), .bias = {}, .tid2eid = table.data(), .vocab = 3,
                                          .token_ids = tokens.data(), .routed_scale = 1.5f, .scores = scores.data(),
                                          .idx = idx.data(), .weights = w.data()})
                     .is_ok());
@@ -402,7 +404,7 @@ TEST(Moe, RouterScoreAndHash) {
     EXPECT_NEAR(w[0], 0.75, 1e-6);
     tokens[0] = 3;
     EXPECT_FALSE(cpu::router(f32_exec(), {.x = x.data(), .tokens = T, .n_experts = E, .k = K,
-                                          .gate = f32_view(g, E, D), .tid2eid = table.data(), .vocab = 3,
+                                          .gate = f32_view(g, E, D), .bias = {}, .tid2eid = table.data(), .vocab = 3,
                                           .token_ids = tokens.data(), .idx = idx.data(), .weights = w.data()})
                      .is_ok());
 }

@@ -218,9 +218,13 @@ TEST_P(LayerOps, Indexer) {
         std::sort(finite.rbegin(), finite.rend());
         const float kth = finite[size_t(std::min<int64_t>(k, int64_t(finite.size())) - 1)];
         for (int32_t j : a)
-            if (!b.count(j)) EXPECT_EQ(s_rec[t * n + j], kth) << where_ << " t=" << t << " entry " << j;
+            if (!b.count(j)) {
+                EXPECT_EQ(s_rec[t * n + j], kth) << where_ << " t=" << t << " entry " << j;
+            }
         for (int32_t j : b)
-            if (!a.count(j)) EXPECT_EQ(s_rec[t * n + j], kth) << where_ << " t=" << t << " entry " << j;
+            if (!a.count(j)) {
+                EXPECT_EQ(s_rec[t * n + j], kth) << where_ << " t=" << t << " entry " << j;
+            }
         ++tie_swaps;
     }
     std::printf("[official] %-10s %-14s sets differ at %d of %lld positions (all exact ties: %d)\n", where_.c_str(),

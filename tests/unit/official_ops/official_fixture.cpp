@@ -62,7 +62,9 @@ void expect_close(const std::string& where, const std::string& array, std::span<
                 tol.frac < 0 ? "-" : (std::to_string(100 * tol.frac) + "%").c_str());
     EXPECT_EQ(c.nonfinite, 0u) << where << " " << array << "\n" << c.report;
     EXPECT_LE(c.rel_l2, tol.rel_l2) << where << " " << array << "\n" << c.report;
-    if (tol.frac >= 0) EXPECT_LE(frac, tol.frac) << where << " " << array << " differing fraction";
+    if (tol.frac >= 0) {
+        EXPECT_LE(frac, tol.frac) << where << " " << array << " differing fraction";
+    }
 }
 
 std::vector<float> f32_of(const io::NpzFile& z, const std::string& name) {
