@@ -16,9 +16,10 @@ struct Logits {
     int64_t rows = 0;           // tokens fed by the call that filled this
     int64_t vocab = 0;
     std::vector<float> values;  // [rows, vocab]: row i = next-token logits after fed token i
-    // MTP head, only when SessionOptions::mtp: [rows, vocab]; row i predicts the token after next from the main
-    // model's streams at the previous position and the embedding of fed token i (NaN for the first token of the
-    // sequence, which has no previous position).
+    // MTP head, only when SessionOptions::mtp: [rows, vocab]. Row i is the MTP block's prediction of the token
+    // after fed token i (the target of values' row i), made from the main model's final streams at the previous
+    // position and the embedding of fed token i — the draft speculative decoding would make. NaN for position 0,
+    // which has no previous position.
     std::vector<float> mtp;
 };
 

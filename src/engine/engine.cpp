@@ -7,6 +7,7 @@
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
 #include "engine/forward.h"
+#include "engine/mtp.h"
 #include "engine/sequence_state.h"
 #include "engine/weight_views.h"
 #include "io/safetensors.h"
@@ -41,6 +42,7 @@ struct Session::Impl {
     engine::ForwardContext ctx;
     engine::SequenceState state;
     engine::ForwardScratch scratch;
+    std::unique_ptr<engine::MtpState> mtp;  // only with SessionOptions::mtp
     bool broken = false;  // a failed forward left the layers at different positions
 };
 
@@ -73,9 +75,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
 
 Result<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& options) {
     const Impl& e = *impl_;
-    if (options.mtp)
-        return unsupported(e.info.has_mtp ? "the MTP head is not implemented in the CPU forward yet"
-                                          : "this checkpoint has no MTP block (mtp.0.*)");
+    if (options.mtp && !e.info.has_mtp)
+        return unsupported("this checkpoint has no MTP block (mtp.0.*), so SessionOptions::mtp cannot be set");
     int64_t max_context = options.max_context ? options.max_context
                                               : std::min<int64_t>(e.config.max_position, kDefaultMaxContext);
     if (max_context < 1 || max_context > e.config.max_position)
@@ -91,6 +92,7 @@ Result<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& op
     const int64_t rows = std::min(kMaxChunkRows, max_context);
     s->state = engine::make_sequence_state(e.config, max_context, rows, int(e.config.num_layers));
     s->scratch = engine::make_forward_scratch(e.config, rows, max_context);
+    if (options.mtp) s->mtp = std::make_unique<engine::MtpState>(engine::make_mtp_state(e.config, max_context, rows));
     return std::unique_ptr<Session>(new Session(std::move(s)));
 }
 
@@ -101,6 +103,7 @@ int64_t Session::max_context() const { return impl_->state.max_context; }
 
 void Session::reset() {
     engine::reset_sequence_state(impl_->state);
+    if (impl_->mtp) engine::reset_mtp_state(*impl_->mtp);
     impl_->broken = false;
 }
 
@@ -121,11 +124,20 @@ Status Session::feed(std::span<const int32_t> tokens, Logits* out) {
     out->rows = n;
     out->vocab = vocab;
     out->values.resize(size_t(n * vocab));
-    out->mtp.clear();
+    if (s.mtp) {
+        out->mtp.resize(size_t(n * vocab));
+    } else {
+        out->mtp.clear();
+    }
     for (int64_t off = 0; off < n;) {
         const int64_t len = std::min(s.scratch.rows, n - off);
+        const int64_t p0 = s.state.position;
         Status st = engine::forward_chunk(s.ctx, s.state, s.scratch, tokens.data() + off, len,
-                                          out->values.data() + off * vocab);
+                                          out->values.data() + off * vocab,
+                                          s.mtp ? s.mtp->main_streams.data() : nullptr);
+        if (st && s.mtp)
+            st = engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, tokens.data() + off, len, p0,
+                                   out->mtp.data() + off * vocab);
         if (!st) {
             s.broken = true;
             return st;

@@ -161,8 +161,51 @@ Status leave_sub_block(const ForwardContext& ctx, ForwardScratch& s, const float
 
 }  // namespace
 
+Status block_forward(const ForwardContext& ctx, const LayerViews& layer, LayerState& ls, const SequenceState& state,
+                     ForwardScratch& s, const int32_t* tokens, int64_t n, float* streams, float* spare) {
+    DSV4_RETURN_IF_ERROR(enter_sub_block(ctx, layer.hc_attn, layer.attn_norm, s, streams, n));
+    DSV4_RETURN_IF_ERROR(attention_block(ctx, layer, ls, state, s, s.normed.data(), n, s.block_out.data()));
+    DSV4_RETURN_IF_ERROR(leave_sub_block(ctx, s, streams, spare, n));
+    DSV4_RETURN_IF_ERROR(enter_sub_block(ctx, layer.hc_ffn, layer.ffn_norm, s, spare, n));
+    DSV4_RETURN_IF_ERROR(moe_block(ctx, layer, s, tokens, s.normed.data(), n, s.block_out.data()));
+    return leave_sub_block(ctx, s, spare, streams, n);
+}
+
+Status head_forward(const ForwardContext& ctx, const HcViews& hc_head, const backend::WeightView& norm,
+                    ForwardScratch& s, const float* streams, int64_t n, float* logits) {
+    const model::ModelConfig& cfg = *ctx.cfg;
+    backend::HcHeadParams hp;
+    hp.x = streams;
+    hp.tokens = n;
+    hp.dim = cfg.hidden_size;
+    hp.fn = hc_head.fn;
+    hp.scale = hc_head.scale;
+    hp.base = hc_head.base;
+    hp.hc_eps = float(cfg.hc_eps);
+    hp.norm_eps = float(cfg.rms_norm_eps);
+    hp.y = s.hc_x.data();
+    DSV4_RETURN_IF_ERROR(cpu::hc_head(ctx.exec, hp));
+
+    backend::RmsNormParams np;
+    np.x = s.hc_x.data();
+    np.rows = n;
+    np.dim = cfg.hidden_size;
+    np.weight = norm;
+    np.eps = float(cfg.rms_norm_eps);
+    np.y = s.normed.data();
+    DSV4_RETURN_IF_ERROR(cpu::rmsnorm(ctx.exec, np));
+
+    backend::LinearParams lp;  // the head keeps f32 weights and f32 logits in both modes
+    lp.x = s.normed.data();
+    lp.tokens = n;
+    lp.w = ctx.weights->head;
+    lp.out = backend::LinearOut::kF32;
+    lp.y = logits;
+    return cpu::linear(ctx.exec, lp);
+}
+
 Status forward_chunk(const ForwardContext& ctx, SequenceState& state, ForwardScratch& s, const int32_t* tokens,
-                     int64_t n, float* logits) {
+                     int64_t n, float* logits, float* final_streams) {
     const model::ModelConfig& cfg = *ctx.cfg;
     const ModelViews& w = *ctx.weights;
     const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
@@ -177,55 +220,15 @@ Status forward_chunk(const ForwardContext& ctx, SequenceState& state, ForwardScr
     ep.out = s.hc_x.data();
     DSV4_RETURN_IF_ERROR(cpu::embedding(ctx.exec, ep));
     float* streams = s.streams_a.data();
-    float* spare = s.streams_b.data();
     for (int64_t t = 0; t < n; ++t)
         for (int64_t j = 0; j < hc; ++j)
             std::memcpy(streams + (t * hc + j) * D, s.hc_x.data() + t * D, size_t(D) * sizeof(float));
 
-    for (size_t li = 0; li < w.layers.size(); ++li) {
-        const LayerViews& layer = w.layers[li];
-        DSV4_RETURN_IF_ERROR(enter_sub_block(ctx, layer.hc_attn, layer.attn_norm, s, streams, n));
+    for (size_t li = 0; li < w.layers.size(); ++li)
         DSV4_RETURN_IF_ERROR(
-            attention_block(ctx, layer, state.layers[li], state, s, s.normed.data(), n, s.block_out.data()));
-        DSV4_RETURN_IF_ERROR(leave_sub_block(ctx, s, streams, spare, n));
-        std::swap(streams, spare);
-
-        DSV4_RETURN_IF_ERROR(enter_sub_block(ctx, layer.hc_ffn, layer.ffn_norm, s, streams, n));
-        DSV4_RETURN_IF_ERROR(moe_block(ctx, layer, s, tokens, s.normed.data(), n, s.block_out.data()));
-        DSV4_RETURN_IF_ERROR(leave_sub_block(ctx, s, streams, spare, n));
-        std::swap(streams, spare);
-    }
-
-    // head: collapse the streams, final norm, f32 logits
-    backend::HcHeadParams hp;
-    hp.x = streams;
-    hp.tokens = n;
-    hp.dim = D;
-    hp.fn = w.hc_head.fn;
-    hp.scale = w.hc_head.scale;
-    hp.base = w.hc_head.base;
-    hp.hc_eps = float(cfg.hc_eps);
-    hp.norm_eps = float(cfg.rms_norm_eps);
-    hp.y = s.hc_x.data();
-    DSV4_RETURN_IF_ERROR(cpu::hc_head(ctx.exec, hp));
-
-    backend::RmsNormParams np;
-    np.x = s.hc_x.data();
-    np.rows = n;
-    np.dim = D;
-    np.weight = w.norm;
-    np.eps = float(cfg.rms_norm_eps);
-    np.y = s.normed.data();
-    DSV4_RETURN_IF_ERROR(cpu::rmsnorm(ctx.exec, np));
-
-    backend::LinearParams lp;
-    lp.x = s.normed.data();
-    lp.tokens = n;
-    lp.w = w.head;
-    lp.out = backend::LinearOut::kF32;
-    lp.y = logits;
-    DSV4_RETURN_IF_ERROR(cpu::linear(ctx.exec, lp));
-
+            block_forward(ctx, w.layers[li], state.layers[li], state, s, tokens, n, streams, s.streams_b.data()));
+    if (final_streams) std::memcpy(final_streams, streams, size_t(n * hc * D) * sizeof(float));
+    DSV4_RETURN_IF_ERROR(head_forward(ctx, w.hc_head, w.norm, s, streams, n, logits));
     state.position += n;
     return Status::ok();
 }

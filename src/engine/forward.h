@@ -59,9 +59,17 @@ struct ForwardContext {
 ForwardContext make_forward_context(const model::ModelConfig& cfg, const ModelViews& weights, backend::Exec exec);
 
 // Runs tokens[0..n) (n <= scratch.rows, ids already range-checked) at state.position and advances it by n.
-// logits: [n, vocab] f32. On error the state is unusable until reset (partially absorbed layers).
+// logits: [n, vocab] f32; final_streams (may be null): the last layer's streams [n, 4, D], before the head.
+// On error the state is unusable until reset (partially absorbed layers).
 Status forward_chunk(const ForwardContext& ctx, SequenceState& state, ForwardScratch& scratch, const int32_t* tokens,
-                     int64_t n, float* logits);
+                     int64_t n, float* logits, float* final_streams = nullptr);
+
+// One Block (§5.2) on streams [n, 4, D] in place; spare is a work buffer of the same size. Positions: s.positions.
+Status block_forward(const ForwardContext& ctx, const LayerViews& layer, LayerState& ls, const SequenceState& state,
+                     ForwardScratch& s, const int32_t* tokens, int64_t n, float* streams, float* spare);
+// The head (§5.6): hc_head collapse, RMSNorm `norm`, the model's f32 lm head → logits [n, vocab].
+Status head_forward(const ForwardContext& ctx, const HcViews& hc_head, const backend::WeightView& norm,
+                    ForwardScratch& s, const float* streams, int64_t n, float* logits);
 
 // One attention sub-block (MODEL_SPEC §5.4) of `layer` for the chunk in `scratch` (positions filled):
 // x [n, D] attn_norm output → out [n, D]. Absorbs the chunk into the layer's state (ring, compressors, entries).

@@ -21,7 +21,7 @@ CompressorState make_compressor(int64_t ratio, int64_t head_dim) {
 }  // namespace
 
 SequenceState make_sequence_state(const model::ModelConfig& cfg, int64_t max_context, int64_t chunk_rows,
-                                  int num_layers) {
+                                  int num_layers, int first_layer) {
     SequenceState s;
     s.max_context = max_context;
     s.chunk_rows = chunk_rows;
@@ -29,8 +29,8 @@ SequenceState make_sequence_state(const model::ModelConfig& cfg, int64_t max_con
     s.layers.resize(size_t(num_layers));
     for (int i = 0; i < num_layers; ++i) {
         LayerState& l = s.layers[size_t(i)];
-        l.kind = cfg.attn_kind(i);
-        l.ratio = cfg.compress_ratio(i);
+        l.kind = cfg.attn_kind(first_layer + i);
+        l.ratio = cfg.compress_ratio(first_layer + i);
         l.max_entries = l.ratio ? max_context / l.ratio : 0;
         l.pool.assign(size_t((chunk_rows + cfg.window + l.max_entries) * cfg.head_dim), 0.0f);
         if (l.ratio) l.compressor = make_compressor(l.ratio, cfg.head_dim);

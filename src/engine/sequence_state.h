@@ -55,10 +55,10 @@ struct SequenceState {
     int64_t entries(const LayerState& l) const { return l.ratio ? position / l.ratio : 0; }
 };
 
-// Sizes every buffer for `max_context` tokens and forward passes of up to `chunk_rows` tokens; `layers` attention
-// layers take their kinds from the config (index L = the MTP layer).
+// Sizes every buffer for `max_context` tokens and forward passes of up to `chunk_rows` tokens, for the attention
+// layers first_layer .. first_layer+num_layers-1, whose kinds come from the config (index L = the MTP layer).
 SequenceState make_sequence_state(const model::ModelConfig& cfg, int64_t max_context, int64_t chunk_rows,
-                                  int num_layers);
+                                  int num_layers, int first_layer = 0);
 // Back to position 0. Buffers are kept; nothing stale is ever read because reads are bounded by the position.
 void reset_sequence_state(SequenceState& s);
 

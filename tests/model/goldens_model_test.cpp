@@ -10,6 +10,7 @@
 //   DeepSeek's linear() does for a bf16 weight) and land near transformers' own bf16 run: its band starts at 0.5x.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -113,6 +114,54 @@ TEST(GoldensMtp, CheckpointsWithAndWithoutMtpLoad) {
     EXPECT_TRUE(with->info().has_mtp);
     EXPECT_FALSE(without->info().has_mtp);
     EXPECT_FALSE(run_logits(*without, {1, 2, 3}, 0).empty());
+}
+
+}  // namespace
+}  // namespace dsv4::model_tests
+
+namespace dsv4::model_tests {
+namespace {
+
+// The MTP head (a second output) follows the same incremental semantics: every chunking gives the same MTP logits;
+// position 0 has none (NaN row), every other row is finite.
+TEST(GoldensMtp, MtpHeadChunkingInvariant) {
+    const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
+    if (!std::filesystem::exists(dir / "meta.json")) GTEST_SKIP() << "no golden fixtures";
+    auto engine = load_engine(dir / "official", EnginePrecision::kF32);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_TRUE(engine->info().has_mtp);
+    const auto tokens = read_token_file(dir / "tokens.txt");
+    const int64_t n = int64_t(tokens.size()), vocab = engine->info().vocab_size;
+    auto run = [&](int64_t chunk, std::vector<float>* main, std::vector<float>* mtp) {
+        SessionOptions so;
+        so.max_context = n;
+        so.mtp = true;
+        auto s = engine->create_session(so);
+        ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+        Logits part;
+        for (int64_t off = 0; off < n; off += chunk) {
+            const int64_t len = std::min(chunk, n - off);
+            ASSERT_TRUE((*s)->feed(std::span<const int32_t>(tokens.data() + off, size_t(len)), &part).is_ok());
+            ASSERT_EQ(part.mtp.size(), size_t(len * vocab));
+            main->insert(main->end(), part.values.begin(), part.values.end());
+            mtp->insert(mtp->end(), part.mtp.begin(), part.mtp.end());
+        }
+    };
+    std::vector<float> main_whole, mtp_whole;
+    run(n, &main_whole, &mtp_whole);
+    ASSERT_EQ(mtp_whole.size(), size_t(n * vocab));
+    EXPECT_TRUE(std::isnan(mtp_whole[0]));
+    const std::vector<float> mtp_rest(mtp_whole.begin() + vocab, mtp_whole.end());
+    for (float v : mtp_rest) ASSERT_TRUE(std::isfinite(v));
+    // the MTP block does not disturb the main output
+    EXPECT_LE(rel_l2(main_whole, run_logits(*engine, tokens, 0)), 1e-7);
+    for (int64_t chunk : {int64_t(1), int64_t(129)}) {
+        std::vector<float> main, mtp;
+        run(chunk, &main, &mtp);
+        ASSERT_EQ(mtp.size(), mtp_whole.size());
+        const std::vector<float> rest(mtp.begin() + vocab, mtp.end());
+        EXPECT_LE(rel_l2(rest, mtp_rest), 1e-5) << "chunk " << chunk;
+    }
 }
 
 }  // namespace
