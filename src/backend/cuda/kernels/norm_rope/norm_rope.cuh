@@ -1,7 +1,7 @@
 // Kernels of the norm_rope family (sm_90): weighted RMSNorm (one block per row, the row held in registers, one
-// 16-byte load per 8 values), fused per-head q norm + RoPE (one warp per head vector), and standalone interleaved
-// RoPE (one warp per token, lane i = frequency i). All three are memory-bound: the floor is one read and one write
-// of the activations. Measured: docs/kernels/cuda-backend.md.
+// 16-byte load per 8 values), fused per-head q norm + RoPE (one warp per 4 head vectors of a token), and standalone
+// interleaved RoPE (one warp per token, lane i = frequency i). All three are memory-bound: the floor is one read
+// and one write of the activations. Measured: docs/kernels/cuda-backend.md.
 #pragma once
 
 #include "backend/cuda/common/numerics.cuh"
@@ -14,6 +14,7 @@ struct NormRopeConfig {
     static constexpr int kNormMaxChunks = 4;   // 8-value chunks per thread: dim <= 256·8·4 = 8192
     static constexpr int kWarpsPerBlock = 4;   // q norm / rope blocks
     static constexpr int kHeadMaxChunks = 4;   // q head: head_dim <= 32·8·4 = 1024
+    static constexpr int kHeadsPerWarp = 4;    // q heads per warp: one f64 sincos per 4 head vectors
 };
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -92,65 +93,69 @@ __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
     }
 }
 
-// grid: ceil(tokens·heads / kWarpsPerBlock); one warp per head vector; lane L holds chunks L, L+32, ...
+// grid: ceil(tokens·ceil(heads/kHeadsPerWarp) / kWarpsPerBlock); one warp per kHeadsPerWarp head vectors of one
+// token (the f64 cos/sin is computed once per warp and reused); lane L holds chunks L, L+32, ... of a vector.
 template <typename ActT>
 __global__ void __launch_bounds__(NormRopeConfig::kWarpsPerBlock * 32)
-    sm90_q_head_norm_rope_kernel(ActT* __restrict__ q, int64_t n_vecs, int heads, int head_dim, float eps,
+    sm90_q_head_norm_rope_kernel(ActT* __restrict__ q, int64_t tokens, int heads, int head_dim, float eps,
                                  bool rope, const int64_t* __restrict__ positions, backend::RopeFreqs freqs) {
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
-    constexpr int kC = NormRopeConfig::kHeadMaxChunks;
+    constexpr int kC = NormRopeConfig::kHeadMaxChunks, kHpw = NormRopeConfig::kHeadsPerWarp;
     const int lane = threadIdx.x & 31;
-    const int64_t vec = int64_t(blockIdx.x) * NormRopeConfig::kWarpsPerBlock + (threadIdx.x >> 5);
-    if (vec >= n_vecs) return;  // whole warps leave together
-    ActT* qv = q + vec * head_dim;
-    const int chunks = head_dim / 8;
-    float v[kC][8];
-    float sum_f = 0;
-    double sum_d = 0;
-#pragma unroll
-    for (int j = 0; j < kC; ++j) {
-        const int c = lane + 32 * j;
-        if (c < chunks) {
-            load8(qv + c * 8, v[j]);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                if constexpr (kRef) sum_f = __fadd_rn(sum_f, round_bf16(__fmul_rn(v[j][i], v[j][i])));
-                else sum_d += double(v[j][i]) * double(v[j][i]);
-            }
-        }
-    }
-    float rs;
-    if constexpr (kRef) {
-        const float mean = round_bf16(__fdiv_rn(warp_sum(sum_f), float(head_dim)));
-        rs = round_bf16(__fdiv_rn(1.0f, __fsqrt_rn(round_bf16(__fadd_rn(mean, eps)))));
-    } else {
-        rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(warp_sum(sum_d) / double(head_dim)), eps)));
-    }
+    const int64_t groups = (heads + kHpw - 1) / kHpw;
+    const int64_t wid = int64_t(blockIdx.x) * NormRopeConfig::kWarpsPerBlock + (threadIdx.x >> 5);
+    if (wid >= tokens * groups) return;  // whole warps leave together
+    const int64_t t = wid / groups;
+    const int h0 = int(wid % groups) * kHpw, h1 = min(h0 + kHpw, heads);
     float cs = 1, sn = 0;
-    if (rope) rope_cos_sin(positions[vec / heads], freqs.f[lane], false, cs, sn);
+    if (rope) rope_cos_sin(positions[t], freqs.f[lane], false, cs, sn);
+    const int chunks = head_dim / 8;
     const int first_rope_chunk = chunks - 8;  // the last 64 channels
+    for (int h = h0; h < h1; ++h) {
+        ActT* qv = q + (t * heads + h) * head_dim;
+        float v[kC][8];
+        float sum_f = 0;
+        double sum_d = 0;
 #pragma unroll
-    for (int j = 0; j < kC; ++j) {
-        const int c = lane + 32 * j;
-        if (32 * j >= chunks) break;  // warp-uniform
+        for (int j = 0; j < kC; ++j) {
+            const int c = lane + 32 * j;
+            if (c < chunks) {
+                load8(qv + c * 8, v[j]);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            v[j][i] = __fmul_rn(v[j][i], rs);
-            if constexpr (kRef) v[j][i] = round_bf16(v[j][i]);
-        }
-        if (rope) {
-            // pairs (c - first_rope_chunk)·4 + p of this chunk take frequency lanes by shuffle (all lanes shuffle).
-            const int pair0 = max(0, min(c - first_rope_chunk, 7)) * 4;
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {
-                const float pc = __shfl_sync(0xffffffffu, cs, pair0 + p);
-                const float ps = __shfl_sync(0xffffffffu, sn, pair0 + p);
-                if (c >= first_rope_chunk && c < chunks) {
-                    rotate_pair(v[j][2 * p], v[j][2 * p + 1], pc, ps);
+                for (int i = 0; i < 8; ++i) {
+                    if constexpr (kRef) sum_f = __fadd_rn(sum_f, round_bf16(__fmul_rn(v[j][i], v[j][i])));
+                    else sum_d += double(v[j][i]) * double(v[j][i]);
                 }
             }
         }
-        if (c < chunks) store8(qv + c * 8, v[j]);
+        float rs;
+        if constexpr (kRef) {
+            const float mean = round_bf16(__fdiv_rn(warp_sum(sum_f), float(head_dim)));
+            rs = round_bf16(__fdiv_rn(1.0f, __fsqrt_rn(round_bf16(__fadd_rn(mean, eps)))));
+        } else {
+            rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(warp_sum(sum_d) / double(head_dim)), eps)));
+        }
+#pragma unroll
+        for (int j = 0; j < kC; ++j) {
+            const int c = lane + 32 * j;
+            if (32 * j >= chunks) break;  // warp-uniform
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                v[j][i] = __fmul_rn(v[j][i], rs);
+                if constexpr (kRef) v[j][i] = round_bf16(v[j][i]);
+            }
+            if (rope) {
+                // pairs (c - first_rope_chunk)·4 + p of this chunk take frequency lanes by shuffle (all lanes shuffle).
+                const int pair0 = max(0, min(c - first_rope_chunk, 7)) * 4;
+#pragma unroll
+                for (int p = 0; p < 4; ++p) {
+                    const float pc = __shfl_sync(0xffffffffu, cs, pair0 + p);
+                    const float ps = __shfl_sync(0xffffffffu, sn, pair0 + p);
+                    if (c >= first_rope_chunk && c < chunks) rotate_pair(v[j][2 * p], v[j][2 * p + 1], pc, ps);
+                }
+            }
+            if (c < chunks) store8(qv + c * 8, v[j]);
+        }
     }
 }
 
