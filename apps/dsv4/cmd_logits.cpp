@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "command_registry.h"
@@ -123,9 +124,11 @@ int run_logits(const LogitsArgs& a) {
     const int64_t shape[2] = {n, vocab};
     Status st = io::write_npy_f32(a.out, logits, shape);
     if (!st) return report_error(st);
-    std::fprintf(stderr, "dsv4 logits: %lld tokens, chunk %lld, %s/%s: %.3f s, %.1f tok/s -> %s [%lld, %lld]\n",
+    const unsigned threads = a.threads > 0 ? unsigned(a.threads) : std::thread::hardware_concurrency();
+    std::fprintf(stderr,
+                 "dsv4 logits: %lld tokens, chunk %lld, %s/%s, %u threads: %.3f s, %.1f tok/s -> %s [%lld, %lld]\n",
                  static_cast<long long>(n), static_cast<long long>(chunk), engine_precision_name(eo.precision),
-                 engine_backend_name(eo.backend), secs, secs > 0 ? double(n) / secs : 0.0, a.out.c_str(),
+                 engine_backend_name(eo.backend), threads, secs, secs > 0 ? double(n) / secs : 0.0, a.out.c_str(),
                  static_cast<long long>(n), static_cast<long long>(vocab));
     return 0;
 }
