@@ -22,7 +22,9 @@ inline Status cuda_status(cudaError_t e, const std::string& what) {
 
 // The launch error of the kernel just launched (configuration, missing image); asynchronous faults surface at the
 // next synchronising call.
-inline Status launch_status(const char* kernel) { return cuda_status(cudaGetLastError(), std::string("launch ") + kernel); }
+inline Status launch_status(const char* kernel) {
+    return cuda_status(cudaGetLastError(), std::string("launch ") + kernel);
+}
 
 }  // namespace dsv4::cuda
 

@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
     for (int i = 0; i < nkb; ++i) {
         cp_async_wait<Cfg::kStages - 2>();
         __syncthreads();  // stage i landed for every thread; stage i-1 is free to refill
-        if (i + Cfg::kStages - 1 < nkb) load_stage((i + Cfg::kStages - 1) % Cfg::kStages, kb_begin + i + Cfg::kStages - 1);
+        const int ahead = i + Cfg::kStages - 1;
+        if (ahead < nkb) load_stage(ahead % Cfg::kStages, kb_begin + ahead);
         cp_async_commit();
 
         const uint8_t* sA = smem + (i % Cfg::kStages) * Cfg::stage_bytes(BN);

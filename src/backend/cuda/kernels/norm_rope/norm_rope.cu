@@ -71,7 +71,8 @@ Status sm90_q_head_norm_rope(Precision precision, const QHeadNormRopeArgs& a, St
 
 Status sm90_rope(Precision precision, const RopeArgs& a, StreamHandle stream) {
     const std::string op = "sm90_rope";
-    if (!a.x || !a.positions || a.tokens < 0 || a.vecs <= 0) return invalid_argument(op + ": null pointer or bad shape");
+    if (!a.x || !a.positions || a.tokens < 0 || a.vecs <= 0)
+        return invalid_argument(op + ": null pointer or bad shape");
     if (a.offset < 0 || a.offset % 2 != 0 || a.offset + 64 > a.vec_stride)
         return invalid_argument(op + ": rope slice [" + std::to_string(a.offset) + ", +64) outside the vector of " +
                                 std::to_string(a.vec_stride));

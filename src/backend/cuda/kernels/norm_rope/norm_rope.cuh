@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(NormRopeConfig::kWarpsPerBlock * 32)
                 if constexpr (kRef) v[j][i] = round_bf16(v[j][i]);
             }
             if (rope) {
-                // pairs (c - first_rope_chunk)·4 + p of this chunk take frequency lanes by shuffle (all lanes shuffle).
+                // pairs (c - first_rope_chunk)·4 + p of this chunk take their frequency lanes by shuffle
+                // (every lane shuffles).
                 const int pair0 = max(0, min(c - first_rope_chunk, 7)) * 4;
 #pragma unroll
                 for (int p = 0; p < 4; ++p) {
