@@ -20,7 +20,9 @@ Result<int> device_count() {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaErrorNoDevice) return 0;
     if (e == cudaErrorInsufficientDriver)
-        return unsupported("the NVIDIA driver is older than this build's CUDA runtime needs; update the driver");
+        // The runtime reports a machine with no driver at all the same way as one with an old driver.
+        return unsupported("no usable NVIDIA driver: none is installed, or it is older than this build's CUDA "
+                           "runtime needs (install or update the driver, or use --backend cpu)");
     if (e != cudaSuccess) return unsupported("CUDA is not usable on this machine: " + error_text(e));
     return n;
 }
