@@ -318,6 +318,11 @@ Result<ModelConfig> make_model_config(const MakeModelOptions& o) {
         c.n_experts_per_token = std::min(c.n_experts_per_token, c.n_routed_experts);
     }
     if (o.expert_format) c.expert_format = *o.expert_format;
+    if (o.vocab) {
+        if (*o.vocab < 1)
+            return invalid_argument("vocabulary size must be at least 1, got " + std::to_string(*o.vocab));
+        c.vocab_size = *o.vocab;
+    }
     DSV4_RETURN_IF_ERROR(validate_config(c));
     return c;
 }

@@ -23,6 +23,7 @@ struct MakeModelOptions {
     std::string preset = "tiny";            // tiny | flash | pro
     std::optional<int64_t> layers;          // keep the first N main layers (schedule and hash layers truncated)
     std::optional<int64_t> experts;         // routed experts per layer (top-k capped at it)
+    std::optional<int64_t> vocab;           // embedding / head rows (e.g. 129280 to cover a real tokenizer)
     std::optional<ExpertFormat> expert_format;
     uint64_t seed = 0;
     Layout layout = Layout::kOfficial;

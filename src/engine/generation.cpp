@@ -1,0 +1,256 @@
+#include "engine/generation.h"
+
+#include <algorithm>
+
+namespace dsv4::engine {
+
+namespace {
+
+// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+bool valid_utf8(std::string_view s) {
+    size_t i = 0;
+    while (i < s.size()) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        size_t len = 0;
+        uint32_t cp = 0;
+        if (b < 0x80) len = 1, cp = b;
+        else if ((b & 0xE0) == 0xC0) len = 2, cp = b & 0x1F;
+        else if ((b & 0xF0) == 0xE0) len = 3, cp = b & 0x0F;
+        else if ((b & 0xF8) == 0xF0) len = 4, cp = b & 0x07;
+        else return false;
+        if (i + len > s.size()) return false;
+        for (size_t k = 1; k < len; ++k) {
+            const auto c = static_cast<unsigned char>(s[i + k]);
+            if ((c & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (c & 0x3F);
+        }
+        static constexpr uint32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < kMinForLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        i += len;
+    }
+    return true;
+}
+
+double seconds_between(Generation::Clock::time_point a, Generation::Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+const char* stop_reason_name(StopReason r) {
+    switch (r) {
+        case StopReason::kNone: return "none";
+        case StopReason::kEos: return "eos";
+        case StopReason::kStopString: return "stop_string";
+        case StopReason::kMaxTokens: return "max_tokens";
+        case StopReason::kContextFull: return "context_full";
+        case StopReason::kCancelled: return "cancelled";
+    }
+    return "none";
+}
+
+const char* openai_finish_reason(StopReason r) {
+    switch (r) {
+        case StopReason::kEos:
+        case StopReason::kStopString: return "stop";
+        case StopReason::kMaxTokens:
+        case StopReason::kContextFull: return "length";
+        case StopReason::kCancelled: return "cancelled";
+        case StopReason::kNone: break;
+    }
+    return "none";
+}
+
+double GenerationTimings::prompt_tokens_per_second() const {
+    return prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0.0;
+}
+
+double GenerationTimings::generation_tokens_per_second() const {
+    return generation_seconds > 0 && generated_tokens > 1 ? double(generated_tokens - 1) / generation_seconds : 0.0;
+}
+
+Generation::Generation(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> prompt,
+                       GenerationOptions o)
+    : options_(std::move(o)),
+      prompt_(std::move(prompt)),
+      sampler_(vocab_size, options_.sampling),
+      decoder_(tokenizer),
+      parser_(options_.starts_in_reasoning),
+      start_(Clock::now()) {}
+
+Result<std::unique_ptr<Generation>> Generation::create(const Tokenizer& tokenizer, int32_t vocab_size,
+                                                       std::vector<int32_t> prompt, GenerationOptions options) {
+    if (prompt.empty()) return invalid_argument("the prompt is empty: generation needs at least one prompt token");
+    if (vocab_size < 1) return invalid_argument("vocabulary size must be positive");
+    DSV4_RETURN_IF_ERROR(validate(options.sampling));
+    const int64_t n = int64_t(prompt.size());
+    if (options.max_context < 1) return invalid_argument("max_context must be positive (the model state's size)");
+    if (n >= options.max_context)
+        return out_of_range("the prompt has " + std::to_string(n) + " tokens, which leaves no room in a context of " +
+                            std::to_string(options.max_context) +
+                            " tokens; shorten the prompt or raise the context size (-c)");
+    if (options.cached_tokens < 0 || options.cached_tokens >= n)
+        return invalid_argument("cached_tokens " + std::to_string(options.cached_tokens) + " must be in [0, " +
+                                std::to_string(n) + "): the last prompt token is always fed to get logits");
+    for (size_t i = 0; i < options.stop.size(); ++i) {
+        if (options.stop[i].empty()) return invalid_argument("stop string " + std::to_string(i) + " is empty");
+        if (!valid_utf8(options.stop[i]))
+            return invalid_argument("stop string " + std::to_string(i) + " is not valid UTF-8");
+    }
+    const auto eos = tokenizer.token_to_id(chat::kEosToken);
+    if (!eos)
+        return not_found("the tokenizer has no end-of-sentence token '" + std::string(chat::kEosToken) +
+                         "'; is this a DeepSeek-V4 tokenizer.json?");
+    std::unique_ptr<Generation> g(new Generation(tokenizer, vocab_size, std::move(prompt), std::move(options)));
+    g->eos_id_ = *eos;
+    g->state_tokens_ = g->options_.cached_tokens;
+    const int64_t room = g->options_.max_context - n;
+    g->max_new_ = g->options_.max_tokens > 0 ? std::min(g->options_.max_tokens, room) : room;
+    g->generated_.reserve(size_t(g->max_new_));
+    return g;
+}
+
+std::span<const int32_t> Generation::pending() const {
+    if (finished()) return {};
+    if (state_tokens_ < int64_t(prompt_.size()))
+        return std::span<const int32_t>(prompt_).subspan(size_t(state_tokens_));
+    if (!last_token_fed_) return std::span<const int32_t>(&generated_.back(), 1);
+    return {};
+}
+
+Status Generation::fed(size_t n) {
+    const size_t waiting = pending().size();
+    if (n > waiting)
+        return invalid_argument("fed " + std::to_string(n) + " tokens but only " + std::to_string(waiting) +
+                                " were pending");
+    if (n == 0) return Status::ok();
+    if (state_tokens_ >= int64_t(prompt_.size())) last_token_fed_ = true;
+    state_tokens_ += int64_t(n);
+    return Status::ok();
+}
+
+Status Generation::next(std::span<const float> logits_row, GenerationStep* step) {
+    *step = GenerationStep{};
+    if (finished()) return invalid_argument("the generation has finished; no more tokens can be sampled");
+    if (!pending().empty())
+        return invalid_argument(std::to_string(pending().size()) + " tokens must be fed before the next sample");
+    DSV4_RETURN_IF_ERROR(sampler_.sample(logits_row, generated_, step->sample));
+    const auto now = Clock::now();
+    if (generated_.empty()) first_token_ = now;
+    last_token_ = now;
+    const int32_t token = step->sample.token;
+    generated_.push_back(token);
+    last_token_fed_ = false;
+
+    if (token == eos_id_ && !options_.ignore_eos) {
+        finish(StopReason::kEos, step);
+        return Status::ok();
+    }
+    DSV4_ASSIGN_OR_RETURN(std::string piece, decoder_.push(token));
+    DSV4_RETURN_IF_ERROR(accept_text(piece, step));
+    if (finished()) return Status::ok();
+    if (int64_t(generated_.size()) >= max_new_) {
+        const bool by_max_tokens = options_.max_tokens > 0 && options_.max_tokens <= max_new_;
+        finish(by_max_tokens ? StopReason::kMaxTokens : StopReason::kContextFull, step);
+    }
+    return Status::ok();
+}
+
+void Generation::cancel(GenerationStep* step) {
+    *step = GenerationStep{};
+    if (!finished()) finish(StopReason::kCancelled, step);
+}
+
+// Text passes through here before it is emitted. Text that could still become a stop string stays in held_
+// until the next tokens decide it; the earliest stop string ends the sequence and nothing from it on is emitted.
+Status Generation::accept_text(const std::string& piece, GenerationStep* step) {
+    held_ += piece;
+    size_t release = held_.size();
+    if (!options_.stop.empty()) {
+        size_t hit = std::string::npos;
+        for (const std::string& s : options_.stop) hit = std::min(hit, held_.find(s));
+        if (hit != std::string::npos) {
+            held_.resize(hit);
+            step->text += held_;
+            if (options_.parse_reply) parser_.feed(held_, step->events);
+            text_ += held_;
+            held_.clear();
+            finish(StopReason::kStopString, step);
+            return Status::ok();
+        }
+        // Keep the longest suffix that is a proper prefix of a stop string. A stop string starts with a UTF-8
+        // lead byte and held_ holds whole characters, so the cut is on a character boundary.
+        size_t keep = 0;
+        for (const std::string& s : options_.stop) {
+            for (size_t len = std::min(s.size() - 1, held_.size()); len > keep; --len) {
+                if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
+                    keep = len;
+                    break;
+                }
+            }
+        }
+        release = held_.size() - keep;
+    }
+    const std::string_view out(held_.data(), release);
+    step->text.append(out);
+    if (options_.parse_reply) parser_.feed(out, step->events);
+    text_.append(out);
+    held_.erase(0, release);
+    return Status::ok();
+}
+
+void Generation::finish(StopReason reason, GenerationStep* step) {
+    reason_ = reason;
+    step->finished = true;
+    step->reason = reason;
+    if (reason != StopReason::kStopString) {
+        // Nothing more can complete a stop string or a character: release what was held.
+        held_ += decoder_.finish();
+        step->text += held_;
+        if (options_.parse_reply) parser_.feed(held_, step->events);
+        text_ += held_;
+    }
+    held_.clear();
+    decoder_.reset();
+    if (options_.parse_reply) parser_.finish(step->events);
+}
+
+GenerationTimings Generation::timings() const {
+    GenerationTimings t;
+    t.cached_tokens = options_.cached_tokens;
+    t.prompt_tokens = std::min<int64_t>(state_tokens_, int64_t(prompt_.size())) - options_.cached_tokens;
+    t.generated_tokens = int64_t(generated_.size());
+    if (!generated_.empty()) {
+        t.prompt_seconds = seconds_between(start_, first_token_);
+        t.generation_seconds = seconds_between(first_token_, last_token_);
+    }
+    return t;
+}
+
+Status run_generation(Session& session, Generation& gen, const std::function<bool(const GenerationStep&)>& on_step,
+                      Logits& logits, int64_t chunk) {
+    if (session.position() != gen.state_tokens())
+        return invalid_argument("the session holds " + std::to_string(session.position()) +
+                                " tokens but the generation expects " + std::to_string(gen.state_tokens()) +
+                                " (its cached prefix)");
+    GenerationStep step;
+    while (!gen.finished()) {
+        const std::span<const int32_t> in = gen.pending();
+        if (!in.empty()) {
+            const size_t n = chunk > 0 ? std::min(in.size(), size_t(chunk)) : in.size();
+            DSV4_RETURN_IF_ERROR(session.feed(in.first(n), &logits));
+            DSV4_RETURN_IF_ERROR(gen.fed(n));
+            continue;
+        }
+        const size_t vocab = size_t(logits.vocab);
+        const std::span<const float> row(logits.values.data() + size_t(logits.rows - 1) * vocab, vocab);
+        DSV4_RETURN_IF_ERROR(gen.next(row, &step));
+        if (!on_step(step) && !gen.finished()) {
+            gen.cancel(&step);
+            on_step(step);
+        }
+    }
+    return Status::ok();
+}
+
+}  // namespace dsv4::engine
