@@ -1,5 +1,6 @@
 #include "engine/default_model.h"
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -56,11 +57,12 @@ Status write_file(const std::filesystem::path& path, std::string_view bytes) {
     return Status::ok();
 }
 
-// A name no other process picks: pid + a clock reading.
+// A name no other creator picks: pid, a per-process counter (threads) and a clock reading (a reused pid).
 std::filesystem::path temp_folder(const std::filesystem::path& cache) {
+    static std::atomic<uint64_t> counter{0};
     const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
     return cache / (std::string(".tmp-") + kFolderName + "-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(static_cast<long long>(ticks)));
+                    std::to_string(counter.fetch_add(1)) + "-" + std::to_string(static_cast<long long>(ticks)));
 }
 
 Status create_model(const std::filesystem::path& dir, const DefaultModelProgressFn& progress) {
