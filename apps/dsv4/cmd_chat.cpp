@@ -44,6 +44,7 @@ public:
         if (!f_.system.empty()) history_.push_back({{"role", "system"}, {"content", f_.system}});
         m_.session->reset();
         in_state_.clear();
+        turns_ = 0;  // a reset conversation replays like a new run with the same seed
     }
 
     // One user turn. An error is reported and the turn forgotten; the conversation goes on.

@@ -50,6 +50,21 @@ Result<std::filesystem::path> default_model_dir() {
     return dir;
 }
 
+// CLI11's NonNegativeNumber prints its whole double range in the message; this says it plainly.
+CLI::Validator non_negative() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            try {
+                size_t used = 0;
+                const double v = std::stod(text, &used);
+                if (used == text.size() && v >= 0) return {};
+            } catch (...) {
+            }
+            return "must be a number >= 0, got '" + text + "'";
+        },
+        "NUMBER >= 0");
+}
+
 }  // namespace
 
 void add_model_flags(CLI::App& cmd, ModelFlags& f) {
@@ -75,8 +90,7 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
     with_env(cmd.add_option("-n,--n-predict", f.n_predict,
                             "tokens to generate at most (default 256; <= 0: until the end token or a full context)"),
              "DSV4_N_PREDICT");
-    with_env(cmd.add_option("--temp", f.temperature, "temperature (default 1.0; 0 = greedy)")
-                 ->check(CLI::NonNegativeNumber),
+    with_env(cmd.add_option("--temp", f.temperature, "temperature (default 1.0; 0 = greedy)")->check(non_negative()),
              "DSV4_TEMP");
     with_env(cmd.add_option("--top-k", f.top_k, "keep the K most likely tokens (default 0 = off)"), "DSV4_TOP_K");
     with_env(cmd.add_option("--top-p", f.top_p, "nucleus sampling mass (default 1.0 = off)")
