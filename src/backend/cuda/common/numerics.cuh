@@ -22,6 +22,10 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { retu
 template <>
 __device__ __forceinline__ float from_f32<float>(float v) { return v; }
 
+// expf as the CPU reference gets it from glibc (correctly rounded in practice): the f64 exp rounded to f32 is the
+// same value but for double-rounding cases far rarer than any bf16 output's resolution. CUDA's expf is 2 ulp.
+__device__ __forceinline__ float exp_f32(float x) { return float(exp(double(x))); }
+
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // 2^(byte-127); byte 0 is the subnormal 2^-127, byte 255 NaN (as core/formats.h e8m0_to_f32).

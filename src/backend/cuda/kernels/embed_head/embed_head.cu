@@ -1,0 +1,172 @@
+// Embedding gather (one thread per 8 channels of a token) and the bf16-weight f32-output GEMM through cuBLASLt:
+// A = W [N, K] row-major read as K x N column-major with op T, B = x [T, K] as K x T column-major, D = y [T, N] as
+// N x T column-major. The f32 mode splits x into three bf16 terms first (split kernel below).
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/mma_bf16.cuh"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/embed_head/embed_head.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using backend::WeightFormat;
+
+constexpr size_t kCublasWorkspace = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
+
+bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
+
+template <typename ActT>
+__global__ void sm90_embedding_kernel(const int32_t* __restrict__ tokens, int64_t n, int64_t vocab, int dim,
+                                      const __nv_bfloat16* __restrict__ table, ActT* __restrict__ out,
+                                      int32_t* __restrict__ bad_position) {
+    const int chunks = dim / 8;
+    for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < n * chunks;
+         g += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = g / chunks;
+        const int c = int(g % chunks) * 8;
+        const int32_t id = tokens[t];
+        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (id >= 0 && id < vocab) load8(table + int64_t(id) * dim + c, v);
+        else if (c == 0) atomicMin(bad_position, int32_t(t));
+        store8(out + t * dim + c, v);  // bf16 → bf16 is exact
+    }
+}
+
+// x f32 [T, K] → hi, mid, lo bf16 [3][T, K].
+__global__ void sm90_split_bf16x3_kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ out) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        __nv_bfloat16 hi, mid, lo;
+        split_bf16x3(x[i], hi, mid, lo);
+        out[i] = hi;
+        out[n + i] = mid;
+        out[2 * n + i] = lo;
+    }
+}
+
+unsigned grid_for(int64_t items, int threads) {
+    return unsigned(std::max<int64_t>(1, std::min<int64_t>((items + threads - 1) / threads,
+                                                           int64_t(current_sm_count()) * 16)));
+}
+
+Status cublas_status(cublasStatus_t s, const std::string& what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
+    return internal_error(what + ": cuBLASLt status " + std::to_string(int(s)));
+}
+
+// One cuBLASLt handle per process (the handle is thread-safe; descriptors are made per call).
+Result<cublasLtHandle_t> lt_handle() {
+    static cublasLtHandle_t h = nullptr;
+    static cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    static std::once_flag once;
+    std::call_once(once, [] { st = cublasLtCreate(&h); });
+    if (st != CUBLAS_STATUS_SUCCESS) return cublas_status(st, "cublasLtCreate");
+    return h;
+}
+
+// y (N x T col-major) = beta·y + W^T-view · x, bf16 inputs, f32 compute and output.
+Status lt_matmul(cublasLtHandle_t h, const void* w, const void* x, float* y, int64_t n, int64_t k, int64_t t,
+                 float beta, void* ws, size_t ws_bytes, cudaStream_t s) {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasStatus_t failed = CUBLAS_STATUS_SUCCESS;
+    const char* failed_step = "";
+    auto step = [&](cublasStatus_t r, const char* what) {
+        if (failed == CUBLAS_STATUS_SUCCESS && r != CUBLAS_STATUS_SUCCESS) failed = r, failed_step = what;
+        return failed == CUBLAS_STATUS_SUCCESS;
+    };
+    bool no_algo = false;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    if (step(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor") &&
+        step(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa") &&
+        step(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb") &&
+        step(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(k), uint64_t(n), k), "A layout") &&
+        step(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(k), uint64_t(t), k), "B layout") &&
+        step(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(n), uint64_t(t), n), "C layout") &&
+        step(cublasLtMatmulPreferenceCreate(&pref), "preference") &&
+        step(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                  sizeof(ws_bytes)),
+             "workspace preference")) {
+        cublasLtMatmulHeuristicResult_t heur{};
+        int found = 0;
+        if (step(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 1, &heur, &found), "heuristic")) {
+            no_algo = found == 0;
+            const float alpha = 1.0f;
+            if (!no_algo)
+                step(cublasLtMatmul(h, desc, &alpha, w, la, x, lb, &beta, y, lc, y, lc, &heur.algo, ws, ws_bytes, s),
+                     "matmul");
+        }
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (no_algo)
+        return unsupported("sm90_bf16_gemm_f32: cuBLASLt has no algorithm for bf16 x bf16 -> f32 at N " +
+                           std::to_string(n) + " K " + std::to_string(k) + " T " + std::to_string(t));
+    return cublas_status(failed, std::string("sm90_bf16_gemm_f32: ") + failed_step);
+}
+
+}  // namespace
+
+Status sm90_embedding(Precision precision, const EmbeddingArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_embedding";
+    if (!a.tokens || !a.out || !a.bad_position || a.n < 0 || a.table.empty())
+        return invalid_argument(op + ": null pointer, negative count or empty table");
+    if (a.table.format != WeightFormat::kBF16 || a.table.cols % 8 != 0)
+        return invalid_argument(op + ": table must be bf16 with a row width that is a multiple of 8");
+    if (!aligned(a.out, 16) || !aligned(a.table.data, 16)) return invalid_argument(op + ": out/table not 16-byte aligned");
+    DSV4_CUDA_TRY(cudaMemsetAsync(a.bad_position, 0x7f, sizeof(int32_t), stream), op + ": reset bad_position");
+    if (a.n == 0) return Status::ok();
+    const int64_t items = a.n * (a.table.cols / 8);
+    const auto* table = static_cast<const __nv_bfloat16*>(a.table.data);
+    if (precision == Precision::kReference)
+        sm90_embedding_kernel<__nv_bfloat16><<<grid_for(items, 256), 256, 0, stream>>>(
+            a.tokens, a.n, a.table.rows, int(a.table.cols), table, static_cast<__nv_bfloat16*>(a.out),
+            a.bad_position);
+    else
+        sm90_embedding_kernel<float><<<grid_for(items, 256), 256, 0, stream>>>(
+            a.tokens, a.n, a.table.rows, int(a.table.cols), table, static_cast<float*>(a.out), a.bad_position);
+    return launch_status(op.c_str());
+}
+
+size_t sm90_bf16_gemm_f32_workspace_bytes(Precision precision, int64_t tokens, int64_t k) {
+    const size_t split = precision == Precision::kF32 ? (size_t(3 * tokens * k) * 2 + 255) / 256 * 256 : 0;
+    return kCublasWorkspace + split;
+}
+
+Status sm90_bf16_gemm_f32(Precision precision, const Bf16GemmF32Args& a, StreamHandle stream) {
+    const std::string op = "sm90_bf16_gemm_f32";
+    if (!a.x || !a.y || a.tokens < 0) return invalid_argument(op + ": null pointer or negative token count");
+    if (a.w.empty() || a.w.format != WeightFormat::kBF16 || a.w.cols % 8 != 0)
+        return invalid_argument(op + ": weight must be bf16 [N, K] with K a multiple of 8");
+    const int64_t n = a.w.rows, k = a.w.cols;
+    const size_t need = sm90_bf16_gemm_f32_workspace_bytes(precision, a.tokens, k);
+    if (!a.workspace || a.workspace_bytes < need || !aligned(a.workspace, 256))
+        return invalid_argument(op + ": needs a 256-byte aligned workspace of " + std::to_string(need) + " bytes");
+    if (!aligned(a.x, 16) || !aligned(a.y, 16) || !aligned(a.w.data, 16))
+        return invalid_argument(op + ": x, y and weight must be 16-byte aligned");
+    if (a.tokens == 0) return Status::ok();
+    DSV4_ASSIGN_OR_RETURN(cublasLtHandle_t h, lt_handle());
+    if (precision == Precision::kReference)
+        return lt_matmul(h, a.w.data, a.x, a.y, n, k, a.tokens, 0.0f, a.workspace, kCublasWorkspace, stream);
+    auto* split = reinterpret_cast<__nv_bfloat16*>(static_cast<uint8_t*>(a.workspace) + kCublasWorkspace);
+    const int64_t elems = a.tokens * k;
+    sm90_split_bf16x3_kernel<<<grid_for(elems, 256), 256, 0, stream>>>(static_cast<const float*>(a.x), elems, split);
+    DSV4_RETURN_IF_ERROR(launch_status("sm90_split_bf16x3"));
+    // lo first, hi last: the small terms are summed before they meet the large one.
+    for (int part = 2; part >= 0; --part)
+        DSV4_RETURN_IF_ERROR(lt_matmul(h, a.w.data, split + part * elems, a.y, n, k, a.tokens, part == 2 ? 0.0f : 1.0f,
+                                       a.workspace, kCublasWorkspace, stream));
+    return Status::ok();
+}
+
+}  // namespace dsv4::cuda

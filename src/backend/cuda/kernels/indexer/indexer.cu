@@ -1,0 +1,51 @@
+// Launchers of the indexer family: validate, pick the activation type, launch on the stream.
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/kernels/indexer/indexer.cuh"
+#include "backend/cuda/kernels/indexer/indexer.h"
+
+namespace dsv4::cuda {
+
+using backend::Precision;
+
+Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_indexer_scores";
+    if (!a.q || !a.keys || !a.w || !a.positions || !a.scores || a.tokens < 0 || a.n < 0 || a.ratio <= 0)
+        return invalid_argument(op + ": null pointer or bad shape");
+    if (a.heads <= 0 || a.heads % 16 != 0 || a.heads > IndexerConfig::kHeads)
+        return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be a multiple of 16, at most 64");
+    if ((reinterpret_cast<uintptr_t>(a.q) | reinterpret_cast<uintptr_t>(a.keys)) & 15)
+        return invalid_argument(op + ": q and keys must be 16-byte aligned");
+    if (a.tokens == 0 || a.n == 0) return Status::ok();
+    if (a.tokens > 65535) return invalid_argument(op + ": at most 65535 tokens per call");
+    const dim3 grid(unsigned((a.n + IndexerConfig::kKeys - 1) / IndexerConfig::kKeys), unsigned(a.tokens));
+    if (precision == Precision::kReference)
+        sm90_indexer_scores_kernel<__nv_bfloat16><<<grid, IndexerConfig::kThreads, 0, stream>>>(
+            static_cast<const __nv_bfloat16*>(a.q), static_cast<const __nv_bfloat16*>(a.keys),
+            static_cast<const __nv_bfloat16*>(a.w), int(a.heads), a.n, a.ratio, a.positions,
+            static_cast<__nv_bfloat16*>(a.scores));
+    else
+        sm90_indexer_scores_kernel<float><<<grid, IndexerConfig::kThreads, 0, stream>>>(
+            static_cast<const float*>(a.q), static_cast<const float*>(a.keys), static_cast<const float*>(a.w),
+            int(a.heads), a.n, a.ratio, a.positions, static_cast<float*>(a.scores));
+    return launch_status(op.c_str());
+}
+
+Status sm90_topk(Precision precision, const TopKArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_topk";
+    if (!a.scores || !a.idx || a.rows < 0 || a.n < 0 || a.k < 0) return invalid_argument(op + ": null pointer or bad shape");
+    if (a.k > IndexerConfig::kTopkMax)
+        return invalid_argument(op + ": k " + std::to_string(a.k) + " above the supported 1024");
+    if (a.rows == 0 || a.k == 0) return Status::ok();
+    if (a.rows > 0x7fffffff) return invalid_argument(op + ": too many rows");
+    if (precision == Precision::kReference)
+        sm90_topk_kernel<__nv_bfloat16><<<unsigned(a.rows), IndexerConfig::kTopkThreads, 0, stream>>>(
+            static_cast<const __nv_bfloat16*>(a.scores), a.n, int(a.k), a.idx);
+    else
+        sm90_topk_kernel<float><<<unsigned(a.rows), IndexerConfig::kTopkThreads, 0, stream>>>(
+            static_cast<const float*>(a.scores), a.n, int(a.k), a.idx);
+    return launch_status(op.c_str());
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,34 @@
+// Lightning-indexer scores and the deterministic top-k on the GPU (MODEL_SPEC §5.4.5, §5.4.6) — the CUDA side of
+// backend::cpu::indexer_scores and topk.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "backend/ops.h"
+
+namespace dsv4::cuda {
+
+// I[t, s] = Σ_h w[t,h] · ReLU(q[t,h] · key[s]) for s < (pos_t + 1) / ratio, else -inf.
+// kReference (bf16 q, keys, w, scores): bf16(dot) on tensor cores (f32 accumulation), relu, bf16(w·relu), f32 sum
+// over heads in head order, bf16 out. kF32: f32 everywhere.
+struct IndexerScoresArgs {
+    const void* q = nullptr;     // [T, IH, 128]
+    const void* keys = nullptr;  // [n, 128]
+    const void* w = nullptr;     // [T, IH]
+    int64_t tokens = 0, heads = 64, n = 0, ratio = 4;  // heads % 16 == 0, heads <= 64
+    const int64_t* positions = nullptr;  // device [T]
+    void* scores = nullptr;      // [T, n]
+};
+Status sm90_indexer_scores(backend::Precision precision, const IndexerScoresArgs& a, StreamHandle stream);
+
+// Per row the k largest scores, descending, equal scores in ascending index order; a pick whose score is -inf or
+// NaN, or past the row's n entries, is -1. Scores bf16 (kReference) or f32 (kF32); k <= 1024.
+struct TopKArgs {
+    const void* scores = nullptr;  // [rows, n]
+    int64_t rows = 0, n = 0, k = 0;
+    int32_t* idx = nullptr;        // [rows, k]
+};
+Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,171 @@
+// Kernels of the kv_finish family (sm_90). Row finishing: one warp per 512- or 128-channel row, the row in
+// registers (512: lane L holds chunks L and L+32 of 8 channels; 128: channels 4L..4L+3, the Hadamard layout), so
+// norm, RoPE, Hadamard and the block quantisers never leave the warp: the RMS by shuffles, the e4m3 block-64 amax
+// inside 8 lanes, the e2m1 block-32 amax inside 8 lanes, cos/sin computed once per lane (lane = frequency) and
+// shuffled to the lanes holding the rope channels. Pooling: one thread per (window, channel), coalesced over
+// channels. Both memory-bound: the floor is one read and one write of the rows.
+#pragma once
+
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/act_quant/act_quant.cuh"
+#include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
+
+namespace dsv4::cuda {
+
+struct KvFinishConfig {
+    static constexpr int kWarps = 4;
+    static constexpr int kPoolThreads = 128;
+    static constexpr int kMaxCandidates = 256;  // 2·m for CSA (8), m for HCA (128)
+};
+
+enum class FinishSim { kNone, kFp8Nope, kHadamardFp4 };
+
+// One warp per row. kDim 512 (sim kNone / kFp8Nope) or 128 (kNone / kHadamardFp4). Position of row r:
+// positions ? positions[r] : (first_window + r)·ratio.
+template <typename ActT, int kDim>
+__global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
+    sm90_kv_row_finish_kernel(const ActT* x, int64_t rows, const __nv_bfloat16* __restrict__ norm, float eps,
+                              const int64_t* __restrict__ positions, int64_t first_window, int64_t ratio,
+                              backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y) {
+    static_assert(kDim == 512 || kDim == 128);
+    constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
+    constexpr int kChunks = kDim == 512 ? 2 : 1, kW = kDim == 512 ? 8 : 4;  // per lane: kChunks x kW channels
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * KvFinishConfig::kWarps + (threadIdx.x >> 5);
+    if (r >= rows) return;  // whole warps leave together
+    auto channel = [&](int j) { return kDim == 512 ? 8 * (lane + 32 * j) : 4 * lane; };
+    const ActT* xr = x + r * kDim;
+    float v[kChunks][8];
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+        if constexpr (kW == 8) {
+            load8(xr + channel(j), v[j]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[j][i] = to_f32(xr[channel(j) + i]);
+        }
+#pragma unroll
+        for (int i = 0; i < kW; ++i) ss += double(v[j][i]) * double(v[j][i]);
+    }
+    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(warp_sum(ss) / double(kDim)), eps)));
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+        for (int i = 0; i < kW; ++i) {
+            v[j][i] = __fmul_rn(__bfloat162float(norm[channel(j) + i]), __fmul_rn(v[j][i], rs));
+            if constexpr (kRef) v[j][i] = round_bf16(v[j][i]);
+        }
+        if (normed) {
+            if constexpr (kW == 8) store8(normed + r * kDim + channel(j), v[j]);
+            else
+#pragma unroll
+                for (int i = 0; i < 4; ++i) normed[r * kDim + channel(j) + i] = from_f32<ActT>(v[j][i]);
+        }
+    }
+    // RoPE on channels [kDim-64, kDim): lane p computes frequency p, pairs move by shuffle.
+    const int64_t pos = positions ? positions[r] : (first_window + r) * ratio;
+    float cs, sn;
+    rope_cos_sin(pos, freqs.f[lane], false, cs, sn);
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+        const int ch0 = channel(j);
+        const bool in_rope = ch0 >= kDim - 64;
+        const int pair0 = in_rope ? (ch0 - (kDim - 64)) / 2 : 0;
+#pragma unroll
+        for (int p = 0; p < kW / 2; ++p) {
+            const float pc = __shfl_sync(0xffffffffu, cs, pair0 + p);
+            const float ps = __shfl_sync(0xffffffffu, sn, pair0 + p);
+            if (in_rope) {
+                rotate_pair(v[j][2 * p], v[j][2 * p + 1], pc, ps);
+                if constexpr (kRef) v[j][2 * p] = round_bf16(v[j][2 * p]), v[j][2 * p + 1] = round_bf16(v[j][2 * p + 1]);
+            }
+        }
+    }
+    if (kRef && sim == FinishSim::kFp8Nope && kDim == 512) {
+        // act_quant block 64 = 8 chunks = 8 aligned lanes; the rope chunks (j = 1, lanes 24..31) form their own
+        // group and are left as they are.
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+            float amax = 0;
+#pragma unroll
+            for (int i = 0; i < kW; ++i) amax = fmaxf(amax, fabsf(v[j][i]));
+            amax = group_max(amax, 8);
+            if (channel(j) >= kDim - 64) continue;
+            const int e = ue8m0_exponent_for(amax, ActQuantConfig::kE4m3AmaxFloor, ActQuantConfig::kE4m3Max);
+            const float s = exp2_int(e), inv = exp2_int(-e);
+#pragma unroll
+            for (int i = 0; i < kW; ++i) {
+                const float q = fminf(fmaxf(__fmul_rn(v[j][i], inv), -ActQuantConfig::kE4m3Max), ActQuantConfig::kE4m3Max);
+                v[j][i] = round_bf16(__fmul_rn(e4m3_to_f32(f32_to_e4m3(q)), s));
+            }
+        }
+    }
+    if (kRef && sim == FinishSim::kHadamardFp4 && kDim == 128) {
+        float h[4] = {v[0][0], v[0][1], v[0][2], v[0][3]};
+        hadamard128_warp(h);
+        float amax = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            h[i] = round_bf16(h[i]);
+            amax = fmaxf(amax, fabsf(h[i]));
+        }
+        amax = group_max(amax, 8);  // block 32 = 8 lanes x 4
+        const int e = ue8m0_exponent_for(amax, __fmul_rn(6.0f, exp2_int(-126)), ActQuantConfig::kE2m1Max);
+        const float s = exp2_int(e);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float q = fminf(fmaxf(__fmul_rn(h[i], exp2_int(-e)), -ActQuantConfig::kE2m1Max), ActQuantConfig::kE2m1Max);
+            v[0][i] = round_bf16(__fmul_rn(e2m1_to_f32(f32_to_e2m1(q)), s));
+        }
+    }
+    ActT* yr = y + r * kDim;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+        if constexpr (kW == 8) store8(yr + channel(j), v[j]);
+        else
+#pragma unroll
+            for (int i = 0; i < 4; ++i) yr[channel(j) + i] = from_f32<ActT>(v[j][i]);
+    }
+}
+
+// One thread per (window, channel); backend/cpu/compressor.cpp compressor_pool's order of operations.
+template <typename ActT>
+__global__ void __launch_bounds__(KvFinishConfig::kPoolThreads)
+    sm90_compressor_pool_kernel(const float* __restrict__ kv, const float* __restrict__ score,
+                                const float* __restrict__ prev_kv, const float* __restrict__ prev_score,
+                                int64_t n_windows, int m, int c, bool overlap, ActT* __restrict__ out) {
+    const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (g >= n_windows * c) return;
+    const int64_t w = g / c;
+    const int ch = int(g % c);
+    const int width = overlap ? 2 * c : c;
+    const float* kw = kv + w * m * width;
+    const float* sw = score + w * m * width;
+    const float* pkv = w > 0 ? kw - int64_t(m) * width : prev_kv;
+    const float* psc = w > 0 ? sw - int64_t(m) * width : prev_score;
+    const bool with_prev = overlap && pkv != nullptr;
+    const int cur = overlap ? c + ch : ch;
+    // two passes over the (L1/L2-resident) candidates instead of a local array: max, then the sums
+    float mx = -INFINITY;
+    if (with_prev)
+        for (int t = 0; t < m; ++t) mx = fmaxf(mx, psc[int64_t(t) * width + ch]);
+    for (int t = 0; t < m; ++t) mx = fmaxf(mx, sw[int64_t(t) * width + cur]);
+    float sum = 0;
+    if (with_prev)
+        for (int t = 0; t < m; ++t) sum = __fadd_rn(sum, exp_f32(__fsub_rn(psc[int64_t(t) * width + ch], mx)));
+    for (int t = 0; t < m; ++t) sum = __fadd_rn(sum, exp_f32(__fsub_rn(sw[int64_t(t) * width + cur], mx)));
+    float acc = 0;
+    if (with_prev)
+        for (int t = 0; t < m; ++t) {
+            const float e = exp_f32(__fsub_rn(psc[int64_t(t) * width + ch], mx));
+            acc = __fadd_rn(acc, __fmul_rn(pkv[int64_t(t) * width + ch], __fdiv_rn(e, sum)));
+        }
+    for (int t = 0; t < m; ++t) {
+        const float e = exp_f32(__fsub_rn(sw[int64_t(t) * width + cur], mx));
+        acc = __fadd_rn(acc, __fmul_rn(kw[int64_t(t) * width + cur], __fdiv_rn(e, sum)));
+    }
+    out[w * c + ch] = from_f32<ActT>(acc);
+}
+
+}  // namespace dsv4::cuda

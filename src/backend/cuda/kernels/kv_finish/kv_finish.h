@@ -1,0 +1,55 @@
+// K=V row finishing on the GPU (MODEL_SPEC §5.4.3, §5.4.4): the window K=V glue after the wkv GEMM (kv_norm, RoPE
+// on 448..511, FP8 simulation of the nope channels) and the compressor's window pooling and finish — the CUDA side
+// of backend::cpu::window_kv (after its linear), compressor_pool and compressor_finish, with the same arithmetic.
+//
+// Rows are bf16 in Precision::kReference and f32 in kF32; compressor projections (kv, score) are f32 in both modes.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/common/weights.h"
+#include "backend/ops.h"
+
+namespace dsv4::cuda {
+
+// In place on the wkv output: kv = RMSNorm_{kv_norm}(kv); RoPE on [448, 512) at positions[t]; kReference:
+// act_quant(64) → bf16(q·s) on [0, 448).
+struct WindowKvFinishArgs {
+    void* kv = nullptr;                  // [T, 512]
+    int64_t tokens = 0;
+    DeviceWeightView kv_norm;            // bf16 [512]
+    const int64_t* positions = nullptr;  // device [T]
+    backend::RopeFreqs freqs;
+    float eps = 1e-6f;
+};
+Status sm90_window_kv_finish(backend::Precision precision, const WindowKvFinishArgs& a, StreamHandle stream);
+
+// Pooling of whole windows (backend::CompressorPoolParams): per channel a softmax over the window's m slots (CSA:
+// and the previous window's m slots of the first half), f32 math, output bf16 in kReference.
+struct CompressorPoolArgs {
+    const float* kv = nullptr;          // [n_windows·m, width]
+    const float* score = nullptr;       // [n_windows·m, width] (ape included)
+    const float* prev_kv = nullptr;     // [m, width] or null (first window of the sequence)
+    const float* prev_score = nullptr;  // [m, width] or null
+    int64_t n_windows = 0, ratio = 4, head_dim = 512;
+    bool overlap = true;                // CSA: width = 2·head_dim
+    void* out = nullptr;                // [n_windows, head_dim]
+};
+Status sm90_compressor_pool(backend::Precision precision, const CompressorPoolArgs& a, StreamHandle stream);
+
+// RMSNorm_{norm}, RoPE on the last 64 channels at (first_window + i)·ratio, then (kReference) kMain: FP8 simulation
+// of [0, c-64); kIndexer (c = 128): Hadamard-128 and FP4 simulation.
+struct CompressorFinishArgs {
+    const void* pooled = nullptr;  // [n, c]
+    int64_t n = 0, head_dim = 512, ratio = 4, first_window = 0;
+    backend::CompressedKind kind = backend::CompressedKind::kMain;
+    DeviceWeightView norm;         // bf16 [c]
+    backend::RopeFreqs freqs;
+    float eps = 1e-6f;
+    void* normed = nullptr;        // [n, c] after the norm (may be null)
+    void* out = nullptr;           // [n, c] (may alias pooled)
+};
+Status sm90_compressor_finish(backend::Precision precision, const CompressorFinishArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,104 @@
+// Launchers of the mHC family: validate, pick the activation type from the precision, launch on the stream.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/kernels/mhc/mhc.cuh"
+#include "backend/cuda/kernels/mhc/mhc.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using backend::WeightFormat;
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+Status check_f32(const DeviceWeightView& w, int64_t rows, int64_t cols, const std::string& what) {
+    if (w.empty() || w.format != WeightFormat::kF32 || w.rows * w.cols != rows * cols)
+        return invalid_argument(what + " must be an f32 tensor of " + std::to_string(rows) + "x" +
+                                std::to_string(cols) + " values");
+    return Status::ok();
+}
+
+Status check_shape(const std::string& op, int64_t tokens, int64_t dim) {
+    if (tokens < 0 || dim <= 0 || dim % 8 != 0)
+        return invalid_argument(op + ": dim " + std::to_string(dim) + " must be a positive multiple of 8");
+    if (tokens > 0x7fffffff) return invalid_argument(op + ": too many tokens");
+    return Status::ok();
+}
+
+template <typename ActT, int kMix>
+void launch_collapse(const void* x, int64_t tokens, int64_t dim, const DeviceWeightView& fn,
+                     const DeviceWeightView& scale, const DeviceWeightView& base, int iters, float hc_eps,
+                     float norm_eps, float* mixes, float* pre, float* post, float* comb, void* y, cudaStream_t s) {
+    sm90_hc_collapse_kernel<ActT, kMix><<<unsigned(tokens), MhcConfig::kThreads, 0, s>>>(
+        static_cast<const ActT*>(x), int(dim), static_cast<const float*>(fn.data),
+        static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes,
+        pre, post, comb, static_cast<ActT*>(y));
+}
+
+}  // namespace
+
+Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_hc_pre";
+    if (!a.x || !a.pre || !a.post || !a.comb || !a.x_out || a.iters < 1)
+        return invalid_argument(op + ": null pointer or iters < 1");
+    DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
+    DSV4_RETURN_IF_ERROR(check_f32(a.fn, 24, 4 * a.dim, op + ": fn"));
+    DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 3, op + ": scale"));
+    DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 24, op + ": base"));
+    if (!aligned16(a.x) || !aligned16(a.x_out) || !aligned16(a.fn.data))
+        return invalid_argument(op + ": x, x_out and fn must be 16-byte aligned");
+    if (a.tokens == 0) return Status::ok();
+    if (precision == Precision::kReference)
+        launch_collapse<__nv_bfloat16, 24>(a.x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters, a.hc_eps,
+                                           a.norm_eps, a.mixes, a.pre, a.post, a.comb, a.x_out, stream);
+    else
+        launch_collapse<float, 24>(a.x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters, a.hc_eps, a.norm_eps,
+                                   a.mixes, a.pre, a.post, a.comb, a.x_out, stream);
+    return launch_status(op.c_str());
+}
+
+Status sm90_hc_head(Precision precision, const HcHeadArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_hc_head";
+    if (!a.x || !a.y) return invalid_argument(op + ": null pointer");
+    DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
+    DSV4_RETURN_IF_ERROR(check_f32(a.fn, 4, 4 * a.dim, op + ": fn"));
+    DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 1, op + ": scale"));
+    DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 4, op + ": base"));
+    if (!aligned16(a.x) || !aligned16(a.y) || !aligned16(a.fn.data))
+        return invalid_argument(op + ": x, y and fn must be 16-byte aligned");
+    if (a.tokens == 0) return Status::ok();
+    if (precision == Precision::kReference)
+        launch_collapse<__nv_bfloat16, 4>(a.x, a.tokens, a.dim, a.fn, a.scale, a.base, 1, a.hc_eps, a.norm_eps,
+                                          nullptr, a.pre, nullptr, nullptr, a.y, stream);
+    else
+        launch_collapse<float, 4>(a.x, a.tokens, a.dim, a.fn, a.scale, a.base, 1, a.hc_eps, a.norm_eps, nullptr,
+                                  a.pre, nullptr, nullptr, a.y, stream);
+    return launch_status(op.c_str());
+}
+
+Status sm90_hc_post(Precision precision, const HcPostArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_hc_post";
+    if (!a.a || !a.residual || !a.post || !a.comb || !a.out) return invalid_argument(op + ": null pointer");
+    DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
+    if (a.out == a.residual) return invalid_argument(op + ": out must not alias residual");
+    if (!aligned16(a.a) || !aligned16(a.residual) || !aligned16(a.out))
+        return invalid_argument(op + ": activations must be 16-byte aligned");
+    const int64_t chunks = a.tokens * (a.dim / 8);
+    if (chunks == 0) return Status::ok();
+    const unsigned grid = unsigned(std::min<int64_t>((chunks + MhcConfig::kThreads - 1) / MhcConfig::kThreads,
+                                                     int64_t(current_sm_count()) * 16));
+    if (precision == Precision::kReference)
+        sm90_hc_post_kernel<__nv_bfloat16><<<grid, MhcConfig::kThreads, 0, stream>>>(
+            static_cast<const __nv_bfloat16*>(a.a), static_cast<const __nv_bfloat16*>(a.residual), a.post, a.comb,
+            a.tokens, int(a.dim), static_cast<__nv_bfloat16*>(a.out));
+    else
+        sm90_hc_post_kernel<float><<<grid, MhcConfig::kThreads, 0, stream>>>(
+            static_cast<const float*>(a.a), static_cast<const float*>(a.residual), a.post, a.comb, a.tokens,
+            int(a.dim), static_cast<float*>(a.out));
+    return launch_status(op.c_str());
+}
+
+}  // namespace dsv4::cuda

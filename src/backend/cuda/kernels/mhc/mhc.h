@@ -1,0 +1,60 @@
+// Manifold hyper-connections on the GPU (MODEL_SPEC §5.3, §5.6) — the CUDA side of backend::cpu::hc_pre, hc_post
+// and hc_head with the same arithmetic (docs/kernels/cuda-backend.md).
+//
+// Streams and collapsed activations are device arrays of bf16 in Precision::kReference and f32 in kF32; mix
+// vectors, pre / post / comb are f32 in both modes. D % 8 == 0, activation rows 16-byte aligned. Launches are
+// asynchronous on `stream`.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/common/weights.h"
+#include "backend/ops.h"
+
+namespace dsv4::cuda {
+
+// m = (fn @ flat(X)) · rsqrt(mean(flat(X)²) + norm_eps) (f64 dot products and sum of squares, as the CPU);
+// pre = σ(m[0:4]·s0 + b) + eps; post = 2σ(m[4:8]·s1 + b); comb = Sinkhorn(softmax_rows(m[8:24]·s2 + b) + eps);
+// x_out = Σ_j pre[j]·X[j] (bf16 in kReference).
+struct HcPreArgs {
+    const void* x = nullptr;  // [T, 4, D]
+    int64_t tokens = 0, dim = 0;
+    DeviceWeightView fn;      // f32 [24, 4D]
+    DeviceWeightView scale;   // f32 [3]
+    DeviceWeightView base;    // f32 [24]
+    int iters = 20;
+    float hc_eps = 1e-6f, norm_eps = 1e-6f;
+    float* mixes = nullptr;   // [T, 24] (may be null)
+    float* pre = nullptr;     // [T, 4]
+    float* post = nullptr;    // [T, 4]
+    float* comb = nullptr;    // [T, 4, 4], comb[j][k]
+    void* x_out = nullptr;    // [T, D]
+};
+Status sm90_hc_pre(backend::Precision precision, const HcPreArgs& a, StreamHandle stream);
+
+// out[k] = post[k]·a + Σ_j comb[j][k]·R[j] (f32, the CPU's order), bf16 in kReference.
+struct HcPostArgs {
+    const void* a = nullptr;         // [T, D]
+    const void* residual = nullptr;  // [T, 4, D]
+    const float* post = nullptr;     // [T, 4]
+    const float* comb = nullptr;     // [T, 4, 4]
+    int64_t tokens = 0, dim = 0;
+    void* out = nullptr;             // [T, 4, D] (must not alias residual)
+};
+Status sm90_hc_post(backend::Precision precision, const HcPostArgs& a, StreamHandle stream);
+
+// m = (fn @ flat(X)) · rsqrt(mean(flat(X)²) + norm_eps); pre = σ(m·scale[0] + base) + hc_eps; y = Σ_j pre[j]·X[j].
+struct HcHeadArgs {
+    const void* x = nullptr;  // [T, 4, D]
+    int64_t tokens = 0, dim = 0;
+    DeviceWeightView fn;      // f32 [4, 4D]
+    DeviceWeightView scale;   // f32 [1]
+    DeviceWeightView base;    // f32 [4]
+    float hc_eps = 1e-6f, norm_eps = 1e-6f;
+    float* pre = nullptr;     // [T, 4] (may be null)
+    void* y = nullptr;        // [T, D]
+};
+Status sm90_hc_head(backend::Precision precision, const HcHeadArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda
