@@ -201,26 +201,32 @@ Status attention_block(const ForwardContext& ctx, const LayerViews& layer, Layer
         DSV4_RETURN_IF_ERROR(run_indexer(ctx, layer, ls, s, x, n, n_entries));
     }
 
-    // 4. index lists: [window (128) | compressed], rows of the pool, -1 = nothing
+    // 4. index lists: [window | compressed], rows of the pool, -1 = nothing. DeepSeek's layouts: the window part
+    //    lists positions ascending from max(0, pos-127), then -1 padding; it is 128 wide, except in a prefill from
+    //    position 0 shorter than the window, where it is T wide (get_window_topk_idxs). Only the place of the
+    //    padding differs between layouts, so f32 sums (which skip -1) run in the same order in every chunking;
+    //    reference numerics round P per 64-index block, so they follow DeepSeek's layout exactly.
     const int64_t topk = cfg.index_topk;
-    const int64_t width = window + (layer.attn_kind == model::AttnKind::kCSA   ? topk
-                                    : layer.attn_kind == model::AttnKind::kHCA ? n_entries
-                                                                               : 0);
+    const int64_t win_cols = (p0 == 0 && n < window) ? n : window;
+    const int64_t width = win_cols + (layer.attn_kind == model::AttnKind::kCSA   ? topk
+                                      : layer.attn_kind == model::AttnKind::kHCA ? n_entries
+                                                                                 : 0);
     for (int64_t i = 0; i < n; ++i) {
         const int64_t pos = p0 + i;
         int32_t* row = s.idx.data() + i * width;
-        for (int64_t c = 0; c < window; ++c) {
-            const int64_t q = pos - (window - 1) + c;
-            row[c] = q < 0 ? -1 : int32_t(q >= p0 ? q - p0 : state.ring_row(q));
+        const int64_t first = std::max<int64_t>(0, pos - (window - 1));
+        for (int64_t c = 0; c < win_cols; ++c) {
+            const int64_t q = first + c;
+            row[c] = q > pos ? -1 : int32_t(q >= p0 ? q - p0 : state.ring_row(q));
         }
         if (layer.attn_kind == model::AttnKind::kCSA) {
             const int32_t* picks = s.index_topk.data() + i * topk;
             for (int64_t c = 0; c < topk; ++c)
-                row[window + c] = picks[c] < 0 ? -1 : int32_t(state.entry_row(picks[c]));
+                row[win_cols + c] = picks[c] < 0 ? -1 : int32_t(state.entry_row(picks[c]));
         } else if (layer.attn_kind == model::AttnKind::kHCA) {
             const int64_t visible = (pos + 1) / layer.ratio;
             for (int64_t j = 0; j < n_entries; ++j)
-                row[window + j] = j < visible ? int32_t(state.entry_row(j)) : -1;
+                row[win_cols + j] = j < visible ? int32_t(state.entry_row(j)) : -1;
         }
     }
 
