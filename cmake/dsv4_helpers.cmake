@@ -40,5 +40,5 @@ function(dsv4_test_dir dir)
   dsv4_warnings(${exe})
   gtest_discover_tests(${exe} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS "${ARG_LABEL}"
-                       ENVIRONMENT "DSV4_SOURCE_DIR=${PROJECT_SOURCE_DIR};DSV4_BINARY=$<TARGET_FILE:dsv4>")
+                       ENVIRONMENT "DSV4_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
