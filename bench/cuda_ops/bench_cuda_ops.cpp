@@ -12,8 +12,14 @@
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
 #include "backend/cuda/kernels/act_quant/act_quant.h"
+#include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/embed_head/embed_head.h"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
+#include "backend/cuda/kernels/indexer/indexer.h"
+#include "backend/cuda/kernels/kv_finish/kv_finish.h"
+#include "backend/cuda/kernels/mhc/mhc.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
+#include "backend/cuda/kernels/router/router.h"
 #include "core/formats.h"
 
 namespace {
@@ -82,6 +88,178 @@ void row(const char* kernel, const char* shape, long long tokens, double us, dou
 
 int copies_for(size_t bytes_per_call) {
     return int(std::clamp<size_t>(kRotateBytes / std::max<size_t>(bytes_per_call, 1), 2, 64));
+}
+
+// A device copy of host data (weights, indices, small f32 parameters).
+template <typename T>
+DeviceBuffer device_copy(const std::vector<T>& v) {
+    auto b = DeviceBuffer::allocate(v.size() * sizeof(T) + 16, "bench");
+    CHECK(b.status());
+    CHECK(b->upload(v.data(), v.size() * sizeof(T)));
+    return std::move(*b);
+}
+DeviceBuffer zeros(size_t bytes) {
+    auto b = DeviceBuffer::allocate(bytes + 16, "bench");
+    CHECK(b.status());
+    CHECK(b->fill_bytes(0));
+    return std::move(*b);
+}
+
+// The forward ops past the GEMMs at V4-Flash shapes (D 4096, 64 heads, 8 groups, vocab 129280), reference
+// numerics. Inputs that the kernel reads once are rotated over copies like the kernels above.
+void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
+    using backend::Precision;
+    using backend::WeightFormat;
+    const Precision ref = Precision::kReference;
+    const int64_t D = 4096, H = 64, V = 129280;
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    std::vector<int64_t> pos_h(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos_h[size_t(t)] = 32767 - T + 1 + t;
+    DeviceBuffer pos = device_copy(pos_h);
+    auto f32w = [&](int64_t rows, int64_t cols, float v) {
+        return device_copy(std::vector<float>(size_t(rows * cols), v));
+    };
+    // mHC: hc_pre (24 mixes + Sinkhorn), hc_post, hc_head
+    {
+        DeviceBuffer fn = f32w(24, 4 * D, 0.001f), sc = f32w(1, 3, 1.0f), base = f32w(1, 24, 0.0f);
+        DeviceBuffer fnh = f32w(4, 4 * D, 0.001f), sch = f32w(1, 1, 1.0f), baseh = f32w(1, 4, 0.0f);
+        const size_t xbytes = size_t(T * 4 * D) * 2;
+        const int n = copies_for(xbytes);
+        std::vector<DeviceBuffer> x;
+        for (int i = 0; i < n; ++i) x.push_back(random_buffer(rng, xbytes, true));
+        DeviceBuffer pre = zeros(size_t(T) * 16), post = zeros(size_t(T) * 16), comb = zeros(size_t(T) * 64);
+        DeviceBuffer y = zeros(size_t(T * D) * 2), out = zeros(xbytes);
+        auto fv = [&](const DeviceBuffer& b, int64_t r, int64_t c) {
+            return DeviceWeightView{WeightFormat::kF32, r, c, b.data(), nullptr};
+        };
+        double us = time_us(s, n, [&](int i) {
+            return sm90_hc_pre(ref, {x[size_t(i)].data(), T, D, fv(fn, 24, 4 * D), fv(sc, 1, 3), fv(base, 1, 24), 20,
+                                     1e-6f, 1e-6f, nullptr, pre.as<float>(), post.as<float>(), comb.as<float>(),
+                                     y.data()}, s);
+        });
+        row("sm90_hc_pre", "[T,4,4096] bf16", T, us, double(xbytes + T * D * 2 + 24 * 4 * D * 4), 0);
+        us = time_us(s, n, [&](int i) {
+            return sm90_hc_post(ref, {y.data(), x[size_t(i)].data(), post.as<float>(), comb.as<float>(), T, D,
+                                      out.data()}, s);
+        });
+        row("sm90_hc_post", "[T,4,4096] bf16", T, us, double(2 * xbytes + T * D * 2), 0);
+        us = time_us(s, n, [&](int i) {
+            return sm90_hc_head(ref, {x[size_t(i)].data(), T, D, fv(fnh, 4, 4 * D), fv(sch, 1, 1), fv(baseh, 1, 4),
+                                      1e-6f, 1e-6f, nullptr, y.data()}, s);
+        });
+        row("sm90_hc_head", "[T,4,4096] bf16", T, us, double(xbytes + T * D * 2 + 4 * 4 * D * 4), 0);
+    }
+    // embedding gather and the f32 lm head [129280, 4096] (cuBLASLt)
+    {
+        DeviceBuffer table = random_buffer(rng, size_t(V * D) * 2, true);
+        const DeviceWeightView tv{WeightFormat::kBF16, V, D, table.data(), nullptr};
+        std::vector<int32_t> ids(static_cast<size_t>(T));
+        for (auto& id : ids) id = int32_t(rng() % uint64_t(V));
+        DeviceBuffer dids = device_copy(ids), bad = zeros(4), out = zeros(size_t(T * D) * 2);
+        double us = time_us(s, 8, [&](int) {
+            return sm90_embedding(ref, {dids.as<int32_t>(), T, tv, out.data(), bad.as<int32_t>()}, s);
+        });
+        row("sm90_embedding", "[T,4096] of 129280", T, us, double(T * D * 2 * 2), 0);
+        const size_t wsb = sm90_bf16_gemm_f32_workspace_bytes(ref, T, D);
+        DeviceBuffer ws = zeros(wsb), logits = zeros(size_t(T * V) * 4);
+        us = time_us(s, 2, [&](int) {
+            return sm90_bf16_gemm_f32(ref, {out.data(), T, tv, logits.as<float>(), ws.data(), wsb}, s);
+        });
+        row("sm90_bf16_gemm_f32", "head 129280x4096", T, us, double(V * D * 2 + T * D * 2 + T * V * 4),
+            2.0 * double(T) * double(V) * double(D));
+        // router: gate [256, 4096] f32 logits, then the selection (top-6 of 256, score routing)
+        DeviceBuffer gate = random_buffer(rng, size_t(256 * D) * 2, true), lg = zeros(size_t(T * 256) * 4);
+        const DeviceWeightView gv{WeightFormat::kBF16, 256, D, gate.data(), nullptr};
+        us = time_us(s, 8, [&](int) {
+            return sm90_bf16_gemm_f32(ref, {out.data(), T, gv, lg.as<float>(), ws.data(), wsb}, s);
+        });
+        row("sm90_bf16_gemm_f32", "gate 256x4096", T, us, double(256 * D * 2 + T * D * 2 + T * 256 * 4),
+            2.0 * double(T) * 256 * double(D));
+        DeviceBuffer bias = f32w(1, 256, 0.0f), idx = zeros(size_t(T) * 6 * 4), w = zeros(size_t(T) * 6 * 4);
+        us = time_us(s, 8, [&](int) {
+            return sm90_router_select({lg.as<float>(), T, 256, 6, {WeightFormat::kF32, 1, 256, bias.data(), nullptr},
+                                       nullptr, 0, nullptr, 1.5f, nullptr, idx.as<int32_t>(), w.as<float>()}, s);
+        });
+        row("sm90_router_select", "E 256, top 6", T, us, double(T * 256 * 4 + T * 6 * 8), 0);
+    }
+    // window K=V glue [T, 512]; compressor pool (CSA, T/4 windows of 4 x 1024) and finish (main 512, indexer 128)
+    {
+        const size_t kvbytes = size_t(T * 512) * 2;
+        const int n = copies_for(kvbytes * 2);
+        std::vector<DeviceBuffer> kv;
+        for (int i = 0; i < n; ++i) kv.push_back(random_buffer(rng, kvbytes, true));
+        std::vector<uint16_t> ones(512, f32_to_bf16(1.0f));
+        DeviceBuffer nw = device_copy(ones);
+        const DeviceWeightView nv{WeightFormat::kBF16, 1, 512, nw.data(), nullptr};
+        const DeviceWeightView nv128{WeightFormat::kBF16, 1, 128, nw.data(), nullptr};
+        double us = time_us(s, n, [&](int i) {
+            return sm90_window_kv_finish(ref, {kv[size_t(i)].data(), T, nv, pos.as<int64_t>(), freqs, 1e-6f}, s);
+        });
+        row("sm90_window_kv_finish", "[T,512] bf16", T, us, double(2 * kvbytes), 0);
+        const int64_t windows = std::max<int64_t>(1, T / 4);
+        const size_t pbytes = size_t(windows * 4 * 1024) * 4;
+        const int np = copies_for(2 * pbytes);
+        std::vector<DeviceBuffer> pk, ps;
+        for (int i = 0; i < np; ++i) pk.push_back(random_buffer(rng, pbytes, true)), ps.push_back(random_buffer(rng, pbytes, true));
+        DeviceBuffer pooled = zeros(size_t(windows * 512) * 2), fin = zeros(size_t(windows * 512) * 2);
+        us = time_us(s, np, [&](int i) {
+            return sm90_compressor_pool(ref, {pk[size_t(i)].as<float>(), ps[size_t(i)].as<float>(), nullptr, nullptr,
+                                              windows, 4, 512, true, pooled.data()}, s);
+        });
+        row("sm90_compressor_pool", "CSA m4 2x512 f32", windows * 4, us, double(2 * pbytes + windows * 512 * 2), 0);
+        us = time_us(s, 8, [&](int) {
+            return sm90_compressor_finish(ref, {pooled.data(), windows, 512, 4, 0, backend::CompressedKind::kMain, nv,
+                                                freqs, 1e-6f, nullptr, fin.data()}, s);
+        });
+        row("sm90_compressor_finish", "main [n,512]", windows * 4, us, double(windows * 512 * 4), 0);
+        us = time_us(s, 8, [&](int) {
+            return sm90_compressor_finish(ref, {pooled.data(), windows, 128, 4, 0, backend::CompressedKind::kIndexer,
+                                                nv128, freqs, 1e-6f, nullptr, fin.data()}, s);
+        });
+        row("sm90_compressor_finish", "indexer [n,128]", windows * 4, us, double(windows * 128 * 4), 0);
+    }
+    // indexer scores (64 heads x 128, 8192 keys = 32k context) and top-512 of them
+    {
+        const int64_t nk = 8192;
+        DeviceBuffer q = random_buffer(rng, size_t(T * 64 * 128) * 2, true);
+        DeviceBuffer keys = random_buffer(rng, size_t(nk * 128) * 2, true);
+        DeviceBuffer w = random_buffer(rng, size_t(T * 64) * 2, true);
+        std::vector<int64_t> far(size_t(T), 4 * nk + 100);
+        DeviceBuffer fpos = device_copy(far), scores = zeros(size_t(T * nk) * 2), idx = zeros(size_t(T * 512) * 4);
+        double us = time_us(s, 4, [&](int) {
+            return sm90_indexer_scores(ref, {q.data(), keys.data(), w.data(), T, 64, nk, 4, fpos.as<int64_t>(),
+                                             scores.data()}, s);
+        });
+        row("sm90_indexer_scores", "64x128, 8192 keys", T, us, double(T * 64 * 128 * 2 + nk * 256 + T * nk * 2),
+            2.0 * double(T) * 64 * double(nk) * 128);
+        us = time_us(s, 4, [&](int) { return sm90_topk(ref, {scores.data(), T, nk, 512, idx.as<int32_t>()}, s); });
+        row("sm90_topk", "k 512 of 8192", T, us, double(T * nk * 2 + T * 512 * 4), 0);
+    }
+    // sparse attention, 64 heads, 640 candidates (window 128 + top-512) of 10000 rows, fused de-rotation; wo_a
+    {
+        const int64_t topk = 640, nkv = 10000;
+        DeviceBuffer q = random_buffer(rng, size_t(T * H * 512) * 2, true);
+        DeviceBuffer kv = random_buffer(rng, size_t(nkv * 512) * 2, true);
+        std::vector<int32_t> ih(size_t(T * topk));
+        for (auto& i : ih) i = int32_t(rng() % uint64_t(nkv));
+        DeviceBuffer idx = device_copy(ih), sink = f32w(1, H, 0.0f), o = zeros(size_t(T * H * 512) * 2);
+        double us = time_us(s, 2, [&](int) {
+            return sm90_sparse_attn(ref, {q.data(), kv.data(), idx.as<int32_t>(), T, H, nkv, topk, sink.as<float>(),
+                                          0.0441941738f, true, pos.as<int64_t>(), freqs, o.data()}, s);
+        });
+        row("sm90_sparse_attn", "H64, 640 of 10000", T, us, double(T * H * 512 * 4 + T * topk * 1024),
+            4.0 * double(T) * double(H) * double(topk) * 512);
+        const int n = T >= 1024 ? 2 : copies_for(size_t(8192) * 4096);
+        std::vector<DeviceBuffer> wd;
+        for (int i = 0; i < n; ++i) wd.push_back(random_buffer(rng, size_t(8192) * 4096, false));
+        DeviceBuffer wsc = device_copy(std::vector<uint8_t>(size_t(64 * 32), 120)), z = zeros(size_t(T * 8192) * 2);
+        us = time_us(s, n, [&](int i) {
+            const DeviceWeightView wv{WeightFormat::kFP8Block, 8192, 4096, wd[size_t(i)].data(), wsc.as<uint8_t>()};
+            return sm90_wo_a(ref, {o.data(), T, H, 8, 1024, wv, z.data()}, s);
+        });
+        row("sm90_wo_a", "fp8 8x1024x4096", T, us, double(8192 * 4096 + T * H * 1024 + T * 8192 * 2),
+            2.0 * double(T) * 8192 * 4096);
+    }
 }
 
 }  // namespace
@@ -209,6 +387,7 @@ int main() {
             });
             row("sm90_fp8_gemm_block128", g.name, T, us, double(bytes), 2.0 * double(T) * double(g.n) * double(g.k));
         }
+        bench_forward_ops(s, rng, T);
     }
     CHECK(stream_r->synchronize());
     return 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/common/buffer.h"
+#include "backend/ops.h"
 #include "backend/cuda/device.h"
 #include "core/formats.h"
 
@@ -76,6 +77,24 @@ inline std::vector<T> to_host(const DeviceBuffer& b, size_t n) {
     std::vector<T> v(n);
     Status s = b.download(v.data(), n * sizeof(T));
     EXPECT_TRUE(s.is_ok()) << s.to_string();
+    return v;
+}
+
+// Activations in the precision's device type: bf16 bits in kReference, f32 in kF32; back as f32 values.
+inline Result<DeviceBuffer> act_to_device(backend::Precision p, const std::vector<float>& v) {
+    return p == backend::Precision::kReference ? to_device(to_bf16_bits(v)) : to_device(v);
+}
+inline Result<DeviceBuffer> act_poisoned(backend::Precision p, size_t n) {
+    return p == backend::Precision::kReference ? poisoned<uint16_t>(n) : poisoned<float>(n);
+}
+inline std::vector<float> act_to_host(backend::Precision p, const DeviceBuffer& b, size_t n) {
+    return p == backend::Precision::kReference ? from_bf16_bits(to_host<uint16_t>(b, n)) : to_host<float>(b, n);
+}
+// Values the precision's activations can hold: bf16-rounded in kReference, as drawn in kF32.
+inline std::vector<float> random_act(backend::Precision p, std::mt19937_64& rng, size_t n, float sigma = 1.0f) {
+    std::normal_distribution<float> d(0.0f, sigma);
+    std::vector<float> v(n);
+    for (auto& x : v) x = p == backend::Precision::kReference ? round_bf16(d(rng)) : d(rng);
     return v;
 }
 

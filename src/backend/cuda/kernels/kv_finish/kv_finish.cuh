@@ -7,7 +7,7 @@
 #pragma once
 
 #include "backend/cuda/common/numerics.cuh"
-#include "backend/cuda/kernels/act_quant/act_quant.cuh"
+#include "backend/cuda/common/warp_ops.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 
 namespace dsv4::cuda {
@@ -15,7 +15,7 @@ namespace dsv4::cuda {
 struct KvFinishConfig {
     static constexpr int kWarps = 4;
     static constexpr int kPoolThreads = 128;
-    static constexpr int kMaxCandidates = 256;  // 2·m for CSA (8), m for HCA (128)
+    static constexpr float kE4m3Max = 448.0f, kE4m3AmaxFloor = 1e-4f, kE2m1Max = 6.0f;  // as act_quant
 };
 
 enum class FinishSim { kNone, kFp8Nope, kHadamardFp4 };
@@ -92,11 +92,11 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
             for (int i = 0; i < kW; ++i) amax = fmaxf(amax, fabsf(v[j][i]));
             amax = group_max(amax, 8);
             if (channel(j) >= kDim - 64) continue;
-            const int e = ue8m0_exponent_for(amax, ActQuantConfig::kE4m3AmaxFloor, ActQuantConfig::kE4m3Max);
+            const int e = ue8m0_exponent_for(amax, KvFinishConfig::kE4m3AmaxFloor, KvFinishConfig::kE4m3Max);
             const float s = exp2_int(e), inv = exp2_int(-e);
 #pragma unroll
             for (int i = 0; i < kW; ++i) {
-                const float q = fminf(fmaxf(__fmul_rn(v[j][i], inv), -ActQuantConfig::kE4m3Max), ActQuantConfig::kE4m3Max);
+                const float q = fminf(fmaxf(__fmul_rn(v[j][i], inv), -KvFinishConfig::kE4m3Max), KvFinishConfig::kE4m3Max);
                 v[j][i] = round_bf16(__fmul_rn(e4m3_to_f32(f32_to_e4m3(q)), s));
             }
         }
@@ -111,11 +111,11 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
             amax = fmaxf(amax, fabsf(h[i]));
         }
         amax = group_max(amax, 8);  // block 32 = 8 lanes x 4
-        const int e = ue8m0_exponent_for(amax, __fmul_rn(6.0f, exp2_int(-126)), ActQuantConfig::kE2m1Max);
+        const int e = ue8m0_exponent_for(amax, __fmul_rn(6.0f, exp2_int(-126)), KvFinishConfig::kE2m1Max);
         const float s = exp2_int(e);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const float q = fminf(fmaxf(__fmul_rn(h[i], exp2_int(-e)), -ActQuantConfig::kE2m1Max), ActQuantConfig::kE2m1Max);
+            const float q = fminf(fmaxf(__fmul_rn(h[i], exp2_int(-e)), -KvFinishConfig::kE2m1Max), KvFinishConfig::kE2m1Max);
             v[0][i] = round_bf16(__fmul_rn(e2m1_to_f32(f32_to_e2m1(q)), s));
         }
     }

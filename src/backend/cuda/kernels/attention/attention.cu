@@ -1,0 +1,80 @@
+// Launchers of the attention family: validate, pick the path from the precision and weight format, launch.
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/kernels/attention/attention.cuh"
+#include "backend/cuda/kernels/attention/attention.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using backend::WeightFormat;
+using Cfg = AttnConfig;
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <typename ActT, bool kFp8, int kSplit>
+Status launch_wo_a(const WoAArgs& a, int64_t width, cudaStream_t s) {
+    const dim3 grid(unsigned(a.wo_a.rows / Cfg::kWoRows), unsigned((a.tokens + Cfg::kWoTokens - 1) / Cfg::kWoTokens));
+    sm90_wo_a_kernel<ActT, kFp8, kSplit><<<grid, Cfg::kThreads, 0, s>>>(
+        static_cast<const ActT*>(a.o), a.tokens, a.heads * 512, width, a.rank, a.wo_a.data, a.wo_a.scale, a.wo_a.rows,
+        static_cast<ActT*>(a.z));
+    return launch_status("sm90_wo_a");
+}
+
+}  // namespace
+
+Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_sparse_attn";
+    if (!a.q || !a.kv || !a.idx || !a.sink || !a.out || a.tokens < 0 || a.topk < 0 || a.n_kv < 0)
+        return invalid_argument(op + ": null pointer or bad shape");
+    if (a.heads <= 0 || a.heads % Cfg::kHeads != 0)
+        return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be a multiple of 16");
+    if (a.derotate && !a.positions) return invalid_argument(op + ": derotate needs positions");
+    if (!aligned16(a.q) || !aligned16(a.kv) || !aligned16(a.out)) return invalid_argument(op + ": not 16-byte aligned");
+    if (a.topk > 0x7fffffff || a.tokens > 65535) return invalid_argument(op + ": too many tokens or candidates");
+    if (a.tokens == 0) return Status::ok();
+    if (precision == Precision::kReference) {
+        constexpr size_t smem = Cfg::smem_bytes();
+        DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_sparse_attn_ref_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem)),
+                      op + ": shared memory opt-in");
+        const dim3 grid(unsigned(a.heads / Cfg::kHeads), unsigned(a.tokens));
+        sm90_sparse_attn_ref_kernel<<<grid, Cfg::kThreads, smem, stream>>>(
+            static_cast<const __nv_bfloat16*>(a.q), static_cast<const __nv_bfloat16*>(a.kv), a.idx, int(a.heads),
+            a.n_kv, int(a.topk), a.sink, a.scale, a.derotate, a.positions, a.freqs,
+            static_cast<__nv_bfloat16*>(a.out));
+    } else {
+        const int64_t warps = a.tokens * a.heads;
+        sm90_sparse_attn_f32_kernel<<<unsigned((warps + Cfg::kF32Warps - 1) / Cfg::kF32Warps), Cfg::kF32Warps * 32, 0,
+                                      stream>>>(static_cast<const float*>(a.q), static_cast<const float*>(a.kv), a.idx,
+                                                a.tokens, int(a.heads), a.n_kv, int(a.topk), a.sink, a.scale,
+                                                a.derotate, a.positions, a.freqs, static_cast<float*>(a.out));
+    }
+    return launch_status(op.c_str());
+}
+
+Status sm90_wo_a(Precision precision, const WoAArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_wo_a";
+    if (!a.o || !a.z || a.tokens < 0 || a.groups <= 0 || a.heads % a.groups != 0)
+        return invalid_argument(op + ": null pointer or heads not divisible by groups");
+    const int64_t width = a.heads / a.groups * 512;
+    if (a.rank <= 0 || a.rank % Cfg::kWoRows != 0)
+        return invalid_argument(op + ": rank " + std::to_string(a.rank) + " must be a multiple of 64");
+    if (a.wo_a.rows != a.groups * a.rank || a.wo_a.cols != width)
+        return invalid_argument(op + ": wo_a must be [" + std::to_string(a.groups * a.rank) + ", " +
+                                std::to_string(width) + "]");
+    const bool fp8 = a.wo_a.format == WeightFormat::kFP8Block;
+    if (!fp8 && a.wo_a.format != WeightFormat::kBF16) return invalid_argument(op + ": wo_a must be FP8 blocks or bf16");
+    if (fp8 && !a.wo_a.scale) return invalid_argument(op + ": FP8 wo_a needs its scales");
+    if (!aligned16(a.o) || !aligned16(a.wo_a.data)) return invalid_argument(op + ": o and wo_a must be 16-byte aligned");
+    if (a.tokens == 0) return Status::ok();
+    if ((a.tokens + Cfg::kWoTokens - 1) / Cfg::kWoTokens > 65535) return invalid_argument(op + ": too many tokens");
+    if (precision == Precision::kReference)
+        return fp8 ? launch_wo_a<__nv_bfloat16, true, 1>(a, width, stream)
+                   : launch_wo_a<__nv_bfloat16, false, 1>(a, width, stream);
+    return fp8 ? launch_wo_a<float, true, 3>(a, width, stream) : launch_wo_a<float, false, 3>(a, width, stream);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,344 @@
+// Kernels of the attention family (sm_90).
+//
+// sparse attention, kReference: block = one token x 16 heads (4 warps, ~90 KB shared memory). Per block of 64
+// candidates: the kv rows are gathered by cp.async (zero-filled for -1), S = Q·Kᵀ on mma.m16n8k16 (warp w: keys
+// 16w..16w+15, K = 512), then the reference's online softmax — per head the running max and rescale (16 threads),
+// P = exp(l - M) for all 64x16 entries in parallel (P rounded to bf16 for P·V), the block sum in candidate order —
+// and O += P·V on mma (warp w: channels 128w..128w+127, 64 f32 accumulators per thread, V through the transposing
+// ldmatrix). Rows are padded to 520 bf16 so ldmatrix rows hit distinct banks. Epilogue: o / (sum + e^{sink-M}),
+// bf16, optional conjugate RoPE on 448..511 (warp 3 holds those channels as (even, odd) pairs).
+// kF32: one warp per (token, head), lane = 16 channels; pass 1 the max, pass 2 exp, sum and the weighted rows.
+//
+// wo_a: swap-AB tile of 64 weight rows x 32 tokens x K 64, 4 warps x 16 rows; FP8 weights are dequantised to bf16
+// while staged (e4m3 · 2^k is exact in bf16), the next tile prefetched into registers during the MMAs.
+#pragma once
+
+#include "backend/cuda/common/mma_bf16.cuh"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
+
+namespace dsv4::cuda {
+
+struct AttnConfig {
+    static constexpr int kDim = 512;
+    static constexpr int kLd = kDim + 8;   // padded bf16 row
+    static constexpr int kHeads = 16;      // heads per block (one MMA row tile)
+    static constexpr int kBlock = 64;      // candidates per online-softmax block (the reference's)
+    static constexpr int kThreads = 128;
+    static constexpr int kPLd = kBlock + 8;
+    static constexpr size_t smem_bytes() {
+        return size_t(kHeads + kBlock) * kLd * 2 + size_t(kHeads) * kBlock * 4 + size_t(kHeads) * kPLd * 2 +
+               kBlock * 4 + 4 * kHeads * 4;
+    }
+    static constexpr int kF32Warps = 4;
+    // wo_a
+    static constexpr int kWoRows = 64, kWoTokens = 32, kWoK = 64, kWoLd = kWoK + 8;
+};
+
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+
+// grid: (heads / 16, tokens); dynamic shared memory AttnConfig::smem_bytes().
+__global__ void __launch_bounds__(AttnConfig::kThreads)
+    sm90_sparse_attn_ref_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+                                const int32_t* __restrict__ idx, int heads, int64_t n_kv, int topk,
+                                const float* __restrict__ sink, float scale, bool derotate,
+                                const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
+                                __nv_bfloat16* __restrict__ out) {
+    using Cfg = AttnConfig;
+    extern __shared__ __align__(16) uint8_t smem[];
+    auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);          // [16][kLd]
+    auto* kv_s = q_s + Cfg::kHeads * Cfg::kLd;                    // [64][kLd]
+    auto* l_s = reinterpret_cast<float*>(kv_s + Cfg::kBlock * Cfg::kLd);  // [16][64] logits, then p
+    auto* p_s = reinterpret_cast<__nv_bfloat16*>(l_s + Cfg::kHeads * Cfg::kBlock);  // [16][kPLd] bf16(p)
+    auto* idx_s = reinterpret_cast<int32_t*>(p_s + Cfg::kHeads * Cfg::kPLd);       // [64]
+    float* m_s = reinterpret_cast<float*>(idx_s + Cfg::kBlock);   // [16] running max
+    float* sum_s = m_s + Cfg::kHeads;                              // [16] running sum
+    float* mnew_s = sum_s + Cfg::kHeads;                           // [16] this block's max
+    float* resc_s = mnew_s + Cfg::kHeads;                          // [16] rescale of the accumulators
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int64_t t = blockIdx.y;
+    const int h0 = blockIdx.x * Cfg::kHeads;
+    const __nv_bfloat16* qt = q + (t * heads + h0) * Cfg::kDim;
+    for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += Cfg::kThreads) {
+        const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
+        cp_async16_zfill(q_s + r * Cfg::kLd + c, qt + r * Cfg::kDim + c, true);
+    }
+    if (tid < Cfg::kHeads) m_s[tid] = -INFINITY, sum_s[tid] = 0;
+    float acc[16][4] = {};  // O rows g, g+8 x channels 128·warp + 8·nt + 2qd (+1)
+    const int32_t* it = idx + t * topk;
+    for (int b0 = 0; b0 < topk; b0 += Cfg::kBlock) {
+        if (tid < Cfg::kBlock) {
+            const int j = b0 + tid;
+            int32_t s = j < topk ? it[j] : -1;
+            if (s >= n_kv) s = -1;
+            idx_s[tid] = s;
+        }
+        __syncthreads();
+        for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += Cfg::kThreads) {
+            const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
+            const int32_t s = idx_s[r];
+            cp_async16_zfill(kv_s + r * Cfg::kLd + c, kv + int64_t(s < 0 ? 0 : s) * Cfg::kDim + c, s >= 0);
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+        __syncthreads();
+        // S = Q·Kᵀ for keys 16·warp .. +15
+        float sacc[2][4] = {};
+#pragma unroll 4
+        for (int k0 = 0; k0 < Cfg::kDim; k0 += 16) {
+            uint32_t af[4], bf[4];
+            load_a_frag(af, q_s, Cfg::kLd, 0, k0);
+            load_b_frag_nk(bf, kv_s, Cfg::kLd, warp * 16, k0);
+            mma_bf16_16816(sacc[0], af, bf[0], bf[1]);
+            mma_bf16_16816(sacc[1], af, bf[2], bf[3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int h = g + 8 * (e >> 1), key = warp * 16 + nt * 8 + 2 * qd + (e & 1);
+                l_s[h * Cfg::kBlock + key] = idx_s[key] >= 0 ? __fmul_rn(sacc[nt][e], scale) : -INFINITY;
+            }
+        __syncthreads();
+        if (tid < Cfg::kHeads) {
+            float mx = m_s[tid];
+            for (int j = 0; j < Cfg::kBlock; ++j) mx = fmaxf(mx, l_s[tid * Cfg::kBlock + j]);
+            mnew_s[tid] = mx;
+            resc_s[tid] = mx == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m_s[tid], mx));  // e^{-inf} = 0 first time
+        }
+        __syncthreads();
+        for (int i = tid; i < Cfg::kHeads * Cfg::kBlock; i += Cfg::kThreads) {
+            const int h = i / Cfg::kBlock, j = i % Cfg::kBlock;
+            const float l = l_s[i], mx = mnew_s[h];
+            const float p = (l == -INFINITY || mx == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(l, mx));
+            l_s[i] = p;
+            p_s[h * Cfg::kPLd + j] = __float2bfloat16_rn(p);
+        }
+        __syncthreads();
+        if (tid < Cfg::kHeads && mnew_s[tid] != -INFINITY) {
+            float block_sum = 0;
+            for (int j = 0; j < Cfg::kBlock; ++j) block_sum = __fadd_rn(block_sum, l_s[tid * Cfg::kBlock + j]);
+            sum_s[tid] = __fadd_rn(__fmul_rn(sum_s[tid], resc_s[tid]), block_sum);
+            m_s[tid] = mnew_s[tid];
+        }
+        // O = O·rescale + P·V (P 16 x 64 keys, V 64 keys x channels 128·warp ..)
+        const float r0 = resc_s[g], r1 = resc_s[g + 8];
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+            acc[nt][0] = __fmul_rn(acc[nt][0], r0), acc[nt][1] = __fmul_rn(acc[nt][1], r0);
+            acc[nt][2] = __fmul_rn(acc[nt][2], r1), acc[nt][3] = __fmul_rn(acc[nt][3], r1);
+        }
+#pragma unroll
+        for (int k0 = 0; k0 < Cfg::kBlock; k0 += 16) {
+            uint32_t af[4];
+            load_a_frag(af, p_s, Cfg::kPLd, 0, k0);
+#pragma unroll
+            for (int nt = 0; nt < 16; nt += 2) {
+                uint32_t bf[4];
+                load_b_frag_kn(bf, kv_s, Cfg::kLd, warp * 128 + nt * 8, k0);
+                mma_bf16_16816(acc[nt], af, bf[0], bf[1]);
+                mma_bf16_16816(acc[nt + 1], af, bf[2], bf[3]);
+            }
+        }
+        __syncthreads();  // kv_s, p_s and the softmax state are rewritten by the next block
+    }
+    if (tid < Cfg::kHeads) {
+        // final denominator (0 marks "no valid candidate": the output is 0)
+        const float mx = m_s[tid];
+        sum_s[tid] = mx == -INFINITY ? 0.0f : __fadd_rn(sum_s[tid], exp_f32(__fsub_rn(sink[h0 + tid], mx)));
+    }
+    __syncthreads();
+    const int64_t pos = derotate ? positions[t] : 0;
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+        const int ch = warp * 128 + nt * 8 + 2 * qd;
+        float cs = 1, sn = 0;
+        const bool rot = derotate && ch >= Cfg::kDim - 64;
+        if (rot) rope_cos_sin(pos, freqs.f[(ch - (Cfg::kDim - 64)) / 2], true, cs, sn);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int h = g + 8 * half;
+            const float den = sum_s[h];
+            float a = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[nt][2 * half], den));
+            float b = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[nt][2 * half + 1], den));
+            if (rot) rotate_pair(a, b, cs, sn);
+            *reinterpret_cast<__nv_bfloat162*>(out + (t * heads + h0 + h) * Cfg::kDim + ch) =
+                __floats2bfloat162_rn(a, b);
+        }
+    }
+}
+
+// kF32: grid ceil(tokens·heads / kF32Warps); one warp per (token, head), lane L holds channels 16L..16L+15.
+__global__ void __launch_bounds__(AttnConfig::kF32Warps * 32)
+    sm90_sparse_attn_f32_kernel(const float* __restrict__ q, const float* __restrict__ kv,
+                                const int32_t* __restrict__ idx, int64_t tokens, int heads, int64_t n_kv, int topk,
+                                const float* __restrict__ sink, float scale, bool derotate,
+                                const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
+                                float* __restrict__ out) {
+    using Cfg = AttnConfig;
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * Cfg::kF32Warps + (threadIdx.x >> 5);
+    if (r >= tokens * heads) return;
+    const int64_t t = r / heads;
+    const int h = int(r % heads);
+    float qv[16];
+#pragma unroll
+    for (int i = 0; i < 16; i += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(q + r * Cfg::kDim + 16 * lane + i);
+        qv[i] = v.x, qv[i + 1] = v.y, qv[i + 2] = v.z, qv[i + 3] = v.w;
+    }
+    const int32_t* it = idx + t * topk;
+    auto logit = [&](int32_t s) {
+        const float* row = kv + int64_t(s) * Cfg::kDim + 16 * lane;
+        float d = 0;
+#pragma unroll
+        for (int i = 0; i < 16; i += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(row + i);
+            d = fmaf(qv[i], v.x, d), d = fmaf(qv[i + 1], v.y, d), d = fmaf(qv[i + 2], v.z, d), d = fmaf(qv[i + 3], v.w, d);
+        }
+        return warp_sum(d) * scale;
+    };
+    float mx = -INFINITY;
+    for (int j = 0; j < topk; ++j) {
+        const int32_t s = it[j];
+        if (s >= 0 && s < n_kv) mx = fmaxf(mx, logit(s));
+    }
+    float o[16] = {};
+    float den = 0;
+    if (mx != -INFINITY) {
+        den = expf(sink[h] - mx);
+        for (int j = 0; j < topk; ++j) {
+            const int32_t s = it[j];
+            if (s < 0 || s >= n_kv) continue;
+            const float w = expf(logit(s) - mx);
+            den += w;
+            const float* row = kv + int64_t(s) * Cfg::kDim + 16 * lane;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) o[i] = fmaf(w, row[i], o[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o[i] = den == 0.0f ? 0.0f : o[i] / den;
+    if (derotate && 16 * lane >= Cfg::kDim - 64) {
+        const int64_t pos = positions[t];
+#pragma unroll
+        for (int p = 0; p < 8; ++p) {
+            float c, s;
+            rope_cos_sin(pos, freqs.f[(16 * lane - (Cfg::kDim - 64)) / 2 + p], true, c, s);
+            rotate_pair(o[2 * p], o[2 * p + 1], c, s);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i += 4)
+        *reinterpret_cast<float4*>(out + r * Cfg::kDim + 16 * lane + i) = make_float4(o[i], o[i + 1], o[i + 2], o[i + 3]);
+}
+
+// wo_a. grid: (G·R / 64, ceil(T / 32)); kFp8: weight e4m3 + UE8M0 [ceil(rows/128), cols/128] scales, else bf16.
+// kSplit 1 (bf16 o) or 3 (f32 o as hi + mid + lo bf16).
+template <typename ActT, bool kFp8, int kSplit>
+__global__ void __launch_bounds__(AttnConfig::kThreads, 1)
+    sm90_wo_a_kernel(const ActT* __restrict__ o, int64_t tokens, int64_t o_stride, int64_t width, int64_t rank,
+                     const void* __restrict__ w, const uint8_t* __restrict__ w_scale, int64_t w_rows,
+                     ActT* __restrict__ z) {
+    using Cfg = AttnConfig;
+    constexpr int kBM = Cfg::kWoRows, kBN = Cfg::kWoTokens, kBK = Cfg::kWoK, kLd = Cfg::kWoLd;
+    __shared__ __align__(16) __nv_bfloat16 w_s[kBM * kLd];
+    __shared__ __align__(16) __nv_bfloat16 o_s[kSplit][kBN * kLd];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int64_t row0 = int64_t(blockIdx.x) * kBM, t0 = int64_t(blockIdx.y) * kBN;
+    const int64_t grp = row0 / rank;
+    const ActT* og = o + grp * width;  // this group's input slice of each token
+    // weight staging: thread → row tid / 2, 32 consecutive k (kFp8: 2 x 16 bytes; bf16: 4 x 16 bytes)
+    const int wr = tid >> 1, wc = (tid & 1) * 32;
+    uint4 wreg[kFp8 ? 2 : 4];
+    auto load_w = [&](int64_t k0) {
+        if constexpr (kFp8) {
+            const uint8_t* p = static_cast<const uint8_t*>(w) + (row0 + wr) * width + k0 + wc;
+            wreg[0] = *reinterpret_cast<const uint4*>(p);
+            wreg[1] = *reinterpret_cast<const uint4*>(p + 16);
+        } else {
+            const __nv_bfloat16* p = static_cast<const __nv_bfloat16*>(w) + (row0 + wr) * width + k0 + wc;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) wreg[i] = *reinterpret_cast<const uint4*>(p + 8 * i);
+        }
+    };
+    auto store_w = [&](int64_t k0) {
+        __nv_bfloat16* dst = w_s + wr * kLd + wc;
+        if constexpr (kFp8) {
+            const float s = e8m0_to_f32(w_scale[((row0 + wr) / 128) * (width / 128) + k0 / 128]);
+            // bytes by shifts (indexing the register array through a byte pointer would put it in local memory)
+            const uint32_t words[8] = {wreg[0].x, wreg[0].y, wreg[0].z, wreg[0].w,
+                                       wreg[1].x, wreg[1].y, wreg[1].z, wreg[1].w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float v[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    v[e] = __fmul_rn(e4m3_to_f32(uint8_t(words[2 * i + e / 4] >> (8 * (e % 4)))), s);
+                store8(dst + 8 * i, v);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) *reinterpret_cast<uint4*>(dst + 8 * i) = wreg[i];
+        }
+    };
+    // activation staging: 32 tokens x 64 k = 256 chunks of 8, two per thread
+    auto stage_o = [&](int64_t k0) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int i = tid + c * Cfg::kThreads, tr = i / (kBK / 8), kc = (i % (kBK / 8)) * 8;
+            float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (t0 + tr < tokens) load8(og + (t0 + tr) * o_stride + k0 + kc, v);
+            if constexpr (kSplit == 1) {
+                store8(o_s[0] + tr * kLd + kc, v);
+            } else {
+                float part[3][8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    __nv_bfloat16 hi, mid, lo;
+                    split_bf16x3(v[e], hi, mid, lo);
+                    part[0][e] = __bfloat162float(hi), part[1][e] = __bfloat162float(mid), part[2][e] = __bfloat162float(lo);
+                }
+#pragma unroll
+                for (int s = 0; s < kSplit; ++s) store8(o_s[s] + tr * kLd + kc, part[s]);
+            }
+        }
+    };
+    float acc[kBN / 8][4] = {};
+    load_w(0);
+    for (int64_t k0 = 0; k0 < width; k0 += kBK) {
+        store_w(k0);
+        stage_o(k0);
+        __syncthreads();
+        if (k0 + kBK < width) load_w(k0 + kBK);  // in flight during the MMAs
+#pragma unroll
+        for (int kk = 0; kk < kBK; kk += 16) {
+            uint32_t af[4];
+            load_a_frag(af, w_s, kLd, warp * 16, kk);
+#pragma unroll
+            for (int s = kSplit - 1; s >= 0; --s)
+#pragma unroll
+                for (int nt = 0; nt < kBN / 8; nt += 2) {
+                    uint32_t bf[4];
+                    load_b_frag_nk(bf, o_s[s], kLd, nt * 8, kk);
+                    mma_bf16_16816(acc[nt], af, bf[0], bf[1]);
+                    mma_bf16_16816(acc[nt + 1], af, bf[2], bf[3]);
+                }
+        }
+        __syncthreads();
+    }
+    const int g = lane >> 2, qd = lane & 3;
+    const int64_t n_out = w_rows;
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t row = row0 + warp * 16 + g + 8 * (e >> 1), tok = t0 + nt * 8 + 2 * qd + (e & 1);
+            if (tok < tokens) z[tok * n_out + row] = from_f32<ActT>(acc[nt][e]);
+        }
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,44 @@
+// Sparse attention with sink, the output de-rotation and the grouped low-rank projection wo_a on the GPU
+// (MODEL_SPEC §5.4.7, §5.4.8) — the CUDA side of backend::cpu::sparse_attn (+ rope with inverse) and wo_a.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/common/weights.h"
+#include "backend/ops.h"
+
+namespace dsv4::cuda {
+
+// For token t, head h over the candidates idx[t] (-1 = none; an index outside [0, n_kv) is skipped as -1):
+//   l_s = (q·kv_s)·scale; o = Σ e^{l_s-M} kv_s / (Σ e^{l_s-M} + e^{sink_h-M}); no valid candidate → o = 0.
+// kReference (bf16 q, kv, out): the reference kernel's blocks of 64 candidates, online softmax with f32 running
+// max / sum, P rounded to bf16 before P·V, f32 accumulation on tensor cores, bf16 out. kF32: exact softmax in f32.
+// derotate: then the conjugate RoPE on channels 448..511 at positions[t] (the CPU's rope with inverse, on the
+// rounded output), fused into the epilogue.
+struct SparseAttnArgs {
+    const void* q = nullptr;       // [T, H, 512]
+    const void* kv = nullptr;      // [n_kv, 512]
+    const int32_t* idx = nullptr;  // [T, topk]
+    int64_t tokens = 0, heads = 0, n_kv = 0, topk = 0;  // heads % 16 == 0
+    const float* sink = nullptr;   // device [H]
+    float scale = 0;               // 512^-½
+    bool derotate = false;
+    const int64_t* positions = nullptr;  // device [T] (derotate only)
+    backend::RopeFreqs freqs;
+    void* out = nullptr;           // [T, H, 512]
+};
+Status sm90_sparse_attn(backend::Precision precision, const SparseAttnArgs& a, StreamHandle stream);
+
+// z[t, g·R + r] = Σ_i wo_a[g·R + r, i] · o[t, g·W + i], W = (H/G)·512. The weight (FP8 blocks or bf16) is
+// dequantised to bf16 in registers (exact); kReference: bf16 o, f32 accumulation on tensor cores, bf16 z.
+// kF32: f32 o split into three bf16 terms (exact), f32 z.
+struct WoAArgs {
+    const void* o = nullptr;  // [T, H, 512]
+    int64_t tokens = 0, heads = 0, groups = 0, rank = 0;  // rank % 64 == 0
+    DeviceWeightView wo_a;    // [G·R, (H/G)·512] kFP8Block or kBF16
+    void* z = nullptr;        // [T, G·R]
+};
+Status sm90_wo_a(backend::Precision precision, const WoAArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,29 @@
+// The MoE router's selection on the GPU (MODEL_SPEC §5.5) — the CUDA side of backend::cpu::router after its f32
+// gate GEMM (which runs on sm90_bf16_gemm_f32, kernels/embed_head): sqrt-softplus scores, top-K of scores + bias
+// (ties to the lower expert) or the hash table, weights = scores[idx] / Σ · routed_scale. f32 in both modes.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/common/weights.h"
+
+namespace dsv4::cuda {
+
+// An expert id from tid2eid or a token id outside its table gives idx -1 and weight 0 (the tables are checked when
+// the model loads; the kernel only refuses to read out of bounds).
+struct RouterSelectArgs {
+    const float* logits = nullptr;     // [T, E] gate(x), f32
+    int64_t tokens = 0, n_experts = 0, k = 0;  // E <= 1024, k <= 16
+    DeviceWeightView bias;             // f32 [E]; empty for hash routing
+    const int64_t* tid2eid = nullptr;  // device [vocab, k] (hash layers)
+    int64_t vocab = 0;
+    const int32_t* token_ids = nullptr;  // device [T] (hash layers)
+    float routed_scale = 1.5f;
+    float* scores = nullptr;           // [T, E] (may be null)
+    int32_t* idx = nullptr;            // [T, K]
+    float* weights = nullptr;          // [T, K]
+};
+Status sm90_router_select(const RouterSelectArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda

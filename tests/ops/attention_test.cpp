@@ -1,0 +1,155 @@
+// sm90_sparse_attn (with the fused output de-rotation) and sm90_wo_a against the CPU ops (sparse_attn then rope
+// with inverse; wo_a) at V4-Flash (64 heads, 8 groups) and V4-Pro (128 heads, 16 groups) shapes and edge shapes,
+// both precisions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/attention/attention.h"
+#include "core/thread_pool.h"
+#include "ops/gpu_testing.h"
+#include "testing/testing.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using backend::WeightFormat;
+using namespace dsv4::cuda::testing;
+
+ThreadPool& pool() {
+    static ThreadPool p;
+    return p;
+}
+
+class SparseAttnTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(SparseAttnTest, MatchesCpu) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    struct Case {
+        int64_t tokens, heads, n_kv, topk;
+        bool derotate;
+        int padding;  // every padding-th candidate is -1 (0: none)
+    };
+    // window 128 + top-k 512 (Flash CSA), 128 + 1024 (Pro CSA), an HCA-like 128 + 2100, odd counts, empty rows
+    const Case cases[] = {{1, 64, 2000, 640, true, 0},  {3, 64, 2000, 640, false, 7}, {1, 128, 3000, 1152, true, 5},
+                          {2, 128, 9000, 2228, true, 0}, {5, 16, 300, 77, false, 3},  {1, 16, 100, 1, true, 0}};
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    for (const Case& c : cases) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads) + " topk " +
+                     std::to_string(c.topk));
+        const int64_t T = c.tokens, H = c.heads, D = 512;
+        auto q = random_act(prec, rng, size_t(T * H * D), 1.0f);
+        auto kv = random_act(prec, rng, size_t(c.n_kv * D), 1.0f);
+        std::normal_distribution<float> ds(0.0f, 1.0f);
+        std::vector<float> sink(static_cast<size_t>(H));
+        for (auto& v : sink) v = ds(rng);
+        std::uniform_int_distribution<int32_t> pick(0, int32_t(c.n_kv - 1));
+        std::vector<int32_t> idx(size_t(T * c.topk));
+        for (size_t i = 0; i < idx.size(); ++i) idx[i] = c.padding && i % size_t(c.padding) == 1 ? -1 : pick(rng);
+        if (T > 1)  // a token with no candidate at all: output 0
+            std::fill(idx.begin() + c.topk, idx.begin() + 2 * c.topk, -1);
+        std::vector<int64_t> pos(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 5000 + 131 * t;
+        std::vector<float> want(size_t(T * H * D));
+        backend::WeightView sv{WeightFormat::kF32, 1, H, sink.data(), nullptr};
+        const float scale = 1.0f / std::sqrt(512.0f);
+        const backend::Exec ex{prec, &pool()};
+        DSV4_ASSERT_OK(backend::cpu::sparse_attn(ex, {q.data(), kv.data(), idx.data(), T, H, D, c.n_kv, c.topk, sv,
+                                                      scale, want.data()}));
+        if (c.derotate) {
+            DSV4_ASSERT_OK(backend::cpu::rope(ex, {want.data(), T, H, D, 448, pos.data(), &freqs, true}));
+        }
+        auto dq = act_to_device(prec, q);
+        auto dkv = act_to_device(prec, kv);
+        auto didx = to_device(idx);
+        auto dsink = to_device(sink);
+        auto dpos = to_device(pos);
+        auto dout = act_poisoned(prec, want.size());
+        ASSERT_TRUE(dq.is_ok() && dkv.is_ok() && didx.is_ok() && dsink.is_ok() && dpos.is_ok() && dout.is_ok());
+        SparseAttnArgs a{dq->data(), dkv->data(), didx->as<int32_t>(), T, H, c.n_kv, c.topk, dsink->as<float>(), scale,
+                         c.derotate, dpos->as<int64_t>(), freqs, dout->data()};
+        DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
+        auto got = act_to_host(prec, *dout, want.size());
+        // reference: the same blocks, P rounding and f32 state; the tensor-core sums differ in order
+        DSV4_EXPECT_CLOSE(got, want, prec == Precision::kReference ? 2e-3 : 1e-5);
+        if (T > 1) {
+            size_t nonzero = 0;
+            for (int64_t i = H * D; i < 2 * H * D; ++i) nonzero += got[size_t(i)] != 0.0f;
+            EXPECT_EQ(nonzero, 0u) << "a token without candidates must give 0";
+        }
+    }
+}
+
+class WoATest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(WoATest, MatchesCpu) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    struct Case {
+        int64_t tokens, heads, groups, rank;
+        bool fp8;
+    };
+    const Case cases[] = {{1, 64, 8, 1024, true},  {5, 64, 8, 1024, true},   {33, 128, 16, 1024, true},
+                          {1, 128, 16, 1024, true}, {70, 16, 2, 128, false}, {3, 32, 4, 64, true}};
+    for (const Case& c : cases) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads) + " groups " +
+                     std::to_string(c.groups) + (c.fp8 ? " fp8" : " bf16"));
+        const int64_t T = c.tokens, rows = c.groups * c.rank, width = c.heads / c.groups * 512;
+        std::vector<uint8_t> data, scale;
+        std::vector<uint16_t> wb;
+        backend::WeightView wv;
+        if (c.fp8) {
+            data.resize(size_t(rows * width));
+            std::uniform_int_distribution<int> byte(0, 255), sb(117, 121);
+            for (auto& b : data) {
+                int v = byte(rng);
+                if ((v & 0x7f) == 0x7f) v &= 0xfe;
+                b = uint8_t(v);
+            }
+            scale.resize(size_t(((rows + 127) / 128) * (width / 128)));
+            for (auto& s : scale) s = uint8_t(sb(rng));
+            wv = {WeightFormat::kFP8Block, rows, width, data.data(), scale.data()};
+        } else {
+            wb = to_bf16_bits(random_bf16(rng, size_t(rows * width), 0.02f));
+            wv = {WeightFormat::kBF16, rows, width, wb.data(), nullptr};
+        }
+        auto o = random_act(prec, rng, size_t(T * c.heads * 512), 1.0f);
+        std::vector<float> want(size_t(T * rows));
+        DSV4_ASSERT_OK(backend::cpu::wo_a({prec, &pool()}, {o.data(), T, c.heads, 512, c.groups, c.rank, wv,
+                                                            want.data()}));
+        auto dw = upload_weight(wv, "wo_a");
+        auto dox = act_to_device(prec, o);
+        auto dz = act_poisoned(prec, want.size());
+        ASSERT_TRUE(dw.is_ok() && dox.is_ok() && dz.is_ok());
+        DSV4_ASSERT_OK(sm90_wo_a(prec, {dox->data(), T, c.heads, c.groups, c.rank, dw->view(), dz->data()}, nullptr));
+        auto got = act_to_host(prec, *dz, want.size());
+        DSV4_EXPECT_CLOSE(got, want, prec == Precision::kReference ? 2e-3 : 1e-5);
+    }
+}
+
+TEST(AttentionValidation, BadShapesAreClearErrors) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 16);
+    ASSERT_TRUE(buf.is_ok());
+    SparseAttnArgs a{buf->data(), buf->data(), buf->as<int32_t>(), 1, 20, 10, 10, buf->as<float>(), 0.04f};
+    a.out = buf->data();
+    Status s = sm90_sparse_attn(Precision::kReference, a, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("multiple of 16"), std::string::npos) << s.message();
+    WoAArgs w{buf->data(), 1, 64, 8, 1000, {}, buf->data()};
+    s = sm90_wo_a(Precision::kReference, w, nullptr);
+    EXPECT_NE(s.message().find("multiple of 64"), std::string::npos) << s.message();
+}
+
+const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
+std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
+INSTANTIATE_TEST_SUITE_P(Cuda, SparseAttnTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, WoATest, kPrecisions, precision_label);
+
+}  // namespace
+}  // namespace dsv4::cuda

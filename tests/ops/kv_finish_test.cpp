@@ -1,0 +1,173 @@
+// sm90_window_kv_finish, sm90_compressor_pool and sm90_compressor_finish against the CPU ops (rmsnorm + rope +
+// kv_fp8_sim as window_kv runs them after its linear; compressor_pool; compressor_finish) at V4 shapes (512-d
+// main entries, 128-d indexer keys, CSA ratio 4 with overlap, HCA ratio 128) and edge shapes, both precisions.
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/kv_finish/kv_finish.h"
+#include "core/thread_pool.h"
+#include "ops/gpu_testing.h"
+#include "testing/testing.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using backend::WeightFormat;
+using namespace dsv4::cuda::testing;
+
+ThreadPool& pool() {
+    static ThreadPool p;
+    return p;
+}
+
+double act_tol(Precision p) { return p == Precision::kReference ? 2e-3 : 1e-6; }
+// Rows through the FP8 / FP4 simulations: a rare bf16 flip before the quantiser can move a whole value to the
+// neighbouring code, so the bit-difference bar is looser than for plain bf16 outputs.
+size_t sim_bit_budget(size_t n) { return n / 100 + 1; }
+
+std::vector<int64_t> random_positions(std::mt19937_64& rng, int64_t n) {
+    std::uniform_int_distribution<int64_t> d(0, (1 << 20) - 1);
+    std::vector<int64_t> pos(static_cast<size_t>(n));
+    for (auto& p : pos) p = d(rng);
+    if (n > 0) pos[0] = 0;
+    return pos;
+}
+
+class WindowKvFinishTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(WindowKvFinishTest, MatchesCpuNormRopeFp8Sim) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    for (const int64_t T : {int64_t(1), int64_t(5), int64_t(130), int64_t(1023)}) {
+        for (const bool yarn : {false, true}) {
+            SCOPED_TRACE("tokens " + std::to_string(T) + (yarn ? " yarn" : " plain"));
+            const auto freqs = yarn ? backend::rope_freqs(160000, 16, 65536, 32, 1) : backend::rope_freqs(10000, 1, 0, 32, 1);
+            auto kv = random_act(prec, rng, size_t(T * 512), 1.5f);
+            auto w = random_bf16(rng, 512, 0.5f);
+            auto wbits = to_bf16_bits(w);
+            backend::WeightView wv{WeightFormat::kBF16, 1, 512, wbits.data(), nullptr};
+            auto pos = random_positions(rng, T);
+            std::vector<float> want = kv;
+            const backend::Exec ex{prec, &pool()};
+            DSV4_ASSERT_OK(backend::cpu::rmsnorm(ex, {want.data(), T, 512, wv, 1e-6f, want.data()}));
+            DSV4_ASSERT_OK(backend::cpu::rope(ex, {want.data(), T, 1, 512, 448, pos.data(), &freqs, false}));
+            DSV4_ASSERT_OK(backend::cpu::kv_fp8_sim(ex, {want.data(), T, 512, 64}));
+            auto dkv = act_to_device(prec, kv);
+            auto dw = upload_weight(wv, "kv_norm");
+            auto dpos = to_device(pos);
+            ASSERT_TRUE(dkv.is_ok() && dw.is_ok() && dpos.is_ok());
+            DSV4_ASSERT_OK(sm90_window_kv_finish(prec, {dkv->data(), T, dw->view(), dpos->as<int64_t>(), freqs, 1e-6f},
+                                                 nullptr));
+            auto got = act_to_host(prec, *dkv, want.size());
+            DSV4_EXPECT_CLOSE(got, want, act_tol(prec));
+            if (prec == Precision::kReference) {
+                EXPECT_LE(count_bit_differences(got, want), sim_bit_budget(got.size()));
+            }
+        }
+    }
+}
+
+class CompressorPoolTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(CompressorPoolTest, MatchesCpu) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    struct Case {
+        int64_t windows, ratio, head_dim;
+        bool overlap, prev;
+    };
+    // CSA main (m 4, 2x512) and indexer (m 4, 2x128) with and without a previous window; HCA (m 128, 512)
+    const Case cases[] = {{1, 4, 512, true, false}, {1, 4, 512, true, true},   {33, 4, 512, true, true},
+                          {7, 4, 128, true, false}, {1, 128, 512, false, false}, {5, 128, 512, false, true},
+                          {1024, 4, 512, true, false}};
+    for (const Case& c : cases) {
+        SCOPED_TRACE("windows " + std::to_string(c.windows) + " m " + std::to_string(c.ratio) + " c " +
+                     std::to_string(c.head_dim) + (c.prev ? " prev" : ""));
+        const int64_t width = c.overlap ? 2 * c.head_dim : c.head_dim, rows = c.windows * c.ratio;
+        std::normal_distribution<float> dkv(0.0f, 1.0f), dsc(0.0f, 2.0f);
+        std::vector<float> kv(size_t(rows * width)), sc(size_t(rows * width)), pkv(size_t(c.ratio * width)),
+            psc(size_t(c.ratio * width));
+        for (auto& v : kv) v = dkv(rng);
+        for (auto& v : sc) v = dsc(rng);
+        for (auto& v : pkv) v = dkv(rng);
+        for (auto& v : psc) v = dsc(rng);
+        std::vector<float> want(size_t(c.windows * c.head_dim));
+        backend::CompressorPoolParams cp{kv.data(), sc.data(), c.prev ? pkv.data() : nullptr,
+                                         c.prev ? psc.data() : nullptr, c.windows, c.ratio, c.head_dim, c.overlap,
+                                         want.data()};
+        DSV4_ASSERT_OK(backend::cpu::compressor_pool({prec, &pool()}, cp));
+        auto d_kv = to_device(kv);
+        auto d_sc = to_device(sc);
+        auto d_pkv = to_device(pkv);
+        auto d_psc = to_device(psc);
+        auto dout = act_poisoned(prec, want.size());
+        ASSERT_TRUE(d_kv.is_ok() && d_sc.is_ok() && d_pkv.is_ok() && d_psc.is_ok() && dout.is_ok());
+        CompressorPoolArgs a{d_kv->as<float>(), d_sc->as<float>(), c.prev ? d_pkv->as<float>() : nullptr,
+                             c.prev ? d_psc->as<float>() : nullptr, c.windows, c.ratio, c.head_dim, c.overlap,
+                             dout->data()};
+        DSV4_ASSERT_OK(sm90_compressor_pool(prec, a, nullptr));
+        auto got = act_to_host(prec, *dout, want.size());
+        DSV4_EXPECT_CLOSE(got, want, act_tol(prec));
+        // the CPU's operations in its order (exp rounded from f64): identical but for rare last-bit flips
+        EXPECT_LE(count_bit_differences(got, want), got.size() / 1000 + 1);
+    }
+}
+
+class CompressorFinishTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(CompressorFinishTest, MatchesCpu) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    struct Case {
+        int64_t n, ratio, first_window;
+        backend::CompressedKind kind;
+    };
+    const Case cases[] = {{1, 4, 0, backend::CompressedKind::kMain},    {65, 4, 3, backend::CompressedKind::kMain},
+                          {7, 128, 1000, backend::CompressedKind::kMain}, {1, 4, 0, backend::CompressedKind::kIndexer},
+                          {130, 4, 77, backend::CompressedKind::kIndexer}, {1024, 4, 0, backend::CompressedKind::kIndexer}};
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    for (const Case& c : cases) {
+        const bool main = c.kind == backend::CompressedKind::kMain;
+        const int64_t dim = main ? 512 : 128;
+        SCOPED_TRACE(std::string(main ? "main" : "indexer") + " n " + std::to_string(c.n) + " first " +
+                     std::to_string(c.first_window));
+        auto pooled = random_act(prec, rng, size_t(c.n * dim), 1.0f);
+        auto w = random_bf16(rng, size_t(dim), 0.5f);
+        auto wbits = to_bf16_bits(w);
+        backend::WeightView wv{WeightFormat::kBF16, 1, dim, wbits.data(), nullptr};
+        std::vector<float> want(pooled.size()), want_normed(pooled.size());
+        backend::CompressorFinishParams cp{pooled.data(), c.n, dim, 64, c.ratio, c.first_window, c.kind, wv, &freqs,
+                                           1e-6f, want_normed.data(), want.data()};
+        DSV4_ASSERT_OK(backend::cpu::compressor_finish({prec, &pool()}, cp));
+        auto dp = act_to_device(prec, pooled);
+        auto dw = upload_weight(wv, "compressor.norm");
+        auto dnormed = act_poisoned(prec, want.size());
+        auto dout = act_poisoned(prec, want.size());
+        ASSERT_TRUE(dp.is_ok() && dw.is_ok() && dnormed.is_ok() && dout.is_ok());
+        CompressorFinishArgs a{dp->data(), c.n, dim, c.ratio, c.first_window, c.kind, dw->view(), freqs, 1e-6f,
+                               dnormed->data(), dout->data()};
+        DSV4_ASSERT_OK(sm90_compressor_finish(prec, a, nullptr));
+        auto normed = act_to_host(prec, *dnormed, want.size());
+        auto got = act_to_host(prec, *dout, want.size());
+        DSV4_EXPECT_CLOSE(normed, want_normed, act_tol(prec));
+        // FP4 simulation: 8 codes per binade, so one flipped input can move a value by a quarter of its block scale
+        DSV4_EXPECT_CLOSE(got, want, prec == Precision::kReference && !main ? 1e-2 : act_tol(prec));
+        if (prec == Precision::kReference) {
+            EXPECT_LE(count_bit_differences(normed, want_normed), normed.size() / 1000 + 1);
+            EXPECT_LE(count_bit_differences(got, want), sim_bit_budget(got.size()));
+        }
+    }
+}
+
+const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
+std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
+INSTANTIATE_TEST_SUITE_P(Cuda, WindowKvFinishTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, CompressorPoolTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, CompressorFinishTest, kPrecisions, precision_label);
+
+}  // namespace
+}  // namespace dsv4::cuda

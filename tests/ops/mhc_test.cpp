@@ -1,0 +1,179 @@
+// sm90_hc_pre, sm90_hc_post and sm90_hc_head against the CPU mHC ops (hc_pre, hc_post, hc_head) at V4-Flash
+// (D = 4096) and V4-Pro (D = 7168) shapes and edge shapes, in both precisions, fresh random inputs, poisoned outputs.
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/mhc/mhc.h"
+#include "core/thread_pool.h"
+#include "ops/gpu_testing.h"
+#include "testing/testing.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using backend::WeightFormat;
+using namespace dsv4::cuda::testing;
+
+ThreadPool& pool() {
+    static ThreadPool p;
+    return p;
+}
+
+std::vector<float> normal(std::mt19937_64& rng, size_t n, float mean, float sigma) {
+    std::normal_distribution<float> d(mean, sigma);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+backend::WeightView f32_view(const std::vector<float>& v, int64_t rows, int64_t cols) {
+    return {WeightFormat::kF32, rows, cols, v.data(), nullptr};
+}
+
+// mix vectors, pre / post / comb: f32 math on both sides (f64 dot products), only last-bit differences
+constexpr double kF32Tol = 1e-5;
+double act_tol(Precision p) { return p == Precision::kReference ? 2e-3 : 1e-6; }
+
+struct HcCase {
+    int64_t tokens, dim;
+};
+// Flash D 4096, Pro D 7168; 1 token, odd counts; a small D
+const HcCase kCases[] = {{1, 4096}, {7, 4096}, {1, 7168}, {3, 7168}, {5, 128}, {33, 1024}};
+
+class HcPreTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(HcPreTest, MatchesCpu) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    for (const HcCase& c : kCases) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " dim " + std::to_string(c.dim));
+        const int64_t T = c.tokens, D = c.dim;
+        auto x = random_act(prec, rng, size_t(T * 4 * D), 1.0f);
+        auto fn = normal(rng, size_t(24 * 4 * D), 0.0f, 0.02f);
+        auto scale = normal(rng, 3, 1.0f, 0.3f);
+        auto base = normal(rng, 24, 0.0f, 1.0f);
+        std::vector<float> w_mix(size_t(T * 24)), w_pre(size_t(T * 4)), w_post(size_t(T * 4)), w_comb(size_t(T * 16)),
+            w_out(size_t(T * D));
+        backend::HcPreParams cp{x.data(), T, D, f32_view(fn, 24, 4 * D), f32_view(scale, 1, 3), f32_view(base, 1, 24),
+                                20, 1e-6f, 1e-6f, w_mix.data(), w_pre.data(), w_post.data(), w_comb.data(),
+                                w_out.data()};
+        DSV4_ASSERT_OK(backend::cpu::hc_pre({prec, &pool()}, cp));
+
+        auto dfn = upload_weight(f32_view(fn, 24, 4 * D), "hc_attn_fn");
+        auto dscale = upload_weight(f32_view(scale, 1, 3), "hc_attn_scale");
+        auto dbase = upload_weight(f32_view(base, 1, 24), "hc_attn_base");
+        auto dx = act_to_device(prec, x);
+        auto dmix = poisoned<float>(w_mix.size());
+        auto dpre = poisoned<float>(w_pre.size());
+        auto dpost = poisoned<float>(w_post.size());
+        auto dcomb = poisoned<float>(w_comb.size());
+        auto dout = act_poisoned(prec, w_out.size());
+        ASSERT_TRUE(dfn.is_ok() && dscale.is_ok() && dbase.is_ok() && dx.is_ok() && dmix.is_ok() && dpre.is_ok() &&
+                    dpost.is_ok() && dcomb.is_ok() && dout.is_ok());
+        HcPreArgs a{dx->data(), T, D, dfn->view(), dscale->view(), dbase->view(), 20, 1e-6f, 1e-6f,
+                    dmix->as<float>(), dpre->as<float>(), dpost->as<float>(), dcomb->as<float>(), dout->data()};
+        DSV4_ASSERT_OK(sm90_hc_pre(prec, a, nullptr));
+        DSV4_EXPECT_CLOSE(to_host<float>(*dmix, w_mix.size()), w_mix, kF32Tol);
+        DSV4_EXPECT_CLOSE(to_host<float>(*dpre, w_pre.size()), w_pre, kF32Tol);
+        DSV4_EXPECT_CLOSE(to_host<float>(*dpost, w_post.size()), w_post, kF32Tol);
+        DSV4_EXPECT_CLOSE(to_host<float>(*dcomb, w_comb.size()), w_comb, kF32Tol);
+        auto got = act_to_host(prec, *dout, w_out.size());
+        DSV4_EXPECT_CLOSE(got, w_out, act_tol(prec));
+        if (prec == Precision::kReference) {
+            EXPECT_LE(count_bit_differences(got, w_out), got.size() / 1000 + 1);
+        }
+    }
+}
+
+class HcPostTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(HcPostTest, BitExactToCpu) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    for (const HcCase& c : kCases) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " dim " + std::to_string(c.dim));
+        const int64_t T = c.tokens, D = c.dim;
+        auto a = random_act(prec, rng, size_t(T * D), 1.0f);
+        auto r = random_act(prec, rng, size_t(T * 4 * D), 1.0f);
+        auto post = normal(rng, size_t(T * 4), 1.0f, 0.5f);
+        auto comb = normal(rng, size_t(T * 16), 0.25f, 0.1f);
+        std::vector<float> want(size_t(T * 4 * D));
+        backend::HcPostParams cp{a.data(), r.data(), post.data(), comb.data(), T, D, want.data()};
+        DSV4_ASSERT_OK(backend::cpu::hc_post({prec, &pool()}, cp));
+        auto da = act_to_device(prec, a);
+        auto dr = act_to_device(prec, r);
+        auto dpost = to_device(post);
+        auto dcomb = to_device(comb);
+        auto dout = act_poisoned(prec, want.size());
+        ASSERT_TRUE(da.is_ok() && dr.is_ok() && dpost.is_ok() && dcomb.is_ok() && dout.is_ok());
+        HcPostArgs args{da->data(), dr->data(), dpost->as<float>(), dcomb->as<float>(), T, D, dout->data()};
+        DSV4_ASSERT_OK(sm90_hc_post(prec, args, nullptr));
+        auto got = act_to_host(prec, *dout, want.size());
+        DSV4_EXPECT_CLOSE(got, want, act_tol(prec));
+        // the same IEEE operations in the same order: every element identical
+        EXPECT_EQ(count_bit_differences(got, want), 0u);
+    }
+}
+
+class HcHeadTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(HcHeadTest, MatchesCpu) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    for (const HcCase& c : kCases) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " dim " + std::to_string(c.dim));
+        const int64_t T = c.tokens, D = c.dim;
+        auto x = random_act(prec, rng, size_t(T * 4 * D), 1.0f);
+        auto fn = normal(rng, size_t(4 * 4 * D), 0.0f, 0.02f);
+        auto scale = normal(rng, 1, 1.0f, 0.3f);
+        auto base = normal(rng, 4, 0.0f, 1.0f);
+        std::vector<float> w_pre(size_t(T * 4)), w_y(size_t(T * D));
+        backend::HcHeadParams cp{x.data(), T, D, f32_view(fn, 4, 4 * D), f32_view(scale, 1, 1), f32_view(base, 1, 4),
+                                 1e-6f, 1e-6f, w_pre.data(), w_y.data()};
+        DSV4_ASSERT_OK(backend::cpu::hc_head({prec, &pool()}, cp));
+        auto dfn = upload_weight(f32_view(fn, 4, 4 * D), "hc_head_fn");
+        auto dscale = upload_weight(f32_view(scale, 1, 1), "hc_head_scale");
+        auto dbase = upload_weight(f32_view(base, 1, 4), "hc_head_base");
+        auto dx = act_to_device(prec, x);
+        auto dpre = poisoned<float>(w_pre.size());
+        auto dy = act_poisoned(prec, w_y.size());
+        ASSERT_TRUE(dfn.is_ok() && dscale.is_ok() && dbase.is_ok() && dx.is_ok() && dpre.is_ok() && dy.is_ok());
+        HcHeadArgs a{dx->data(), T, D, dfn->view(), dscale->view(), dbase->view(), 1e-6f, 1e-6f, dpre->as<float>(),
+                     dy->data()};
+        DSV4_ASSERT_OK(sm90_hc_head(prec, a, nullptr));
+        DSV4_EXPECT_CLOSE(to_host<float>(*dpre, w_pre.size()), w_pre, kF32Tol);
+        auto got = act_to_host(prec, *dy, w_y.size());
+        DSV4_EXPECT_CLOSE(got, w_y, act_tol(prec));
+        if (prec == Precision::kReference) {
+            EXPECT_LE(count_bit_differences(got, w_y), got.size() / 1000 + 1);
+        }
+    }
+}
+
+TEST(MhcValidation, BadShapesAreClearErrors) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 16);
+    ASSERT_TRUE(buf.is_ok());
+    HcPostArgs p{buf->data(), buf->data(), buf->as<float>(), buf->as<float>(), 1, 100, buf->data()};
+    Status s = sm90_hc_post(Precision::kReference, p, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("multiple of 8"), std::string::npos) << s.message();
+    HcPreArgs a{};
+    a.x = a.x_out = buf->data();
+    a.pre = a.post = a.comb = buf->as<float>();
+    a.tokens = 1, a.dim = 64;
+    s = sm90_hc_pre(Precision::kReference, a, nullptr);
+    EXPECT_NE(s.message().find("fn must be an f32 tensor"), std::string::npos) << s.message();
+}
+
+const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
+std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
+INSTANTIATE_TEST_SUITE_P(Cuda, HcPreTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, HcPostTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, HcHeadTest, kPrecisions, precision_label);
+
+}  // namespace
+}  // namespace dsv4::cuda
