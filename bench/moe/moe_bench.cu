@@ -1,0 +1,287 @@
+// sm90_mxfp4_moe_decode at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6) for 1, 4, 16, 64 and 256 tokens,
+// side by side in one run with (a) a plain baseline — dequantise each touched expert to bf16, then cuBLAS GEMMs
+// ([w1;w3] · x and w2 · h per expert; no gather, no SwiGLU: a lower bound on that path) — and (b) the device copy
+// bandwidth (cudaMemcpy D2D of 1 GiB, bytes read + written).
+//
+// Weights: two layers' worth of experts (2 × 256 × 13.4 MB = 6.8 GB of random MXFP4 bytes, UE8M0 scales 2^-9..2^-1)
+// and 32 random routings per token count, rotated call by call so neither the weights nor the routing repeat
+// within L2's reach. Time: CUDA events around batches of 16 calls after warm-up, median of 15 batches.
+// Bytes touched per call: distinct experts × (3 · I · D/2 + 3 · I · D/32).
+//
+// `dsv4_bench_moe --profile T` runs a few calls at T tokens only (for a profiler's per-kernel view).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "backend/cuda/common/buffer.h"
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/kernels/moe/moe.h"
+
+namespace {
+
+using namespace dsv4;
+using namespace dsv4::cuda;
+
+constexpr int64_t kD = 4096, kI = 2048, kE = 256, kK = 6, kLayers = 2, kRoutings = 32;
+constexpr int kBatch = 16, kBatches = 15, kWarm = 3;
+
+#define CHECK(expr)                                                                              \
+    do {                                                                                         \
+        ::dsv4::Status s_ = (expr);                                                              \
+        if (!s_.is_ok()) {                                                                       \
+            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.to_string().c_str());     \
+            std::exit(1);                                                                        \
+        }                                                                                        \
+    } while (0)
+#define CHECK_CUDA(call) CHECK(::dsv4::cuda::cuda_status((call), #call))
+#define CHECK_BLAS(call)                                                                         \
+    do {                                                                                         \
+        const cublasStatus_t b_ = (call);                                                        \
+        if (b_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #call, int(b_)); \
+            std::exit(1);                                                                        \
+        }                                                                                        \
+    } while (0)
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+// Random bytes; for scales (is_scale) UE8M0 exponents in [118, 126] (2^-9 .. 2^-1).
+__global__ void fill_random(uint8_t* p, size_t n, uint64_t seed, bool is_scale) {
+    for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; i < n; i += size_t(gridDim.x) * blockDim.x * 8) {
+        const uint64_t r = mix64(seed + i);
+        for (int j = 0; j < 8 && i + j < n; ++j) {
+            const uint8_t b = uint8_t(r >> (8 * j));
+            p[i + j] = is_scale ? uint8_t(118 + b % 9) : b;
+        }
+    }
+}
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        p[i] = __float2bfloat16(float(int(mix64(seed + i) & 0xffff) - 32768) / 16384.0f);
+}
+// Baseline dequantisation: MXFP4 [rows, cols] -> bf16 [rows, cols], 8 values (4 bytes) per thread.
+__global__ void dequant_mxfp4_bf16(const uint8_t* w, const uint8_t* s, __nv_bfloat16* out, size_t n8, int cols) {
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n8; i += size_t(gridDim.x) * blockDim.x) {
+        const uint32_t q = reinterpret_cast<const uint32_t*>(w)[i];
+        const size_t e0 = i * 8;
+        const float sc = __uint_as_float(uint32_t(s[e0 / 32]) << 23);
+        __align__(16) __nv_bfloat16 v[8];
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t c = (q >> (4 * j)) & 0xf, m = c & 7;
+            const float mag = m < 2 ? 0.5f * float(m) : __uint_as_float((((m >> 1) + 126u) << 23) | ((m & 1u) << 22));
+            v[j] = __float2bfloat16((c & 8 ? -mag : mag) * sc);
+        }
+        *reinterpret_cast<uint4*>(out + e0) = *reinterpret_cast<const uint4*>(v);
+        (void)cols;
+    }
+}
+
+struct Routing {
+    std::vector<int32_t> idx;
+    std::vector<float> w;
+    std::vector<int> distinct;  // expert ids, ascending
+    std::vector<int> count;     // tokens per distinct expert
+    DeviceBuffer d_idx, d_w;
+};
+
+Routing make_routing(std::mt19937_64& rng, int64_t T) {
+    Routing r;
+    std::vector<int32_t> all(kE);
+    std::iota(all.begin(), all.end(), 0);
+    std::uniform_real_distribution<float> u(0.5f, 2.0f);
+    std::vector<int> cnt(kE, 0);
+    for (int64_t t = 0; t < T; ++t) {
+        std::shuffle(all.begin(), all.end(), rng);
+        float sum = 0;
+        for (int64_t j = 0; j < kK; ++j) {
+            r.idx.push_back(all[size_t(j)]);
+            ++cnt[size_t(all[size_t(j)])];
+            r.w.push_back(u(rng));
+            sum += r.w.back();
+        }
+        for (int64_t j = 0; j < kK; ++j) r.w[size_t(t * kK + j)] *= 1.5f / sum;
+    }
+    for (int e = 0; e < kE; ++e)
+        if (cnt[size_t(e)]) r.distinct.push_back(e), r.count.push_back(cnt[size_t(e)]);
+    auto a = DeviceBuffer::allocate(r.idx.size() * 4, "routing");
+    CHECK(a.status());
+    r.d_idx = std::move(*a);
+    CHECK(r.d_idx.upload(r.idx.data(), r.idx.size() * 4));
+    auto b = DeviceBuffer::allocate(r.w.size() * 4, "routing weights");
+    CHECK(b.status());
+    r.d_w = std::move(*b);
+    CHECK(r.d_w.upload(r.w.data(), r.w.size() * 4));
+    return r;
+}
+
+constexpr size_t kW13Bytes = size_t(kI) * kD / 2, kW13Scale = size_t(kI) * kD / 32;
+constexpr size_t kW2Bytes = size_t(kD) * kI / 2, kW2Scale = size_t(kD) * kI / 32;
+constexpr size_t kExpertBytes = 2 * (kW13Bytes + kW13Scale) + kW2Bytes + kW2Scale;
+
+template <typename F>
+float median_ms_per_call(cudaStream_t s, F&& call) {
+    auto timer = EventTimer::create();
+    CHECK(timer.status());
+    for (int i = 0; i < kWarm; ++i) call(i);
+    std::vector<float> v;
+    int n = 0;
+    for (int b = 0; b < kBatches; ++b) {
+        CHECK(timer->start(s));
+        for (int i = 0; i < kBatch; ++i) call(n++);
+        CHECK(timer->stop(s));
+        auto ms = timer->elapsed_ms();
+        CHECK(ms.status());
+        v.push_back(*ms / kBatch);
+    }
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int64_t profile_T = 0;
+    if (argc == 3 && std::strcmp(argv[1], "--profile") == 0) profile_T = std::atoll(argv[2]);
+    cudaDeviceProp prop{};
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    auto stream = Stream::create();
+    CHECK(stream.status());
+    cudaStream_t s = stream->handle();
+
+    // weights: kLayers × kE experts in one allocation
+    const size_t total = size_t(kLayers) * kE * kExpertBytes;
+    auto wbuf = DeviceBuffer::allocate(total, "expert weights");
+    CHECK(wbuf.status());
+    uint8_t* base = wbuf->as<uint8_t>();
+    std::vector<Mxfp4ExpertPtrs> table(size_t(kLayers * kE));
+    for (int64_t l = 0; l < kLayers; ++l) {
+        for (int64_t e = 0; e < kE; ++e) {
+            uint8_t* p = base + size_t(l * kE + e) * kExpertBytes;
+            Mxfp4ExpertPtrs& x = table[size_t(l * kE + e)];
+            x.w1 = p, x.w3 = p + kW13Bytes, x.w2 = p + 2 * kW13Bytes;
+            x.w1s = p + 2 * kW13Bytes + kW2Bytes, x.w3s = x.w1s + kW13Scale, x.w2s = x.w3s + kW13Scale;
+            fill_random<<<1024, 256, 0, s>>>(p, 2 * kW13Bytes + kW2Bytes, uint64_t(l * kE + e) << 40, false);
+            fill_random<<<256, 256, 0, s>>>(p + 2 * kW13Bytes + kW2Bytes, 2 * kW13Scale + kW2Scale,
+                                            (uint64_t(l * kE + e) << 40) ^ 0x5555, true);
+        }
+    }
+    CHECK(launch_status("fill_random"));
+    auto dtable = DeviceBuffer::allocate(table.size() * sizeof(Mxfp4ExpertPtrs), "expert table");
+    CHECK(dtable.status());
+    CHECK(dtable->upload(table.data(), table.size() * sizeof(Mxfp4ExpertPtrs)));
+    const auto* layer_table = dtable->as<Mxfp4ExpertPtrs>();
+    std::printf("expert weights: %.2f GB (%lld layers x %lld experts x %.2f MB)\n", double(total) / 1e9,
+                (long long)kLayers, (long long)kE, double(kExpertBytes) / 1e6);
+
+    // copy bandwidth
+    const size_t copy_bytes = size_t(1) << 30;
+    auto c0 = DeviceBuffer::allocate(copy_bytes, "copy src");
+    auto c1 = DeviceBuffer::allocate(copy_bytes, "copy dst");
+    CHECK(c0.status());
+    CHECK(c1.status());
+    const float copy_ms = median_ms_per_call(s, [&](int) {
+        CHECK_CUDA(cudaMemcpyAsync(c1->data(), c0->data(), copy_bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    const double copy_tbs = 2.0 * double(copy_bytes) / (copy_ms * 1e-3) / 1e12;
+    std::printf("copy D2D 1 GiB: %.3f ms = %.2f TB/s (read + write)\n", copy_ms, copy_tbs);
+
+    cublasHandle_t blas;
+    CHECK_BLAS(cublasCreate(&blas));
+    CHECK_BLAS(cublasSetStream(blas, s));
+    auto deq = DeviceBuffer::allocate(size_t(3) * kI * kD * 2, "baseline bf16 expert");
+    auto hbuf = DeviceBuffer::allocate(size_t(256) * 2 * kI * 2, "baseline hidden");
+    auto obuf = DeviceBuffer::allocate(size_t(256) * kD * 2, "baseline out");
+    CHECK(deq.status());
+    CHECK(hbuf.status());
+    CHECK(obuf.status());
+
+    std::mt19937_64 rng(20261130);
+    std::vector<int64_t> token_counts = {1, 4, 16, 64, 256};
+    if (profile_T) token_counts = {profile_T};
+    std::printf("\n| T | experts | MB touched | MegaMoE us | TB/s | %% copy | baseline us | baseline TB/s | speedup |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int64_t T : token_counts) {
+        std::vector<Routing> routings;
+        for (int i = 0; i < kRoutings; ++i) routings.push_back(make_routing(rng, T));
+        auto x = DeviceBuffer::allocate(size_t(T) * kD * 2, "x");
+        auto shared = DeviceBuffer::allocate(size_t(T) * kD * 2, "shared");
+        auto y = DeviceBuffer::allocate(size_t(T) * kD * 2, "y");
+        CHECK(x.status());
+        CHECK(shared.status());
+        CHECK(y.status());
+        fill_bf16<<<64, 256, 0, s>>>(x->as<__nv_bfloat16>(), size_t(T) * kD, 7);
+        fill_bf16<<<64, 256, 0, s>>>(shared->as<__nv_bfloat16>(), size_t(T) * kD, 9);
+        const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, kK, kE, kD, kI);
+        auto ws = DeviceBuffer::allocate(ws_bytes, "workspace");
+        CHECK(ws.status());
+        auto args_for = [&](int i) {
+            const Routing& r = routings[size_t(i % kRoutings)];
+            MoeDecodeArgs a;
+            a.x = x->data();
+            a.idx = r.d_idx.as<int32_t>();
+            a.route_w = r.d_w.as<float>();
+            a.experts = layer_table + (i % kLayers) * kE;
+            a.shared = shared->data();
+            a.y = y->data();
+            a.tokens = T, a.k = kK, a.n_experts = kE, a.dim = kD, a.inter = kI;
+            a.workspace = ws->data();
+            a.workspace_bytes = ws_bytes;
+            return a;
+        };
+        if (profile_T) {
+            for (int i = 0; i < 8; ++i) CHECK(sm90_mxfp4_moe_decode(args_for(i), s));
+            CHECK(stream->synchronize());
+            std::printf("profile run at T %lld done\n", (long long)T);
+            return 0;
+        }
+        const float moe_ms = median_ms_per_call(s, [&](int i) { CHECK(sm90_mxfp4_moe_decode(args_for(i), s)); });
+        CHECK(stream->synchronize());
+        // baseline: per distinct expert, dequantise w1, w3, w2 to bf16 and run two cuBLAS GEMMs
+        const float one = 1.0f, zero = 0.0f;
+        const float base_ms = median_ms_per_call(s, [&](int i) {
+            const Routing& r = routings[size_t(i % kRoutings)];
+            const Mxfp4ExpertPtrs* tab = table.data() + (i % kLayers) * kE;
+            __nv_bfloat16* d = deq->as<__nv_bfloat16>();
+            for (size_t j = 0; j < r.distinct.size(); ++j) {
+                const Mxfp4ExpertPtrs& e = tab[r.distinct[j]];
+                const int n = r.count[j];
+                dequant_mxfp4_bf16<<<528, 256, 0, s>>>(e.w1, e.w1s, d, size_t(kI) * kD / 8, int(kD));
+                dequant_mxfp4_bf16<<<528, 256, 0, s>>>(e.w3, e.w3s, d + size_t(kI) * kD, size_t(kI) * kD / 8,
+                                                       int(kD));
+                dequant_mxfp4_bf16<<<528, 256, 0, s>>>(e.w2, e.w2s, d + 2 * size_t(kI) * kD, size_t(kI) * kD / 8,
+                                                       int(kI));
+                CHECK_BLAS(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(2 * kI), n, int(kD), &one, d,
+                                        CUDA_R_16BF, int(kD), x->data(), CUDA_R_16BF, int(kD), &zero, hbuf->data(),
+                                        CUDA_R_16BF, int(2 * kI), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                CHECK_BLAS(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(kD), n, int(kI), &one,
+                                        d + 2 * size_t(kI) * kD, CUDA_R_16BF, int(kI), hbuf->data(), CUDA_R_16BF,
+                                        int(2 * kI), &zero, obuf->data(), CUDA_R_16BF, int(kD), CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+            }
+        });
+        CHECK(stream->synchronize());
+        double experts = 0;
+        for (const auto& r : routings) experts += double(r.distinct.size());
+        experts /= kRoutings;
+        const double bytes = experts * double(kExpertBytes);
+        const double tbs = bytes / (moe_ms * 1e-3) / 1e12, base_tbs = bytes / (base_ms * 1e-3) / 1e12;
+        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1fx |\n", (long long)T, experts,
+                    bytes / 1e6, moe_ms * 1e3, tbs, 100.0 * tbs / copy_tbs, base_ms * 1e3, base_tbs,
+                    base_ms / moe_ms);
+    }
+    CHECK_BLAS(cublasDestroy(blas));
+    return 0;
+}

@@ -1,0 +1,293 @@
+// Kernels and launcher of sm90_mxfp4_moe_decode (moe.cuh describes the three launches and the inner loop).
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/kernels/moe/moe.cuh"
+#include "backend/cuda/kernels/moe/moe.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using Cfg = MoeDecodeConfig;
+
+// Exclusive block-wide scan of 4 values per thread (256 threads, 1024 entries). Returns the total.
+__device__ int block_scan4(int (&v)[4], int* warp_sums) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int x = v[i];
+        v[i] = s;
+        s += x;
+    }
+    int incl = s;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int o = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += o;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    int base = 0, total = 0;
+    for (int w = 0; w < Cfg::kPrepThreads / 32; ++w) {
+        if (w < warp) base += warp_sums[w];
+        total += warp_sums[w];
+    }
+    base += incl - s;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] += base;
+    __syncthreads();
+    return total;
+}
+
+// Launch 1. Blocks 0..T-1: act_quant of token b's row of x into pair order. Block T: grouping + counters.
+__global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(MoeKernelParams p) {
+    const int tid = threadIdx.x;
+    if (int(blockIdx.x) < p.T) {
+        const int tok = blockIdx.x, nblk = p.D / 32;
+        for (int base = 0; base < nblk; base += Cfg::kPrepThreads) {
+            const int blk = base + tid;
+            const bool active = blk < nblk;
+            float v[32];
+            const __nv_bfloat16* src = p.x + size_t(tok) * p.D + size_t(active ? blk : 0) * 32;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float f[8];
+                load8(src + 8 * i, f);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[8 * i + j] = f[j];
+            }
+            const float s = quant_block128_to_f16(v, p.xq + size_t(tok) * p.D + size_t(blk) * 32, active);
+            if (active && (blk & 3) == 0) p.xs[size_t(tok) * (p.D / 128) + blk / 4] = s;
+        }
+        return;
+    }
+    __shared__ int cnt[Cfg::kMaxExperts], off[Cfg::kMaxExperts], warp_sums[Cfg::kPrepThreads / 32];
+    const int picks = p.T * p.K;
+    for (int e = tid; e < Cfg::kMaxExperts; e += Cfg::kPrepThreads) cnt[e] = 0;
+    __syncthreads();
+    for (int i = tid; i < picks; i += Cfg::kPrepThreads) {
+        const int e = p.idx[i];
+        if (e >= 0 && e < p.E) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    int c[4], f[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        c[i] = cnt[4 * tid + i];
+        f[i] = c[i] > 0;
+    }
+    block_scan4(c, warp_sums);
+    const int n_active = block_scan4(f, warp_sums);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int e = 4 * tid + i;
+        off[e] = c[i];
+        if (e < p.E && cnt[e] > 0) {
+            p.active_expert[f[i]] = e;
+            p.active_start[f[i]] = c[i];
+            p.active_count[f[i]] = cnt[e];
+        }
+    }
+    if (tid == 0) *p.n_active = n_active;
+    __syncthreads();
+    for (int i = tid; i < picks; i += Cfg::kPrepThreads) {
+        const int e = p.idx[i];
+        if (e >= 0 && e < p.E) p.list[atomicAdd(&off[e], 1)] = i;  // order inside an expert does not matter
+    }
+    for (int t = tid; t < p.T; t += Cfg::kPrepThreads) {
+        int o[Cfg::kMaxK];
+        for (int j = 0; j < p.K; ++j) {
+            int k = j;
+            const int e = p.idx[t * p.K + j];
+            for (; k > 0 && p.idx[o[k - 1]] > e; --k) o[k] = o[k - 1];
+            o[k] = t * p.K + j;
+        }
+        for (int j = 0; j < p.K; ++j) p.order[t * p.K + j] = o[j];
+    }
+    for (int i = tid; i < p.slots * (p.I / 128); i += Cfg::kPrepThreads) p.cnt_up[i] = 0;
+    for (int i = tid; i < p.D / Cfg::kDownRows; i += Cfg::kPrepThreads) p.cnt_down[i] = 0;
+}
+
+// Launch 2: block (16 rows of I, active slot).
+__global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
+    constexpr int RT = Cfg::kUpRT, KS = Cfg::kUpKS;
+    __shared__ __align__(16) float red[KS * RT * 2 * 128];
+    __shared__ int last;
+    const int slot = blockIdx.y;
+    if (slot >= *p.n_active) return;
+    const int e = p.active_expert[slot], start = p.active_start[slot], count = p.active_count[slot];
+    const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[e];
+    const uint8_t* const w[2] = {ex.w1, ex.w3};
+    const uint8_t* const ws[2] = {ex.w1s, ex.w3s};
+    const int row0 = blockIdx.x * Cfg::kUpRows;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    for (int tt = 0; tt < count; tt += Cfg::kTokTile) {
+        const int ntile = min(Cfg::kTokTile, count - tt);
+        int act_row[Cfg::kTokTile];
+#pragma unroll
+        for (int c = 0; c < Cfg::kTokTile; ++c) act_row[c] = c < ntile ? p.list[start + tt + c] / p.K : 0;
+        float y[2][4];
+        expert_rows_gemm<2, RT, KS>(w, ws, p.D, row0, p.xq, p.xs, act_row, ntile, red, y);
+        if (warp / RT != 0) continue;
+        const int rt = warp % RT;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int col = 2 * t + (i & 1), row = row0 + 16 * rt + g + 8 * (i >> 1);
+            if (col >= ntile) continue;
+            // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight; bf16
+            float u1 = round_bf16(y[0][i]), u3 = round_bf16(y[1][i]);
+            if (p.limit > 0.0f) {
+                u1 = fminf(u1, p.limit);
+                u3 = fminf(fmaxf(u3, -p.limit), p.limit);
+            }
+            const float a = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
+            const int pick = p.list[start + tt + col];
+            p.h[size_t(start + tt + col) * p.I + row] = __float2bfloat16_rn(__fmul_rn(p.route_w[pick], a));
+        }
+    }
+    // The last of the 128/16 blocks of this 128-row block of I quantises it for the down GEMM.
+    __threadfence();
+    __syncthreads();
+    constexpr int kBlocksPer128 = 128 / Cfg::kUpRows;
+    const int qb = row0 / 128;
+    if (threadIdx.x == 0) last = atomicAdd(&p.cnt_up[slot * (p.I / 128) + qb], 1) == kBlocksPer128 - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // quad (4 lanes) per token: lane t holds elements 32t..32t+31 of the 128-block
+    const int quads = blockDim.x / 4;
+    for (int base = 0; base < count; base += quads) {
+        const int j = base + int(threadIdx.x) / 4;
+        const bool active = j < count;
+        const size_t pos = size_t(start + (active ? j : 0));
+        float v[32];
+        const __nv_bfloat16* src = p.h + pos * p.I + qb * 128 + t * 32;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint4 u = __ldcg(reinterpret_cast<const uint4*>(src) + i);  // written by other blocks: L2
+            const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                v[8 * i + 2 * k] = __uint_as_float(wd[k] << 16);
+                v[8 * i + 2 * k + 1] = __uint_as_float(wd[k] & 0xffff0000u);
+            }
+        }
+        const float s = quant_block128_to_f16(v, p.hq + pos * p.I + qb * 128 + t * 32, active);
+        if (active && t == 0) p.hs[pos * (p.I / 128) + qb] = s;
+    }
+}
+
+// Launch 3: block (32 rows of D, active slot); the last block of a row range combines all tokens.
+__global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
+    constexpr int RT = Cfg::kDownRT, KS = Cfg::kDownKS;
+    __shared__ __align__(16) float red[KS * RT * 128];
+    __shared__ int last;
+    const int slot = blockIdx.y, n_active = *p.n_active;
+    if (slot >= n_active) return;
+    const int e = p.active_expert[slot], start = p.active_start[slot], count = p.active_count[slot];
+    const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[e];
+    const uint8_t* const w[1] = {ex.w2};
+    const uint8_t* const ws[1] = {ex.w2s};
+    const int row0 = blockIdx.x * Cfg::kDownRows;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    for (int tt = 0; tt < count; tt += Cfg::kTokTile) {
+        const int ntile = min(Cfg::kTokTile, count - tt);
+        int act_row[Cfg::kTokTile];
+#pragma unroll
+        for (int c = 0; c < Cfg::kTokTile; ++c) act_row[c] = start + tt + (c < ntile ? c : 0);
+        float y[1][4];
+        expert_rows_gemm<1, RT, KS>(w, ws, p.I, row0, p.hq, p.hs, act_row, ntile, red, y);
+        if (warp / RT != 0) continue;
+        const int rt = warp % RT;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int col = 2 * t + (i & 1), row = row0 + 16 * rt + g + 8 * (i >> 1);
+            if (col >= ntile) continue;
+            const int pick = p.list[start + tt + col];
+            p.yp[size_t(pick) * p.D + row] = round_bf16(y[0][i]);  // the expert's bf16 output
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&p.cnt_down[blockIdx.x], 1) == n_active - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // out[t, d] = bf16( Σ picks in ascending expert order (f32) + shared ), as backend::cpu::moe_sum
+    const int n = p.T * Cfg::kDownRows;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int tok = i / Cfg::kDownRows, d = row0 + i % Cfg::kDownRows;
+        float acc = 0.0f;
+        for (int j = 0; j < p.K; ++j) acc = __fadd_rn(acc, __ldcg(p.yp + size_t(p.order[tok * p.K + j]) * p.D + d));
+        if (p.shared) acc = __fadd_rn(acc, __bfloat162float(p.shared[size_t(tok) * p.D + d]));
+        p.y[size_t(tok) * p.D + d] = __float2bfloat16_rn(acc);
+    }
+}
+
+}  // namespace
+
+size_t sm90_mxfp4_moe_decode_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
+                                             int64_t inter) {
+    if (tokens <= 0 || k <= 0 || n_experts <= 0 || dim <= 0 || inter <= 0) return 0;
+    return MoeWorkspace::make(tokens, k, n_experts, dim, inter).total;
+}
+
+Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_mxfp4_moe_decode";
+    if (!a.x || !a.idx || !a.route_w || !a.experts || !a.y || !a.workspace)
+        return invalid_argument(op + ": null pointer (x, idx, route_w, experts, y and workspace are required)");
+    if (a.tokens < 1 || a.tokens > Cfg::kMaxTokens)
+        return invalid_argument(op + ": tokens " + std::to_string(a.tokens) + " outside 1.." +
+                                std::to_string(Cfg::kMaxTokens) + " (the decode kernel; prefill is a separate path)");
+    if (a.k < 1 || a.k > Cfg::kMaxK || a.n_experts < a.k || a.n_experts > Cfg::kMaxExperts)
+        return invalid_argument(op + ": need 1 <= K <= 16 and K <= E <= 1024, got K " + std::to_string(a.k) +
+                                ", E " + std::to_string(a.n_experts));
+    if (a.dim % 512 != 0 || a.inter % 512 != 0 || a.dim <= 0 || a.inter <= 0 || a.dim > (1 << 20) ||
+        a.inter > (1 << 20))
+        return invalid_argument(op + ": D " + std::to_string(a.dim) + " and I " + std::to_string(a.inter) +
+                                " must be positive multiples of 512");
+    const MoeWorkspace wl = MoeWorkspace::make(a.tokens, a.k, a.n_experts, a.dim, a.inter);
+    if (a.workspace_bytes < wl.total || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
+        return invalid_argument(op + ": workspace must be 256-byte aligned and hold " + std::to_string(wl.total) +
+                                " bytes, got " + std::to_string(a.workspace_bytes));
+    if (reinterpret_cast<uintptr_t>(a.x) & 15)
+        return invalid_argument(op + ": x must be 16-byte aligned");
+    char* ws = static_cast<char*>(a.workspace);
+    MoeKernelParams p{};
+    p.x = static_cast<const __nv_bfloat16*>(a.x);
+    p.idx = a.idx;
+    p.route_w = a.route_w;
+    p.experts = a.experts;
+    p.shared = static_cast<const __nv_bfloat16*>(a.shared);
+    p.y = static_cast<__nv_bfloat16*>(a.y);
+    p.T = int(a.tokens), p.K = int(a.k), p.E = int(a.n_experts), p.D = int(a.dim), p.I = int(a.inter);
+    p.slots = int(std::min<int64_t>(a.tokens * a.k, a.n_experts));
+    p.limit = a.limit;
+    p.n_active = reinterpret_cast<int*>(ws + wl.n_active);
+    p.active_expert = reinterpret_cast<int*>(ws + wl.active_expert);
+    p.active_start = reinterpret_cast<int*>(ws + wl.active_start);
+    p.active_count = reinterpret_cast<int*>(ws + wl.active_count);
+    p.list = reinterpret_cast<int*>(ws + wl.list);
+    p.order = reinterpret_cast<int*>(ws + wl.order);
+    p.cnt_up = reinterpret_cast<int*>(ws + wl.cnt_up);
+    p.cnt_down = reinterpret_cast<int*>(ws + wl.cnt_down);
+    p.xq = reinterpret_cast<__half*>(ws + wl.xq);
+    p.xs = reinterpret_cast<float*>(ws + wl.xs);
+    p.h = reinterpret_cast<__nv_bfloat16*>(ws + wl.h);
+    p.hq = reinterpret_cast<__half*>(ws + wl.hq);
+    p.hs = reinterpret_cast<float*>(ws + wl.hs);
+    p.yp = reinterpret_cast<float*>(ws + wl.yp);
+
+    sm90_moe_prepare_kernel<<<unsigned(p.T + 1), Cfg::kPrepThreads, 0, stream>>>(p);
+    DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_prepare"));
+    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
+    sm90_moe_gate_up_kernel<<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
+    DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
+    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), unsigned(p.slots));
+    sm90_moe_down_kernel<<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, 0, stream>>>(p);
+    return launch_status("sm90_moe_down");
+}
+
+}  // namespace dsv4::cuda

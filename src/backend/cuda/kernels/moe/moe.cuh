@@ -1,0 +1,307 @@
+// sm90_mxfp4_moe_decode: the routed experts of one MoE layer at decode shapes, in three launches.
+//
+//  1. sm90_moe_prepare: one block per token quantises x to e4m3 per 128 channels (UE8M0 scale) and stores the
+//     codes as f16 values in the "pair order" below; one more block groups the T·K picks by expert (counting sort:
+//     per-expert token lists, the ascending list of active experts) and sorts each token's picks by expert id for
+//     the final combine. It also zeroes the arrival counters of launches 2 and 3.
+//  2. sm90_moe_gate_up: block (row tile of 16 rows of I, active expert slot). Its 8 warps split K = D and stream
+//     the w1 and w3 rows once for all the expert's tokens (8 per MMA); the block reduces the K splits in shared
+//     memory, rounds u1/u3 to bf16, applies clamp, SwiGLU and the routing weight, rounds to bf16 and stores the
+//     hidden row. The last of the 8 blocks covering a 128-row block of I (an arrival counter) quantises those
+//     hidden values to e4m3 per 128 for the down GEMM.
+//  3. sm90_moe_down: block (32 rows of D, active slot): w2 streamed once, the bf16 expert output of each pick
+//     stored as f32; the last block to finish a row range (arrival counter = number of active experts) sums every
+//     token's K picks in ascending expert order in f32, adds the shared expert's output and rounds to bf16.
+//
+// Inner loop (both GEMMs). Weights are the MMA's A (mma.sync m16n8k16, f16 inputs, f32 accumulators), tokens
+// its B. Lane (g, t) = (lane/4, lane%4) loads 16 bytes = one whole 32-element MXFP4 block (4q+t of each
+// 128-element block q) of rows g and g+8 directly into registers (16-byte non-caching loads, no shared-memory
+// staging: at decode shapes every byte is used by exactly one warp). e2m1 -> f16 is two shifts and two masks per
+// pair of values (sign to bit 15, exponent/mantissa to bits 11..9: the f16 value is e2m1 · 2^-14, exact), then one
+// f16 multiply by 2^(e_t - e_max + 14), where e_t is the block's UE8M0 exponent and e_max the largest of the four
+// in the 128-block: the values stay exact (the factor is a power of two and e2m1 · 2^(e_t - e_max) is an f16
+// value down to 23 binades below e_max; real checkpoints span a few). The MMA sums the 128 products exactly in
+// f32, and y += acc · (2^(e_max - 127) · a_scale) reproduces the reference's Σ_32-blocks acc_b · (a_s · w_s_b).
+//
+// Pair order: the K permutation inside each 32-element block is free as long as A and B agree. The conversion
+// yields, from 32-bit word m of the block (nibbles n0..n7 = elements 8m..8m+7), the f16 pairs
+// P(m, r) = (element 8m+3-r, element 8m+7-r), r = 0..3, and MMA j (K step of 16) takes pairs 2j and 2j+1 (pair
+// p = 4m + r). Activations are therefore stored permuted the same way, so a lane's B fragments are four 16-byte
+// loads.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common/numerics.cuh"
+
+namespace dsv4::cuda {
+
+struct MoeDecodeConfig {
+    static constexpr int kPrepThreads = 256;
+    static constexpr int kMaxExperts = 1024;
+    static constexpr int kMaxK = 16;
+    static constexpr int kMaxTokens = 256;
+    static constexpr int kTokTile = 8;      // MMA N
+    static constexpr int kStepK = 256;      // K per load step: 2 blocks of 128
+    // gate/up: 1 row tile x 8 K-splits; down: 2 row tiles x 4 K-splits (both 256 threads)
+    static constexpr int kUpRT = 1, kUpKS = 8;
+    static constexpr int kDownRT = 2, kDownKS = 4;
+    static constexpr int kUpRows = 16 * kUpRT;      // rows of I per gate/up block
+    static constexpr int kDownRows = 16 * kDownRT;  // rows of D per down block
+};
+
+// Workspace layout (byte offsets, each 256-aligned). Shared by the launcher and the benchmark.
+struct MoeWorkspace {
+    size_t n_active, active_expert, active_start, active_count, list, order, cnt_up, cnt_down, xq, xs, h, hq, hs,
+        yp, total;
+    static constexpr size_t align(size_t v) { return (v + 255) / 256 * 256; }
+    static MoeWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
+        MoeWorkspace w{};
+        const int64_t picks = T * K, slots = picks < E ? picks : E;
+        size_t o = 0;
+        auto take = [&](size_t bytes) {
+            const size_t at = o;
+            o = align(o + bytes);
+            return at;
+        };
+        w.n_active = take(4);
+        w.active_expert = take(4 * size_t(E));
+        w.active_start = take(4 * size_t(E));
+        w.active_count = take(4 * size_t(E));
+        w.list = take(4 * size_t(picks));
+        w.order = take(4 * size_t(picks));
+        w.cnt_up = take(4 * size_t(slots) * size_t(I / 128));
+        w.cnt_down = take(4 * size_t(D / MoeDecodeConfig::kDownRows));
+        w.xq = take(2 * size_t(T) * size_t(D));
+        w.xs = take(4 * size_t(T) * size_t(D / 128));
+        w.h = take(2 * size_t(picks) * size_t(I));
+        w.hq = take(2 * size_t(picks) * size_t(I));
+        w.hs = take(4 * size_t(picks) * size_t(I / 128));
+        w.yp = take(4 * size_t(picks) * size_t(D));
+        w.total = o;
+        return w;
+    }
+};
+
+struct MoeKernelParams {
+    const __nv_bfloat16* x;     // [T, D]
+    const int32_t* idx;         // [T, K]
+    const float* route_w;       // [T, K]
+    const void* experts;        // Mxfp4ExpertPtrs [E]
+    const __nv_bfloat16* shared;  // [T, D] or null
+    __nv_bfloat16* y;           // [T, D]
+    int T, K, E, D, I, slots;
+    float limit;
+    int* n_active;              // [1]
+    int* active_expert;         // [slots] expert id of each active slot, ascending
+    int* active_start;          // [slots] first list position
+    int* active_count;          // [slots] picks of the expert
+    int* list;                  // [T*K] pick index t*K+k, grouped by expert
+    int* order;                 // [T*K] each token's pick indices sorted by expert id
+    int* cnt_up;                // [slots, I/128] arrivals per 128-row block of I
+    int* cnt_down;              // [D / kDownRows] arrivals per row range of D
+    __half* xq;                 // [T, D] e4m3 values of x as f16, pair order
+    float* xs;                  // [T, D/128]
+    __nv_bfloat16* h;           // [T*K, I] hidden activations by list position
+    __half* hq;                 // [T*K, I] their e4m3 values as f16, pair order
+    float* hs;                  // [T*K, I/128]
+    float* yp;                  // [T*K, D] bf16-rounded expert outputs by pick index
+};
+
+// ---------------------------------------------------------------------------------------------- numerics helpers
+
+// Position of element e (0..31) of a 32-element block in pair order (see the header comment).
+__device__ __forceinline__ int pair_order_pos(int e) {
+    const int m = e >> 3, w = e & 7;
+    return w < 4 ? 2 * (4 * m + 3 - w) : 2 * (4 * m + 7 - w) + 1;
+}
+
+// Quantises one 128-block held by a quad (lane%4 = t holds elements 32t..32t+31 in v) to e4m3 as the reference's
+// act_quant does, and writes the 32 values (as f16) in pair order to out (16-byte aligned). Returns the f32 scale.
+// Every lane of the warp must call it (quad shuffles).
+__device__ __forceinline__ float quant_block128_to_f16(const float (&v)[32], __half* out, bool active) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const int e = ue8m0_exponent_for(amax, 1e-4f, 448.0f);
+    const float inv = exp2_int(-e);
+    uint32_t words[16];
+#pragma unroll
+    for (int p = 0; p < 16; ++p) {
+        const int m = p >> 2, r = p & 3;
+        const float lo = e4m3_to_f32(f32_to_e4m3(fminf(fmaxf(v[8 * m + 3 - r] * inv, -448.0f), 448.0f)));
+        const float hi = e4m3_to_f32(f32_to_e4m3(fminf(fmaxf(v[8 * m + 7 - r] * inv, -448.0f), 448.0f)));
+        const __half2 h2 = __floats2half2_rn(lo, hi);  // exact: every e4m3 value is an f16 value
+        words[p] = *reinterpret_cast<const uint32_t*>(&h2);
+    }
+    if (active) {
+        uint4* o = reinterpret_cast<uint4*>(out);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[i] = make_uint4(words[4 * i], words[4 * i + 1], words[4 * i + 2], words[4 * i + 3]);
+    }
+    return exp2_int(e);
+}
+
+// f16 pair r (0..3) of a word of 8 e2m1 nibbles: (nibble 3-r, nibble 7-r) as f16 values e2m1 · 2^-14.
+template <int R>
+__device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t w) {
+    const uint32_t x = w << (4 * R);
+    return (x & 0x80008000u) | ((x >> 3) & 0x0E000E00u);
+}
+
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// f16x2 bits of (2^n, 2^n) for n <= 15 (subnormal below -14, zero below -24).
+__device__ __forceinline__ uint32_t pow2_f16x2(int n) {
+    const uint32_t b = n >= -14 ? uint32_t(n + 15) << 10 : (n >= -24 ? 1u << (n + 24) : 0u);
+    return b | (b << 16);
+}
+
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16-byte streaming load of weight bytes (read once per step: no L1 allocation).
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 ld_stream8(const void* p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// One 128-element block (q) of one weight matrix for rows g and g+8 of a warp's 16-row tile, times the token
+// tile: 8 MMAs into a fresh accumulator, then y += acc · (2^(e_max-127) · a_scale) per (row, token).
+__device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
+                                             int t, const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
+    // s_*: the 4 UE8M0 bytes of the row's 32-blocks in this 128-block; lane t owns block t.
+    uint32_t m_lo = __vmaxu4(s_lo, s_lo >> 16), m_hi = __vmaxu4(s_hi, s_hi >> 16);
+    m_lo = __vmaxu4(m_lo, m_lo >> 8) & 0xff;
+    m_hi = __vmaxu4(m_hi, m_hi >> 8) & 0xff;
+    const int e_lo = int((s_lo >> (8 * t)) & 0xff), e_hi = int((s_hi >> (8 * t)) & 0xff);
+    const uint32_t f_lo = pow2_f16x2(e_lo - int(m_lo) + 14), f_hi = pow2_f16x2(e_hi - int(m_hi) + 14);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const uint32_t wl = word_of(w_lo, j >> 1), wh = word_of(w_hi, j >> 1);
+        uint32_t a0, a1, a2, a3;
+        if (j & 1) {
+            a0 = e2m1_pair_f16<2>(wl), a2 = e2m1_pair_f16<3>(wl);
+            a1 = e2m1_pair_f16<2>(wh), a3 = e2m1_pair_f16<3>(wh);
+        } else {
+            a0 = e2m1_pair_f16<0>(wl), a2 = e2m1_pair_f16<1>(wl);
+            a1 = e2m1_pair_f16<0>(wh), a3 = e2m1_pair_f16<1>(wh);
+        }
+        a0 = hmul2_bits(a0, f_lo), a2 = hmul2_bits(a2, f_lo);
+        a1 = hmul2_bits(a1, f_hi), a3 = hmul2_bits(a3, f_hi);
+        const uint4& b = act[j >> 1];
+        const uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
+        mma_f16_16816(acc, a0, a1, a2, a3, b0, b1);
+    }
+    const float s_row_lo = e8m0_to_f32(uint8_t(m_lo)), s_row_hi = e8m0_to_f32(uint8_t(m_hi));
+    // acc · (w_s · a_s): the product of scales is exact (powers of two), so fma == separate multiply and add
+    y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], __fmul_rn(s_row_lo, sa0)));
+    y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], __fmul_rn(s_row_lo, sa1)));
+    y[2] = __fadd_rn(y[2], __fmul_rn(acc[2], __fmul_rn(s_row_hi, sa0)));
+    y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
+}
+
+// The GEMM core shared by both expert GEMMs. The block's warps are RT row tiles x KS K-splits; warp (rt, ks)
+// owns rows row0 + 16·rt + {g, g+8} and the 256-wide K steps ks, ks+KS, ... For one tile of up to 8 tokens
+// (act_row[c] = activation row of token column c, c < ntile) it accumulates y[m][.] = (row g, col 2t),
+// (row g, col 2t+1), (row g+8, col 2t), (row g+8, col 2t+1) for each of the MATS matrices, and reduces the K splits
+// through shared memory `red` (KS·RT·MATS·128 floats) in split order. On return the warps with ks == 0 hold the
+// totals.
+template <int MATS, int RT, int KS>
+__device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS], const uint8_t* const (&ws)[MATS],
+                                                 int K, int row0, const __half* act, const float* act_s,
+                                                 const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile,
+                                                 float* red, float (&y)[MATS][4]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int rt = warp % RT, ks = warp / RT;
+    const int r_lo = row0 + 16 * rt + g, r_hi = r_lo + 8;
+    const size_t row_bytes = size_t(K) / 2, srow_bytes = size_t(K) / 32;
+    const int nsteps = K / MoeDecodeConfig::kStepK, nq = K / 128;
+    const bool tok_b = g < ntile;  // this lane's B column (token g) exists
+    const __half* arow = act + size_t(tok_b ? act_row[g] : 0) * size_t(K);
+    const int c0 = 2 * t, c1 = 2 * t + 1;
+    const float* srow0 = act_s + size_t(c0 < ntile ? act_row[c0] : 0) * size_t(nq);
+    const float* srow1 = act_s + size_t(c1 < ntile ? act_row[c1] : 0) * size_t(nq);
+#pragma unroll
+    for (int m = 0; m < MATS; ++m) y[m][0] = y[m][1] = y[m][2] = y[m][3] = 0.0f;
+    for (int step = ks; step < nsteps; step += KS) {
+        // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
+        uint4 wv[MATS][2][2];
+        uint2 sv[MATS][2];
+#pragma unroll
+        for (int m = 0; m < MATS; ++m) {
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
+                wv[m][0][q] = ld_stream16(w[m] + size_t(r_lo) * row_bytes + off);
+                wv[m][1][q] = ld_stream16(w[m] + size_t(r_hi) * row_bytes + off);
+            }
+            sv[m][0] = ld_stream8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
+            sv[m][1] = ld_stream8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
+        }
+        uint4 av[2][4];
+        float sa[2][2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step * 2 + q) * 128 + t * 32);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? __ldg(ap + i) : make_uint4(0, 0, 0, 0);
+            sa[q][0] = c0 < ntile ? __ldg(srow0 + step * 2 + q) : 0.0f;
+            sa[q][1] = c1 < ntile ? __ldg(srow1 + step * 2 + q) : 0.0f;
+        }
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+#pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+                const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
+                block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
+            }
+        }
+    }
+    if (KS > 1) {
+        // red[(ks · RT + rt) · MATS + m][lane · 4 + i]
+#pragma unroll
+        for (int m = 0; m < MATS; ++m)
+            *reinterpret_cast<float4*>(red + size_t((ks * RT + rt) * MATS + m) * 128 + lane * 4) =
+                make_float4(y[m][0], y[m][1], y[m][2], y[m][3]);
+        __syncthreads();
+        if (ks == 0) {
+#pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+                for (int s = 1; s < KS; ++s) {
+                    const float4 v = *reinterpret_cast<const float4*>(red + size_t((s * RT + rt) * MATS + m) * 128 +
+                                                                      lane * 4);
+                    y[m][0] = __fadd_rn(y[m][0], v.x), y[m][1] = __fadd_rn(y[m][1], v.y);
+                    y[m][2] = __fadd_rn(y[m][2], v.z), y[m][3] = __fadd_rn(y[m][3], v.w);
+                }
+            }
+        }
+        __syncthreads();  // red is reused by the next token tile
+    }
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,48 @@
+// The routed experts of one MoE layer at decode shapes (MODEL_SPEC §5.5, §7.1): W4A8 — activations quantised to
+// e4m3 with per-128 UE8M0 scales, MXFP4 expert weights (e2m1 + UE8M0 per 32) as shipped, f32 accumulation, SwiGLU
+// with clamp, the routing weight multiplied in before w2, and the per-token sum over the K picks in ascending
+// expert index (f32), plus the shared expert's output, rounded once to bf16. The CPU composition it matches is
+// backend::cpu::routed_experts followed by backend::cpu::moe_sum in kReference.
+//
+// Three launches, no host synchronisation (CUDA-graph capturable): group tokens by expert and quantise x; gate/up
+// GEMM + SwiGLU + quantisation of the hidden activations; down GEMM + ordered combine. docs/kernels/moe.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "dsv4/status.h"
+
+namespace dsv4::cuda {
+
+// Device pointers of one routed expert's MXFP4 weights exactly as shipped (16-byte aligned).
+struct Mxfp4ExpertPtrs {
+    const uint8_t* w1 = nullptr;   // gate [I, D/2] packed e2m1 (low nibble = even column)
+    const uint8_t* w1s = nullptr;  // [I, D/32] UE8M0
+    const uint8_t* w3 = nullptr;   // up   [I, D/2]
+    const uint8_t* w3s = nullptr;  // [I, D/32]
+    const uint8_t* w2 = nullptr;   // down [D, I/2]
+    const uint8_t* w2s = nullptr;  // [D, I/32]
+};
+
+struct MoeDecodeArgs {
+    const void* x = nullptr;                // bf16 [T, D]
+    const int32_t* idx = nullptr;           // [T, K] expert ids (router output; distinct within a token)
+    const float* route_w = nullptr;         // [T, K] routing weights (already × routed_scale)
+    const Mxfp4ExpertPtrs* experts = nullptr;  // device array [E]
+    const void* shared = nullptr;           // bf16 [T, D] shared-expert output, or null
+    void* y = nullptr;                      // bf16 [T, D]
+    int64_t tokens = 0, k = 0, n_experts = 0, dim = 0, inter = 0;  // T, K, E, D, I
+    float limit = 10.0f;                    // swiglu_limit; <= 0 disables the clamp
+    void* workspace = nullptr;              // sm90_mxfp4_moe_decode_workspace_bytes() bytes, 256-byte aligned
+    size_t workspace_bytes = 0;
+};
+
+// Scratch the three launches share (token lists, quantised activations, per-pick outputs, counters).
+size_t sm90_mxfp4_moe_decode_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
+                                             int64_t inter);
+// T in 1..256, D % 512 == 0, I % 512 == 0, E <= 1024, K <= 16.
+Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda
