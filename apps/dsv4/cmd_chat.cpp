@@ -2,6 +2,8 @@
 // encoder; when the tokens already in the session are a prefix of the new prompt they are kept and only the rest
 // is fed, otherwise the session is reset and the prompt fed from the start. Commands: /think, /nothink, /reset,
 // /exit (also end of input). Ctrl-C stops the reply being generated.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -9,8 +11,6 @@
 #include <iostream>
 #include <memory>
 #include <string>
-
-#include <unistd.h>
 
 #include "command_registry.h"
 #include "dsv4/chat.h"
@@ -146,7 +146,8 @@ int run_chat(const ChatFlags& f) {
 
     const bool interactive = isatty(fileno(stdin)) != 0;
     if (interactive)
-        std::fprintf(stderr, "dsv4: type a message; /think, /nothink, /reset, /exit (or Ctrl-D); Ctrl-C stops a reply\n");
+        std::fprintf(stderr,
+                     "dsv4: type a message; /think, /nothink, /reset, /exit (or Ctrl-D); Ctrl-C stops a reply\n");
     ChatLoop loop(resolved, m);
     std::string line;
     for (;;) {
@@ -182,8 +183,7 @@ const CommandRegistration kRegistration("chat", [](CLI::App& app, int& exit_code
     auto f = std::make_shared<ChatFlags>();
     add_model_flags(*cmd, f->model);
     add_sampling_flags(*cmd, f->sampling);
-    with_env(cmd->add_option("--system", f->system, "system prompt placed before the conversation"),
-             "DSV4_SYSTEM");
+    with_env(cmd->add_option("--system", f->system, "system prompt placed before the conversation"), "DSV4_SYSTEM");
     cmd->callback([f, &exit_code] { exit_code = run_chat(*f); });
 });
 

@@ -3,9 +3,8 @@
 // stdout as it is generated, and a timings line ends the run on stderr. --json prints one JSON object instead.
 #include <cstdio>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "command_registry.h"
 #include "dsv4/chat.h"

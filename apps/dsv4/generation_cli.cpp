@@ -75,8 +75,9 @@ void add_model_flags(CLI::App& cmd, ModelFlags& f) {
     with_env(cmd.add_option("--precision", f.precision, "numerics: reference (DeepSeek's, default) or f32")
                  ->check(CLI::IsMember({"reference", "f32"})),
              "DSV4_PRECISION");
-    with_env(cmd.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber),
-             "DSV4_THREADS");
+    with_env(
+        cmd.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber),
+        "DSV4_THREADS");
     with_env(cmd.add_option("-c,--ctx-size", f.context,
                             "context in tokens, prompt and reply together (default: min(model limit, 4096))")
                  ->check(CLI::NonNegativeNumber),
@@ -93,24 +94,24 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
     with_env(cmd.add_option("--temp", f.temperature, "temperature (default 1.0; 0 = greedy)")->check(non_negative()),
              "DSV4_TEMP");
     with_env(cmd.add_option("--top-k", f.top_k, "keep the K most likely tokens (default 0 = off)"), "DSV4_TOP_K");
-    with_env(cmd.add_option("--top-p", f.top_p, "nucleus sampling mass (default 1.0 = off)")
-                 ->check(CLI::Range(0.0, 1.0)),
-             "DSV4_TOP_P");
+    with_env(
+        cmd.add_option("--top-p", f.top_p, "nucleus sampling mass (default 1.0 = off)")->check(CLI::Range(0.0, 1.0)),
+        "DSV4_TOP_P");
     with_env(cmd.add_option("--min-p", f.min_p, "drop tokens below P x the top probability (default 0 = off)")
                  ->check(CLI::Range(0.0, 1.0)),
              "DSV4_MIN_P");
-    with_env(cmd.add_option("--repeat-penalty", f.repeat_penalty,
-                            "penalise tokens already generated (default 1.0 = off)")
-                 ->check(CLI::PositiveNumber),
-             "DSV4_REPEAT_PENALTY");
+    with_env(
+        cmd.add_option("--repeat-penalty", f.repeat_penalty, "penalise tokens already generated (default 1.0 = off)")
+            ->check(CLI::PositiveNumber),
+        "DSV4_REPEAT_PENALTY");
     with_env(cmd.add_option("-s,--seed", f.seed, "random seed (default: random, printed in the header line)"),
              "DSV4_SEED");
     with_env(cmd.add_option("--stop", f.stop, "stop string (repeatable); it ends the reply and is not printed"),
              "DSV4_STOP");
     with_env(cmd.add_flag("--ignore-eos", f.ignore_eos, "keep generating after the end-of-sentence token"),
              "DSV4_IGNORE_EOS");
-    auto* think = with_env(cmd.add_flag("--think", f.think, "thinking mode: the reply starts with reasoning"),
-                           "DSV4_THINK");
+    auto* think =
+        with_env(cmd.add_flag("--think", f.think, "thinking mode: the reply starts with reasoning"), "DSV4_THINK");
     auto* no_think = cmd.add_flag("--no-think", f.no_think, "chat mode without reasoning (the default)");
     think->excludes(no_think);
 }
@@ -124,12 +125,14 @@ Result<LoadedModel> load_model(const ModelFlags& f) {
         m.dir = f.model_dir;
         std::error_code ec;
         if (!std::filesystem::is_directory(m.dir, ec))
-            return not_found(m.dir.string() + ": no such model folder (-m expects a folder with config.json, "
-                                              "safetensors files and tokenizer.json)");
+            return not_found(m.dir.string() +
+                             ": no such model folder (-m expects a folder with config.json, "
+                             "safetensors files and tokenizer.json)");
         if (!std::filesystem::exists(m.dir / "tokenizer.json", ec))
-            return not_found(m.dir.string() + ": no tokenizer.json in the model folder; generation needs the "
-                                              "model's tokenizer: copy tokenizer.json from the model's Hugging Face "
-                                              "repository into it");
+            return not_found(m.dir.string() +
+                             ": no tokenizer.json in the model folder; generation needs the "
+                             "model's tokenizer: copy tokenizer.json from the model's Hugging Face "
+                             "repository into it");
     }
     DSV4_ASSIGN_OR_RETURN(m.tokenizer, Tokenizer::from_model_dir(m.dir));
 
@@ -170,8 +173,9 @@ engine::GenerationOptions generation_options(const SamplingFlags& f, const Sessi
 void print_header(const LoadedModel& m, const ModelFlags& f, uint64_t seed) {
     const ModelInfo& info = m.engine->info();
     const unsigned threads = f.threads > 0 ? unsigned(f.threads) : std::max(1u, std::thread::hardware_concurrency());
-    std::fprintf(stderr, "dsv4: model %s%s%s, %lld layers, vocab %lld, %s numerics, %s, %u threads, context %lld, "
-                         "seed %llu\n",
+    std::fprintf(stderr,
+                 "dsv4: model %s%s%s, %lld layers, vocab %lld, %s numerics, %s, %u threads, context %lld, "
+                 "seed %llu\n",
                  m.dir.string().c_str(), m.is_default ? " (" : "",
                  m.is_default ? (std::string(engine::kDefaultModelNotice) + ")").c_str() : "",
                  static_cast<long long>(info.num_layers), static_cast<long long>(info.vocab_size),
@@ -224,8 +228,12 @@ void ReplyPrinter::print(const engine::GenerationStep& step) {
                     close_reasoning();
                     write((at_line_start_ ? "[tool call " : "\n[tool call ") + e.text + " ");
                     break;
-                case chat::ReplyEvent::Kind::kToolCallArgs: write(e.text); break;
-                case chat::ReplyEvent::Kind::kToolCallEnd: write("]\n"); break;
+                case chat::ReplyEvent::Kind::kToolCallArgs:
+                    write(e.text);
+                    break;
+                case chat::ReplyEvent::Kind::kToolCallEnd:
+                    write("]\n");
+                    break;
             }
         }
     }

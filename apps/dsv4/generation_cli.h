@@ -3,14 +3,13 @@
 // timings line.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "dsv4/engine.h"
 #include "dsv4/session.h"

@@ -1,8 +1,8 @@
 #include "progress.h"
 
-#include <cstdio>
-
 #include <unistd.h>
+
+#include <cstdio>
 
 namespace dsv4::cli {
 

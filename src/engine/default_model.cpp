@@ -1,5 +1,7 @@
 #include "engine/default_model.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -7,8 +9,6 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-
-#include <unistd.h>
 
 #include "model/make_model.h"
 
@@ -19,6 +19,7 @@
 #error "DSV4_EMBEDDED_TOKENIZER_PATH (the tokenizer.json to embed) must be defined by the build"
 #endif
 
+// clang-format off
 __asm__(".pushsection .rodata.dsv4_tokenizer_json, \"a\", @progbits\n"
         ".balign 16\n"
         ".globl dsv4_embedded_tokenizer_json_begin\n"
@@ -29,6 +30,7 @@ __asm__(".pushsection .rodata.dsv4_tokenizer_json, \"a\", @progbits\n"
         ".hidden dsv4_embedded_tokenizer_json_end\n"
         "dsv4_embedded_tokenizer_json_end:\n"
         ".popsection\n");
+// clang-format on
 
 extern "C" __attribute__((visibility("hidden"))) const char dsv4_embedded_tokenizer_json_begin[];
 extern "C" __attribute__((visibility("hidden"))) const char dsv4_embedded_tokenizer_json_end[];
@@ -72,8 +74,7 @@ Status create_model(const std::filesystem::path& dir, const DefaultModelProgress
     o.seed = kSeed;
     o.out = dir;
     model::MakeModelProgressFn on_progress;
-    if (progress)
-        on_progress = [&](const model::MakeModelProgress& p) { progress({p.bytes_done, p.bytes_total}); };
+    if (progress) on_progress = [&](const model::MakeModelProgress& p) { progress({p.bytes_done, p.bytes_total}); };
     DSV4_ASSIGN_OR_RETURN(model::MakeModelResult made, model::make_model(o, on_progress));
     (void)made;
     return write_file(dir / "tokenizer.json", embedded_tokenizer_json());
@@ -100,8 +101,9 @@ Result<std::filesystem::path> ensure_default_model(const std::filesystem::path& 
     // The folder only ever appears through the rename below, so if it exists it is complete.
     if (std::filesystem::is_directory(dir, ec)) return dir;
     std::filesystem::create_directories(cache, ec);
-    if (ec) return io_error(cache.string() + ": cannot create the cache folder: " + ec.message() +
-                            " (set DSV4_CACHE_DIR to a writable folder, or pass -m DIR)");
+    if (ec)
+        return io_error(cache.string() + ": cannot create the cache folder: " + ec.message() +
+                        " (set DSV4_CACHE_DIR to a writable folder, or pass -m DIR)");
     const std::filesystem::path tmp = temp_folder(cache);
     Status made = create_model(tmp, progress);
     if (!made) {

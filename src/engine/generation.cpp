@@ -13,11 +13,16 @@ bool valid_utf8(std::string_view s) {
         const auto b = static_cast<unsigned char>(s[i]);
         size_t len = 0;
         uint32_t cp = 0;
-        if (b < 0x80) len = 1, cp = b;
-        else if ((b & 0xE0) == 0xC0) len = 2, cp = b & 0x1F;
-        else if ((b & 0xF0) == 0xE0) len = 3, cp = b & 0x0F;
-        else if ((b & 0xF8) == 0xF0) len = 4, cp = b & 0x07;
-        else return false;
+        if (b < 0x80)
+            len = 1, cp = b;
+        else if ((b & 0xE0) == 0xC0)
+            len = 2, cp = b & 0x1F;
+        else if ((b & 0xF0) == 0xE0)
+            len = 3, cp = b & 0x0F;
+        else if ((b & 0xF8) == 0xF0)
+            len = 4, cp = b & 0x07;
+        else
+            return false;
         if (i + len > s.size()) return false;
         for (size_t k = 1; k < len; ++k) {
             const auto c = static_cast<unsigned char>(s[i + k]);
@@ -39,12 +44,18 @@ double seconds_between(Generation::Clock::time_point a, Generation::Clock::time_
 
 const char* stop_reason_name(StopReason r) {
     switch (r) {
-        case StopReason::kNone: return "none";
-        case StopReason::kEos: return "eos";
-        case StopReason::kStopString: return "stop_string";
-        case StopReason::kMaxTokens: return "max_tokens";
-        case StopReason::kContextFull: return "context_full";
-        case StopReason::kCancelled: return "cancelled";
+        case StopReason::kNone:
+            return "none";
+        case StopReason::kEos:
+            return "eos";
+        case StopReason::kStopString:
+            return "stop_string";
+        case StopReason::kMaxTokens:
+            return "max_tokens";
+        case StopReason::kContextFull:
+            return "context_full";
+        case StopReason::kCancelled:
+            return "cancelled";
     }
     return "none";
 }
@@ -52,11 +63,15 @@ const char* stop_reason_name(StopReason r) {
 const char* openai_finish_reason(StopReason r) {
     switch (r) {
         case StopReason::kEos:
-        case StopReason::kStopString: return "stop";
+        case StopReason::kStopString:
+            return "stop";
         case StopReason::kMaxTokens:
-        case StopReason::kContextFull: return "length";
-        case StopReason::kCancelled: return "cancelled";
-        case StopReason::kNone: break;
+        case StopReason::kContextFull:
+            return "length";
+        case StopReason::kCancelled:
+            return "cancelled";
+        case StopReason::kNone:
+            break;
     }
     return "none";
 }
@@ -69,8 +84,7 @@ double GenerationTimings::generation_tokens_per_second() const {
     return generation_seconds > 0 && generated_tokens > 1 ? double(generated_tokens - 1) / generation_seconds : 0.0;
 }
 
-Generation::Generation(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> prompt,
-                       GenerationOptions o)
+Generation::Generation(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> prompt, GenerationOptions o)
     : options_(std::move(o)),
       prompt_(std::move(prompt)),
       sampler_(vocab_size, options_.sampling),

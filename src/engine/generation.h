@@ -41,30 +41,30 @@ const char* stop_reason_name(StopReason r);      // "eos", "stop_string", "max_t
 const char* openai_finish_reason(StopReason r);  // "stop" (eos, stop string), "length" (limits), "cancelled"
 
 struct GenerationOptions {
-    SamplingParams sampling;            // the penalty history is the generated tokens (OpenAI semantics)
-    int64_t max_tokens = 0;             // tokens to generate at most; <= 0: until the context is full
-    int64_t max_context = 0;            // tokens the model state holds (Session::max_context()); > prompt size
-    int64_t cached_tokens = 0;          // prompt tokens already in the model state (a reused prefix); < prompt size
-    std::vector<std::string> stop;      // stop strings: non-empty, valid UTF-8
-    bool ignore_eos = false;            // keep going after the end-of-sentence token (benchmarks)
-    bool parse_reply = true;            // run the chat reply parser (GenerationStep::events)
-    bool starts_in_reasoning = false;   // the prompt ended with "<think>": the reply starts as reasoning
+    SamplingParams sampling;           // the penalty history is the generated tokens (OpenAI semantics)
+    int64_t max_tokens = 0;            // tokens to generate at most; <= 0: until the context is full
+    int64_t max_context = 0;           // tokens the model state holds (Session::max_context()); > prompt size
+    int64_t cached_tokens = 0;         // prompt tokens already in the model state (a reused prefix); < prompt size
+    std::vector<std::string> stop;     // stop strings: non-empty, valid UTF-8
+    bool ignore_eos = false;           // keep going after the end-of-sentence token (benchmarks)
+    bool parse_reply = true;           // run the chat reply parser (GenerationStep::events)
+    bool starts_in_reasoning = false;  // the prompt ended with "<think>": the reply starts as reasoning
 };
 
 struct GenerationStep {
-    SampleResult sample;                    // token, logprob, top alternatives
-    std::string text;                       // text this token made final (never part of a stop string)
-    std::vector<chat::ReplyEvent> events;   // reasoning / content / tool-call deltas decided by this token
+    SampleResult sample;                   // token, logprob, top alternatives
+    std::string text;                      // text this token made final (never part of a stop string)
+    std::vector<chat::ReplyEvent> events;  // reasoning / content / tool-call deltas decided by this token
     bool finished = false;
     StopReason reason = StopReason::kNone;
 };
 
 struct GenerationTimings {
-    int64_t prompt_tokens = 0;     // prompt tokens fed (a reused prefix is not counted)
-    int64_t cached_tokens = 0;     // prompt tokens reused from the model state
-    int64_t generated_tokens = 0;  // tokens sampled, the end token included
-    double prompt_seconds = 0;     // start -> first token sampled (= time to first token)
-    double generation_seconds = 0; // first token -> last token: the decode steps of tokens 2..n
+    int64_t prompt_tokens = 0;      // prompt tokens fed (a reused prefix is not counted)
+    int64_t cached_tokens = 0;      // prompt tokens reused from the model state
+    int64_t generated_tokens = 0;   // tokens sampled, the end token included
+    double prompt_seconds = 0;      // start -> first token sampled (= time to first token)
+    double generation_seconds = 0;  // first token -> last token: the decode steps of tokens 2..n
     double prompt_tokens_per_second() const;
     double generation_tokens_per_second() const;  // (generated - 1) / generation_seconds
 };
@@ -95,7 +95,7 @@ public:
     const std::vector<int32_t>& generated() const { return generated_; }
     // Tokens in the model state: the prompt fed so far (cached prefix included) and the generated tokens fed.
     int64_t state_tokens() const { return state_tokens_; }
-    const std::string& text() const { return text_; }            // all text emitted so far
+    const std::string& text() const { return text_; }  // all text emitted so far
     const chat::ParsedReply& reply() const { return parser_.reply(); }
     GenerationTimings timings() const;
 
@@ -109,12 +109,12 @@ private:
     std::vector<int32_t> prompt_;
     std::vector<int32_t> generated_;
     int64_t state_tokens_ = 0;
-    int64_t max_new_ = 0;          // generation limit from max_tokens and the context
-    bool last_token_fed_ = true;   // the last sampled token is in the state (or nothing was sampled yet)
+    int64_t max_new_ = 0;         // generation limit from max_tokens and the context
+    bool last_token_fed_ = true;  // the last sampled token is in the state (or nothing was sampled yet)
     Sampler sampler_;
     StreamDecoder decoder_;
     chat::ReplyParser parser_;
-    std::string held_;             // decoded text that may be the start of a stop string
+    std::string held_;  // decoded text that may be the start of a stop string
     std::string text_;
     StopReason reason_ = StopReason::kNone;
     Clock::time_point start_, first_token_, last_token_;

@@ -1,6 +1,8 @@
 // The embedded default model (created atomically in a cache folder, tokenizer carried in the binary) and
 // run_generation over a real Session: chunking does not change what is generated, and the session must hold the
 // generation's cached prefix.
+#include "engine/default_model.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,7 +12,6 @@
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
 #include "dsv4/tokenizer.h"
-#include "engine/default_model.h"
 #include "engine/generation.h"
 #include "testing/testing.h"
 
@@ -96,8 +97,8 @@ TEST_F(DefaultModel, CacheDirFollowsTheEnvironment) {
     if (!saved_xdg.empty()) setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
 }
 
-std::vector<int32_t> generate(Session& session, const Tokenizer& tok, int32_t vocab,
-                              const std::vector<int32_t>& prompt, int64_t chunk) {
+std::vector<int32_t> generate(Session& session, const Tokenizer& tok, int32_t vocab, const std::vector<int32_t>& prompt,
+                              int64_t chunk) {
     session.reset();
     GenerationOptions o;
     o.sampling.temperature = 0.8f;
@@ -109,7 +110,8 @@ std::vector<int32_t> generate(Session& session, const Tokenizer& tok, int32_t vo
     EXPECT_TRUE(g.is_ok()) << g.status().to_string();
     Logits logits;
     int steps = 0;
-    const Status st = run_generation(session, **g, [&](const GenerationStep&) { return ++steps < 100; }, logits, chunk);
+    const Status st = run_generation(
+        session, **g, [&](const GenerationStep&) { return ++steps < 100; }, logits, chunk);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     EXPECT_EQ(steps, 6);
     EXPECT_EQ((*g)->reason(), StopReason::kMaxTokens);
@@ -149,12 +151,13 @@ TEST_F(DefaultModel, RunGenerationCancelsAndChecksTheSessionPosition) {
     Logits logits;
     int steps = 0;
     StopReason last = StopReason::kNone;
-    ASSERT_TRUE(run_generation(**session, **g,
-                               [&](const GenerationStep& s) {
-                                   last = s.reason;
-                                   return ++steps < 3;
-                               },
-                               logits)
+    ASSERT_TRUE(run_generation(
+                    **session, **g,
+                    [&](const GenerationStep& s) {
+                        last = s.reason;
+                        return ++steps < 3;
+                    },
+                    logits)
                     .is_ok());
     EXPECT_EQ((*g)->reason(), StopReason::kCancelled);
     EXPECT_EQ(last, StopReason::kCancelled);
@@ -165,7 +168,9 @@ TEST_F(DefaultModel, RunGenerationCancelsAndChecksTheSessionPosition) {
     auto g2 = Generation::create(**tok, int32_t((*engine)->info().vocab_size), prompt, o);
     ASSERT_TRUE(g2.is_ok());
     (*session)->reset();
-    EXPECT_FALSE(run_generation(**session, **g2, [](const GenerationStep&) { return true; }, logits).is_ok());
+    EXPECT_FALSE(run_generation(
+                     **session, **g2, [](const GenerationStep&) { return true; }, logits)
+                     .is_ok());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The generation state machine with scripted logits (each step puts all mass on the next scripted token), over
 // the real DeepSeek-V4 tokenizer: stop strings (across tokens, across UTF-8 bytes, never emitted), EOS, limits,
 // the pending/fed protocol, seeds, the reasoning/content split and timings.
+#include "engine/generation.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,7 +12,6 @@
 
 #include "dsv4/chat.h"
 #include "dsv4/tokenizer.h"
-#include "engine/generation.h"
 #include "testing/testing.h"
 
 namespace dsv4::engine {
@@ -229,9 +230,9 @@ TEST(Generation, PendingFedProtocol) {
     GenerationStep step;
     ASSERT_EQ(g->pending().size(), kPrompt.size() - 2);
     EXPECT_EQ(g->pending()[0], kPrompt[2]);
-    EXPECT_FALSE(g->next(row, &step).is_ok());  // prompt not fed yet
+    EXPECT_FALSE(g->next(row, &step).is_ok());     // prompt not fed yet
     EXPECT_FALSE(g->fed(kPrompt.size()).is_ok());  // more than pending
-    ASSERT_TRUE(g->fed(1).is_ok());  // any chunking
+    ASSERT_TRUE(g->fed(1).is_ok());                // any chunking
     ASSERT_TRUE(g->fed(g->pending().size()).is_ok());
     EXPECT_TRUE(g->pending().empty());
     ASSERT_TRUE(g->next(row, &step).is_ok());
