@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "command_registry.h"
+#include "core/thread_pool.h"
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
 #include "io/npy.h"
@@ -124,7 +125,7 @@ int run_logits(const LogitsArgs& a) {
     const int64_t shape[2] = {n, vocab};
     Status st = io::write_npy_f32(a.out, logits, shape);
     if (!st) return report_error(st);
-    const unsigned threads = a.threads > 0 ? unsigned(a.threads) : std::thread::hardware_concurrency();
+    const unsigned threads = a.threads > 0 ? unsigned(a.threads) : unsigned(dsv4::default_thread_count());
     std::fprintf(stderr,
                  "dsv4 logits: %lld tokens, chunk %lld, %s/%s, %u threads: %.3f s, %.1f tok/s -> %s [%lld, %lld]\n",
                  static_cast<long long>(n), static_cast<long long>(chunk), engine_precision_name(eo.precision),

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "command_registry.h"
+#include "core/thread_pool.h"
 #include "engine/default_model.h"
 #include "progress.h"
 
@@ -172,7 +173,7 @@ engine::GenerationOptions generation_options(const SamplingFlags& f, const Sessi
 
 void print_header(const LoadedModel& m, const ModelFlags& f, uint64_t seed) {
     const ModelInfo& info = m.engine->info();
-    const unsigned threads = f.threads > 0 ? unsigned(f.threads) : std::max(1u, std::thread::hardware_concurrency());
+    const unsigned threads = f.threads > 0 ? unsigned(f.threads) : unsigned(dsv4::default_thread_count());
     std::fprintf(stderr,
                  "dsv4: model %s%s%s, %lld layers, vocab %lld, %s numerics, %s, %u threads, context %lld, "
                  "seed %llu\n",

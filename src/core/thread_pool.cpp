@@ -2,14 +2,26 @@
 
 #include <algorithm>
 
+#include <sched.h>
+
 namespace dsv4 {
 
 namespace {
 thread_local bool t_inside_pool = false;  // set while a thread runs a chunk: nested calls run inline
 }
 
+int default_thread_count() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 ThreadPool::ThreadPool(int threads) {
-    if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    if (threads <= 0) threads = default_thread_count();
     workers_.reserve(size_t(threads - 1));
     for (int i = 0; i < threads - 1; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }

@@ -13,9 +13,13 @@
 
 namespace dsv4 {
 
+// CPUs this process may run on (its affinity mask, so `taskset` and container CPU sets are respected; falls
+// back to std::thread::hardware_concurrency()). The default thread count everywhere.
+int default_thread_count();
+
 class ThreadPool {
 public:
-    // threads <= 0: std::thread::hardware_concurrency(). A pool of 1 runs everything on the caller.
+    // threads <= 0: default_thread_count(). A pool of 1 runs everything on the caller.
     explicit ThreadPool(int threads = 0);
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
