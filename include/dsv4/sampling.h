@@ -65,6 +65,9 @@ public:
 
     // Restarts the random stream from params.seed (same seed, same logits -> same tokens).
     void reset();
+    // Takes new parameters and restarts the random stream from their seed, keeping every buffer: a sampler reused
+    // across requests allocates nothing. Same effect as constructing a new Sampler(vocab_size, params).
+    void configure(const SamplingParams& params);
     const SamplingParams& params() const { return params_; }
     Rng& rng() { return rng_; }
 

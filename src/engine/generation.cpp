@@ -84,20 +84,42 @@ double GenerationTimings::generation_tokens_per_second() const {
     return generation_seconds > 0 && generated_tokens > 1 ? double(generated_tokens - 1) / generation_seconds : 0.0;
 }
 
-Generation::Generation(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> prompt, GenerationOptions o)
-    : options_(std::move(o)),
-      prompt_(std::move(prompt)),
-      sampler_(vocab_size, options_.sampling),
+Generation::Generation(const Tokenizer& tokenizer, int32_t vocab_size)
+    : sampler_(vocab_size, SamplingParams{}),
       decoder_(tokenizer),
-      parser_(options_.starts_in_reasoning),
+      parser_(false),
       start_(Clock::now()) {}
 
 Result<std::unique_ptr<Generation>> Generation::create(const Tokenizer& tokenizer, int32_t vocab_size,
                                                        std::vector<int32_t> prompt, GenerationOptions options) {
-    if (prompt.empty()) return invalid_argument("the prompt is empty: generation needs at least one prompt token");
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Generation> g, create_reusable(tokenizer, vocab_size));
+    g->prompt_ = std::move(prompt);
+    DSV4_RETURN_IF_ERROR(g->begin(std::move(options)));
+    return g;
+}
+
+Result<std::unique_ptr<Generation>> Generation::create_reusable(const Tokenizer& tokenizer, int32_t vocab_size) {
     if (vocab_size < 1) return invalid_argument("vocabulary size must be positive");
+    const auto eos = tokenizer.token_to_id(chat::kEosToken);
+    if (!eos)
+        return not_found("the tokenizer has no end-of-sentence token '" + std::string(chat::kEosToken) +
+                         "'; is this a DeepSeek-V4 tokenizer.json?");
+    std::unique_ptr<Generation> g(new Generation(tokenizer, vocab_size));
+    g->eos_id_ = *eos;
+    return g;
+}
+
+Status Generation::start(std::span<const int32_t> prompt, GenerationOptions options) {
+    prompt_.assign(prompt.begin(), prompt.end());  // keeps its capacity
+    return begin(std::move(options));
+}
+
+Status Generation::begin(GenerationOptions options) {
+    started_ = false;
+    reason_ = StopReason::kNone;
+    if (prompt_.empty()) return invalid_argument("the prompt is empty: generation needs at least one prompt token");
     DSV4_RETURN_IF_ERROR(validate(options.sampling));
-    const int64_t n = int64_t(prompt.size());
+    const int64_t n = int64_t(prompt_.size());
     if (options.max_context < 1) return invalid_argument("max_context must be positive (the model state's size)");
     if (n >= options.max_context)
         return out_of_range("the prompt has " + std::to_string(n) + " tokens, which leaves no room in a context of " +
@@ -111,17 +133,21 @@ Result<std::unique_ptr<Generation>> Generation::create(const Tokenizer& tokenize
         if (!valid_utf8(options.stop[i]))
             return invalid_argument("stop string " + std::to_string(i) + " is not valid UTF-8");
     }
-    const auto eos = tokenizer.token_to_id(chat::kEosToken);
-    if (!eos)
-        return not_found("the tokenizer has no end-of-sentence token '" + std::string(chat::kEosToken) +
-                         "'; is this a DeepSeek-V4 tokenizer.json?");
-    std::unique_ptr<Generation> g(new Generation(tokenizer, vocab_size, std::move(prompt), std::move(options)));
-    g->eos_id_ = *eos;
-    g->state_tokens_ = g->options_.cached_tokens;
-    const int64_t room = g->options_.max_context - n;
-    g->max_new_ = g->options_.max_tokens > 0 ? std::min(g->options_.max_tokens, room) : room;
-    g->generated_.reserve(size_t(g->max_new_));
-    return g;
+    options_ = std::move(options);
+    sampler_.configure(options_.sampling);
+    decoder_.reset();
+    parser_ = chat::ReplyParser(options_.starts_in_reasoning);
+    held_.clear();
+    text_.clear();
+    generated_.clear();
+    state_tokens_ = options_.cached_tokens;
+    last_token_fed_ = true;
+    const int64_t room = options_.max_context - n;
+    max_new_ = options_.max_tokens > 0 ? std::min(options_.max_tokens, room) : room;
+    generated_.reserve(size_t(max_new_));
+    start_ = first_token_ = last_token_ = Clock::now();
+    started_ = true;
+    return Status::ok();
 }
 
 std::span<const int32_t> Generation::pending() const {
@@ -241,6 +267,11 @@ GenerationTimings Generation::timings() const {
     return t;
 }
 
+std::span<const float> last_logits_row(const Logits& logits) {
+    const size_t vocab = size_t(logits.vocab);
+    return std::span<const float>(logits.values.data() + size_t(logits.rows - 1) * vocab, vocab);
+}
+
 Status run_generation(Session& session, Generation& gen, const std::function<bool(const GenerationStep&)>& on_step,
                       Logits& logits, int64_t chunk) {
     if (session.position() != gen.state_tokens())
@@ -256,9 +287,7 @@ Status run_generation(Session& session, Generation& gen, const std::function<boo
             DSV4_RETURN_IF_ERROR(gen.fed(n));
             continue;
         }
-        const size_t vocab = size_t(logits.vocab);
-        const std::span<const float> row(logits.values.data() + size_t(logits.rows - 1) * vocab, vocab);
-        DSV4_RETURN_IF_ERROR(gen.next(row, &step));
+        DSV4_RETURN_IF_ERROR(gen.next(last_logits_row(logits), &step));
         if (!on_step(step) && !gen.finished()) {
             gen.cancel(&step);
             on_step(step);

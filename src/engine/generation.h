@@ -7,10 +7,11 @@
 //   while (!gen->finished()) {
 //       std::span<const int32_t> in = gen->pending();   // prompt (any chunking), then the last sampled token
 //       session.feed(in, &logits);  gen->fed(in.size());
-//       gen->next(last_row_of(logits), &step);          // step.text / step.events / step.finished
+//       gen->next(last_logits_row(logits), &step);     // step.text / step.events / step.finished
 //   }
 //
-// run_generation() below is that loop over one Session.
+// run_generation() below is that loop over one Session. A scheduler slot keeps one Generation for its lifetime
+// (create_reusable() once, start() per request), so a request allocates no vocabulary-sized buffers.
 #pragma once
 
 #include <chrono>
@@ -77,6 +78,12 @@ public:
     // parameters, invalid stop strings, a tokenizer without an end-of-sentence token. The clock starts here.
     static Result<std::unique_ptr<Generation>> create(const Tokenizer& tokenizer, int32_t vocab_size,
                                                       std::vector<int32_t> prompt, GenerationOptions options);
+    // A Generation to be reused across sequences: the sampler's buffers are sized here, once. It is finished (and
+    // reason() is kNone) until start(). Errors: vocabulary size, a tokenizer without an end-of-sentence token.
+    static Result<std::unique_ptr<Generation>> create_reusable(const Tokenizer& tokenizer, int32_t vocab_size);
+    // Begins a new sequence in place, dropping the previous one (finished or not): the same checks and the same
+    // results as create() with these arguments, without reallocating the sampler. On an error it stays finished.
+    Status start(std::span<const int32_t> prompt, GenerationOptions options);
 
     // Tokens to feed before the next sample: the prompt not yet in the state, then the last sampled token. Empty
     // when next() may be called, and once finished.
@@ -89,7 +96,7 @@ public:
     // Ends the sequence now (StopReason::kCancelled); held text is flushed into `step`.
     void cancel(GenerationStep* step);
 
-    bool finished() const { return reason_ != StopReason::kNone; }
+    bool finished() const { return !started_ || reason_ != StopReason::kNone; }
     StopReason reason() const { return reason_; }
     const std::vector<int32_t>& prompt() const { return prompt_; }
     const std::vector<int32_t>& generated() const { return generated_; }
@@ -100,12 +107,14 @@ public:
     GenerationTimings timings() const;
 
 private:
-    Generation(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> prompt, GenerationOptions o);
+    Generation(const Tokenizer& tokenizer, int32_t vocab_size);
+    Status begin(GenerationOptions options);  // checks `options` against prompt_ and resets the sequence state
     Status accept_text(const std::string& piece, GenerationStep* step);  // stop-string hold-back
     void finish(StopReason reason, GenerationStep* step);
 
     GenerationOptions options_;
     int32_t eos_id_ = -1;
+    bool started_ = false;
     std::vector<int32_t> prompt_;
     std::vector<int32_t> generated_;
     int64_t state_tokens_ = 0;
@@ -119,6 +128,9 @@ private:
     StopReason reason_ = StopReason::kNone;
     Clock::time_point start_, first_token_, last_token_;
 };
+
+// The logits of the last fed token: the last row of `logits` ([rows, vocab] -> [vocab]).
+std::span<const float> last_logits_row(const Logits& logits);
 
 // Runs `gen` to the end on `session` (whose state must hold exactly the generation's cached prefix): feeds the
 // prompt in chunks of at most `chunk` tokens (0: all at once), then one token per step, and hands every step to

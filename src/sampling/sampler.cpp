@@ -75,6 +75,11 @@ Sampler::Sampler(int32_t vocab_size, const SamplingParams& params)
 
 void Sampler::reset() { rng_.reseed(params_.seed); }
 
+void Sampler::configure(const SamplingParams& params) {
+    params_ = params;
+    reset();
+}
+
 void Sampler::apply_penalties(std::span<const int32_t> history) {
     const SamplingParams& p = params_;
     if (p.penalty_last_n == 0 ||
