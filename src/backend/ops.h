@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "dsv4/status.h"
 
@@ -77,9 +79,25 @@ struct WeightView {
 void dequantize_weight_row(const WeightView& w, int64_t r, float* out);
 // Checks a view's shape against what an op expects; the message names `what`.
 Status check_weight(const WeightView& w, int64_t rows, int64_t cols, const char* what);
-// The view of a mapped checkpoint weight (model/weights.h): F32, BF16, FP8 blocks with UE8M0 scales, MXFP4.
-// Other encodings (F32 block scales, NVFP4, F16) are kUnsupported here.
-Result<WeightView> weight_view(const model::WeightRef& w);
+
+// Exact f32 copies of checkpoint weights whose stored encoding no WeightFormat describes (see weight_view). Owned
+// by whoever holds the views (the engine, for the lifetime of its weights). CPU reference only.
+class WeightCopies {
+public:
+    const float* add(std::vector<float> values);
+    size_t count() const { return owned_.size(); }
+
+private:
+    std::vector<std::unique_ptr<std::vector<float>>> owned_;
+};
+
+// THE bridge from a mapped checkpoint weight (model/weights.h) to a WeightView, for every format the weight map
+// accepts. F32, BF16, FP8 blocks with UE8M0 scales on a 128-row boundary, and MXFP4 with UE8M0 scales point into
+// the mapping. The others (F16, NVFP4, FP8 with F32 block scales, an FP8 slice not starting on a 128-row block)
+// are dequantised exactly (model::dequantize_rows) into an F32 copy held by `copies` — so they then run as f32
+// GEMMs, also in reference numerics. Without `copies` (the GPU path, which never copies) they are kUnsupported.
+// Integer tables and absent tensors are errors naming the tensor.
+Result<WeightView> weight_view(const model::WeightRef& w, WeightCopies* copies = nullptr);
 
 // ------------------------------------------------------------------------------------------------ quant primitives
 

@@ -32,7 +32,7 @@ struct Engine::Impl {
     model::ModelConfig config;
     std::unique_ptr<io::Checkpoint> checkpoint;  // the mapping every weight view points into
     model::ModelWeights weights;
-    engine::WeightStore store;
+    backend::WeightCopies weight_copies;  // f32 copies of weights no WeightFormat describes
     engine::ModelViews views;
     std::unique_ptr<ThreadPool> pool;
 };
@@ -59,7 +59,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
     DSV4_ASSIGN_OR_RETURN(impl->config, model::load_config(model_dir));
     DSV4_ASSIGN_OR_RETURN(impl->checkpoint, io::Checkpoint::open(model_dir));
     DSV4_ASSIGN_OR_RETURN(impl->weights, model::map_weights(*impl->checkpoint, impl->config));
-    DSV4_ASSIGN_OR_RETURN(impl->views, engine::make_model_views(impl->weights, impl->config, impl->store));
+    DSV4_ASSIGN_OR_RETURN(impl->views, engine::make_model_views(impl->weights, impl->config, impl->weight_copies));
     impl->pool = std::make_unique<ThreadPool>(options.threads);
 
     ModelInfo& info = impl->info;

@@ -5,79 +5,27 @@
 
 namespace dsv4::engine {
 
-using backend::WeightFormat;
 using model::WeightRef;
-
-const float* WeightStore::add(std::vector<float> values) {
-    owned_.push_back(std::make_unique<std::vector<float>>(std::move(values)));
-    return owned_.back()->data();
-}
+using backend::WeightCopies;
 
 namespace {
 
-// An exact f32 copy of the weight (any format model::dequantize_rows reads).
-WeightView owned_f32(const WeightRef& r, WeightStore& store) {
-    WeightView v;
-    v.format = WeightFormat::kF32;
-    v.rows = r.rows();
-    v.cols = r.cols();
-    std::vector<float> values(size_t(v.rows * v.cols));
-    model::dequantize_rows(r, 0, v.rows, values.data());
-    v.data = store.add(std::move(values));
-    return v;
+// An absent optional weight (e.g. gate.bias of a hash layer) is an empty view.
+Result<WeightView> view_of(const WeightRef& r, WeightCopies& copies) {
+    if (!r.present()) return WeightView{};
+    return backend::weight_view(r, &copies);
 }
 
-Result<WeightView> view_of(const WeightRef& r, WeightStore& store) {
-    WeightView v;
-    if (!r.present()) return v;
-    v.rows = r.rows();
-    v.cols = r.cols();
-    const int64_t off = r.row_offset;
-    switch (r.format) {
-        case model::WeightFormat::kF32:
-            v.format = WeightFormat::kF32;
-            v.data = r.data + off * v.cols * 4;
-            return v;
-        case model::WeightFormat::kBF16:
-            v.format = WeightFormat::kBF16;
-            v.data = r.data + off * v.cols * 2;
-            return v;
-        case model::WeightFormat::kFP8Block128:
-            if (r.scale_dtype == DType::kF8E8M0 && off % 128 == 0) {
-                v.format = WeightFormat::kFP8Block;
-                v.data = r.data + off * v.cols;
-                const int64_t scale_cols = (v.cols + 127) / 128;
-                v.scale = r.scale + (off / 128) * scale_cols;
-                return v;
-            }
-            return owned_f32(r, store);
-        case model::WeightFormat::kMXFP4:
-            if (r.scale_dtype == DType::kF8E8M0) {
-                v.format = WeightFormat::kMXFP4;
-                v.data = r.data + off * (v.cols / 2);
-                v.scale = r.scale + off * (v.cols / 32);
-                return v;
-            }
-            return owned_f32(r, store);
-        case model::WeightFormat::kF16:
-        case model::WeightFormat::kNVFP4:
-            return owned_f32(r, store);
-        default:
-            return unsupported("weight '" + r.name + "' has format " + model::weight_format_name(r.format) +
-                               ", which no matrix op reads");
-    }
-}
+#define DSV4_VIEW(dst, ref) DSV4_ASSIGN_OR_RETURN(dst, view_of(ref, copies))
 
-#define DSV4_VIEW(dst, ref) DSV4_ASSIGN_OR_RETURN(dst, view_of(ref, store))
-
-Status hc_views(const model::HyperConnWeights& w, HcViews* v, WeightStore& store) {
+Status hc_views(const model::HyperConnWeights& w, HcViews* v, WeightCopies& copies) {
     DSV4_VIEW(v->fn, w.fn);
     DSV4_VIEW(v->base, w.base);
     DSV4_VIEW(v->scale, w.scale);
     return Status::ok();
 }
 
-Status compressor_views(const model::CompressorWeights& w, CompressorViews* v, WeightStore& store) {
+Status compressor_views(const model::CompressorWeights& w, CompressorViews* v, WeightCopies& copies) {
     DSV4_VIEW(v->wkv, w.wkv);
     DSV4_VIEW(v->wgate, w.wgate);
     DSV4_VIEW(v->ape, w.ape);
@@ -85,22 +33,22 @@ Status compressor_views(const model::CompressorWeights& w, CompressorViews* v, W
     return Status::ok();
 }
 
-Status expert_views(const model::ExpertWeights& w, backend::ExpertWeights* v, WeightStore& store) {
+Status expert_views(const model::ExpertWeights& w, backend::ExpertWeights* v, WeightCopies& copies) {
     DSV4_VIEW(v->w1, w.w1);
     DSV4_VIEW(v->w2, w.w2);
     DSV4_VIEW(v->w3, w.w3);
     return Status::ok();
 }
 
-Status layer_views(const model::LayerWeights& w, const model::ModelConfig& cfg, LayerViews* v, WeightStore& store) {
+Status layer_views(const model::LayerWeights& w, const model::ModelConfig& cfg, LayerViews* v, WeightCopies& copies) {
     v->index = w.index;
     v->attn_kind = w.attn_kind;
     v->hash_routed = w.route_kind == model::RouteKind::kHash;
     v->ratio = w.compress_ratio;
     DSV4_VIEW(v->attn_norm, w.attn_norm);
     DSV4_VIEW(v->ffn_norm, w.ffn_norm);
-    DSV4_RETURN_IF_ERROR(hc_views(w.hc_attn, &v->hc_attn, store));
-    DSV4_RETURN_IF_ERROR(hc_views(w.hc_ffn, &v->hc_ffn, store));
+    DSV4_RETURN_IF_ERROR(hc_views(w.hc_attn, &v->hc_attn, copies));
+    DSV4_RETURN_IF_ERROR(hc_views(w.hc_ffn, &v->hc_ffn, copies));
     const model::AttentionWeights& a = w.attn;
     AttentionViews& av = v->attn;
     DSV4_VIEW(av.sink, a.sink);
@@ -111,10 +59,10 @@ Status layer_views(const model::LayerWeights& w, const model::ModelConfig& cfg, 
     DSV4_VIEW(av.kv_norm, a.kv_norm);
     DSV4_VIEW(av.wo_a, a.wo_a);
     DSV4_VIEW(av.wo_b, a.wo_b);
-    DSV4_RETURN_IF_ERROR(compressor_views(a.compressor, &av.compressor, store));
+    DSV4_RETURN_IF_ERROR(compressor_views(a.compressor, &av.compressor, copies));
     DSV4_VIEW(av.index_wq_b, a.indexer.wq_b);
     DSV4_VIEW(av.index_weights_proj, a.indexer.weights_proj);
-    DSV4_RETURN_IF_ERROR(compressor_views(a.indexer.compressor, &av.index_compressor, store));
+    DSV4_RETURN_IF_ERROR(compressor_views(a.indexer.compressor, &av.index_compressor, copies));
     if (w.attn_kind != model::AttnKind::kSWA && av.compressor.wkv.empty())
         return corrupt("layer " + std::to_string(w.index) + " is compressed but has no compressor weights");
     if (w.attn_kind == model::AttnKind::kCSA && av.index_wq_b.empty())
@@ -142,33 +90,33 @@ Status layer_views(const model::LayerWeights& w, const model::ModelConfig& cfg, 
         if (n != cfg.vocab_size * cfg.n_experts_per_token)
             return corrupt("tid2eid '" + m.tid2eid.name + "' does not hold vocab x experts_per_token ids");
     }
-    DSV4_RETURN_IF_ERROR(expert_views(m.shared, &v->ffn.shared, store));
+    DSV4_RETURN_IF_ERROR(expert_views(m.shared, &v->ffn.shared, copies));
     v->ffn.experts.resize(m.experts.size());
     for (size_t e = 0; e < m.experts.size(); ++e)
-        DSV4_RETURN_IF_ERROR(expert_views(m.experts[e], &v->ffn.experts[e], store));
+        DSV4_RETURN_IF_ERROR(expert_views(m.experts[e], &v->ffn.experts[e], copies));
     return Status::ok();
 }
 
 }  // namespace
 
-Result<ModelViews> make_model_views(const model::ModelWeights& w, const model::ModelConfig& cfg, WeightStore& store) {
+Result<ModelViews> make_model_views(const model::ModelWeights& w, const model::ModelConfig& cfg, WeightCopies& copies) {
     ModelViews v;
     DSV4_VIEW(v.embed, w.embed);
     DSV4_VIEW(v.head, w.head);
     DSV4_VIEW(v.norm, w.norm);
-    DSV4_RETURN_IF_ERROR(hc_views(w.hc_head, &v.hc_head, store));
+    DSV4_RETURN_IF_ERROR(hc_views(w.hc_head, &v.hc_head, copies));
     v.layers.resize(w.layers.size());
     for (size_t i = 0; i < w.layers.size(); ++i)
-        DSV4_RETURN_IF_ERROR(layer_views(w.layers[i], cfg, &v.layers[i], store));
+        DSV4_RETURN_IF_ERROR(layer_views(w.layers[i], cfg, &v.layers[i], copies));
     if (w.mtp) {
         v.mtp = std::make_unique<MtpViews>();
-        DSV4_RETURN_IF_ERROR(layer_views(w.mtp->block, cfg, &v.mtp->block, store));
+        DSV4_RETURN_IF_ERROR(layer_views(w.mtp->block, cfg, &v.mtp->block, copies));
         DSV4_VIEW(v.mtp->e_proj, w.mtp->e_proj);
         DSV4_VIEW(v.mtp->h_proj, w.mtp->h_proj);
         DSV4_VIEW(v.mtp->enorm, w.mtp->enorm);
         DSV4_VIEW(v.mtp->hnorm, w.mtp->hnorm);
         DSV4_VIEW(v.mtp->norm, w.mtp->norm);
-        DSV4_RETURN_IF_ERROR(hc_views(w.mtp->hc_head, &v.mtp->hc_head, store));
+        DSV4_RETURN_IF_ERROR(hc_views(w.mtp->hc_head, &v.mtp->hc_head, copies));
     }
     return v;
 }

@@ -1,8 +1,7 @@
 // The engine's view of the checkpoint: every weight of model::ModelWeights turned into the backend's WeightView
-// (backend/ops.h) once at load. Formats the ops read directly (F32, BF16, FP8 with UE8M0 128x128 block scales,
-// MXFP4) point into the memory mapping; the rest (F16, NVFP4, FP8 with F32 scales, an FP8 slice not aligned to a
-// 128-row block) are dequantised exactly to f32 copies owned by WeightStore, which the ops then read as F32
-// weights (so in reference numerics such a weight runs as an f32 GEMM rather than W8A8/W4A8).
+// once at load, through the backend's one bridge backend::weight_view (backend/ops.h). Formats the ops read
+// directly point into the memory mapping; the rest are exact f32 copies held by a backend::WeightCopies (the CPU
+// reference's fallback, documented at weight_view).
 #pragma once
 
 #include <memory>
@@ -63,17 +62,9 @@ struct ModelViews {
     std::unique_ptr<MtpViews> mtp;       // null without an MTP block
 };
 
-// Owns the f32 copies of weights the ops cannot read in their stored format.
-class WeightStore {
-public:
-    const float* add(std::vector<float> values);
-
-private:
-    std::vector<std::unique_ptr<std::vector<float>>> owned_;
-};
-
-// Builds every view; a weight in a format nothing can read (e.g. integer where a matrix is expected) is a Status
-// naming the tensor.
-Result<ModelViews> make_model_views(const model::ModelWeights& w, const model::ModelConfig& cfg, WeightStore& store);
+// Builds every view (absent optional weights stay empty); a weight in a format nothing can read (e.g. integer
+// where a matrix is expected) is a Status naming the tensor. `copies` receives the f32 fallback copies.
+Result<ModelViews> make_model_views(const model::ModelWeights& w, const model::ModelConfig& cfg,
+                                    backend::WeightCopies& copies);
 
 }  // namespace dsv4::engine

@@ -1,10 +1,12 @@
-// dequantize_rows: the exact f32 values of a weight's rows, for every WeightFormat (MODEL_SPEC §9.6). The scalar
-// conversions are core/formats.h's; the layouts are those of docs/checkpoint-formats.md. Row r of a WeightRef is
+// dequantize_rows: the exact f32 values of a weight's rows, for every WeightFormat (MODEL_SPEC §9.6). Packed rows
+// go through core/quant_formats.h's row decoders (the same ones the CPU backend uses); scalar conversions are
+// core/formats.h's; the layouts are those of docs/checkpoint-formats.md. Row r of a WeightRef is
 // row row_offset + r of the stored [total_rows, cols] matrix (merged transformers experts are 3-D tensors read
 // as [E * rows, cols]).
 #include <cstring>
 
 #include "core/formats.h"
+#include "core/quant_formats.h"
 #include "model/weights.h"
 
 namespace dsv4::model {
@@ -19,16 +21,6 @@ float load_f32(const uint8_t* p) {
     float v;
     std::memcpy(&v, p, 4);
     return v;
-}
-
-// A block / group scale as f32: UE8M0 (2^(b-127)), e4m3 (NVFP4 groups) or plain f32 (FP8 -Base experts).
-float scale_at(const WeightRef& w, int64_t index) {
-    switch (w.scale_dtype) {
-        case DType::kF8E8M0: return e8m0_to_f32(w.scale[index]);
-        case DType::kF8E4M3: return e4m3_to_f32(w.scale[index]);
-        case DType::kF32: return load_f32(w.scale + 4 * index);
-        default: return 0.0f;
-    }
 }
 
 }  // namespace
@@ -66,23 +58,22 @@ void dequantize_rows(const WeightRef& w, int64_t row_begin, int64_t row_count, f
                 break;
             case WeightFormat::kFP8Block128: {
                 const int64_t scale_cols = w.scale_shape.size() == 2 ? w.scale_shape[1] : 1;
-                for (int64_t c = 0; c < cols; ++c)
-                    o[c] = e4m3_to_f32(w.data[base + c]) * scale_at(w, (row / 128) * scale_cols + c / 128);
-                break;
-            }
-            case WeightFormat::kMXFP4:
-            case WeightFormat::kNVFP4: {
-                const bool mx = w.format == WeightFormat::kMXFP4;
-                const int64_t group = mx ? 32 : 16, groups = cols / group;
-                const uint8_t* packed = w.data + row * (cols / 2);
-                for (int64_t c = 0; c < cols; ++c) {
-                    const uint8_t byte = packed[c >> 1];
-                    const uint8_t code = (c & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
-                    const float v = e2m1_to_f32(code) * scale_at(w, row * groups + c / group);
-                    o[c] = mx ? v : v * w.global_scale;
+                const uint8_t* data = w.data + base;
+                if (w.scale_dtype == DType::kF32) {  // FP8 -Base experts: f32 block scales, no core row decoder
+                    for (int64_t c = 0; c < cols; ++c)
+                        o[c] = e4m3_to_f32(data[c]) * load_f32(w.scale + 4 * ((row / 128) * scale_cols + c / 128));
+                } else {
+                    fp8_block_dequant_row(data, w.scale + (row / 128) * scale_cols, cols, o);
                 }
                 break;
             }
+            case WeightFormat::kMXFP4:
+                mxfp4_dequant_row(w.data + row * (cols / 2), w.scale + row * (cols / kMxfp4GroupSize), cols, o);
+                break;
+            case WeightFormat::kNVFP4:
+                nvfp4_dequant_row(w.data + row * (cols / 2), w.scale + row * (cols / kNvfp4GroupSize), w.global_scale,
+                                  cols, o);
+                break;
         }
     }
 }
