@@ -128,7 +128,9 @@ TEST_P(WoATest, MatchesCpu) {
         ASSERT_TRUE(dw.is_ok() && dox.is_ok() && dz.is_ok());
         DSV4_ASSERT_OK(sm90_wo_a(prec, {dox->data(), T, c.heads, c.groups, c.rank, dw->view(), dz->data()}, nullptr));
         auto got = act_to_host(prec, *dz, want.size());
-        DSV4_EXPECT_CLOSE(got, want, prec == Precision::kReference ? 2e-3 : 1e-5);
+        // f32: the bf16 x three-term products are exact, but tensor-core f32 accumulation aligns addends without
+        // round-to-nearest (measured 1.2e-5 over 4096-term sums, against the CPU's sequential f32 sum)
+        DSV4_EXPECT_CLOSE(got, want, prec == Precision::kReference ? 2e-3 : 5e-5);
     }
 }
 
