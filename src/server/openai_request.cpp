@@ -69,7 +69,7 @@ private:
 
 // Fields shared by both routes: sampling, limits, stop, n, stream.
 void read_common(FieldReader& r, ParsedRequest& p) {
-    SamplingParams& s = p.gen.sampling;
+    SamplingParams& s = p.gen.options.sampling;
     if (const Json* m = r.get("model")) {
         if (!m->is_string()) r.fail("model", "must be a string");
         else p.model = m->get<std::string>();
@@ -102,7 +102,7 @@ void read_common(FieldReader& r, ParsedRequest& p) {
     int64_t max_tokens = 0;
     if (r.integer("max_tokens", max_tokens, 1, std::numeric_limits<int32_t>::max())) p.max_tokens_given = true;
     if (r.integer("max_completion_tokens", max_tokens, 1, std::numeric_limits<int32_t>::max())) p.max_tokens_given = true;
-    p.gen.max_tokens = p.max_tokens_given ? max_tokens : std::numeric_limits<int32_t>::max();
+    p.gen.options.max_tokens = p.max_tokens_given ? max_tokens : std::numeric_limits<int32_t>::max();
     if (const Json* stop = r.get("stop")) {
         std::vector<std::string> list;
         if (stop->is_string()) {
@@ -120,7 +120,7 @@ void read_common(FieldReader& r, ParsedRequest& p) {
         }
         for (const auto& x : list)
             if (x.empty() || x.size() > 1024) r.fail("stop", "strings must hold 1 to 1024 bytes");
-        p.gen.stop = std::move(list);
+        p.gen.options.stop = std::move(list);
     }
     if (const Json* bias = r.get("logit_bias"))
         if (!bias->is_object() || !bias->empty()) r.fail("logit_bias", "is not supported");
@@ -251,14 +251,15 @@ ApiResult<ParsedRequest> parse_chat_request(const Json& body, const Tokenizer& t
     int64_t top = 0;
     if (r.integer("top_logprobs", top, 0, kMaxTopLogprobs)) {
         if (!p.gen.logprobs && top > 0) r.fail("top_logprobs", "needs \"logprobs\": true");
-        p.gen.sampling.top_logprobs = int32_t(top);
+        p.gen.options.sampling.top_logprobs = int32_t(top);
     }
     if (r.error) return *r.error;
     auto prompt = render_chat_prompt(body);
     if (auto* e = std::get_if<ApiError>(&prompt)) return *e;
     const std::string& text = std::get<std::string>(prompt);
-    p.starts_in_reasoning = text.size() >= chat::kThinkStart.size() &&
-                            text.compare(text.size() - chat::kThinkStart.size(), std::string::npos, chat::kThinkStart) == 0;
+    p.gen.options.starts_in_reasoning = text.size() >= chat::kThinkStart.size() &&
+                                        text.compare(text.size() - chat::kThinkStart.size(), std::string::npos,
+                                                     chat::kThinkStart) == 0;
     p.tools_given = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
     auto ids = encode_prompt(text, tokenizer);
     if (auto* e = std::get_if<ApiError>(&ids)) return *e;
@@ -268,13 +269,14 @@ ApiResult<ParsedRequest> parse_chat_request(const Json& body, const Tokenizer& t
 
 ApiResult<ParsedRequest> parse_completion_request(const Json& body, const Tokenizer& tokenizer) {
     ParsedRequest p;
+    p.gen.options.parse_reply = false;  // raw text: no reasoning / tool-call split
     FieldReader r(body);
     read_common(r, p);
     int64_t lp = 0;
     if (r.integer("logprobs", lp, 0, 5)) {
         p.legacy_logprobs = int(lp);
         p.gen.logprobs = true;
-        p.gen.sampling.top_logprobs = int32_t(lp);
+        p.gen.options.sampling.top_logprobs = int32_t(lp);
     }
     bool echo = false;
     if (r.boolean("echo", echo) && echo) r.fail("echo", "is not supported");

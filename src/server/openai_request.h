@@ -23,7 +23,6 @@ struct ParsedRequest {
     std::string model;
     GenerationParams gen;            // prompt ids, sampling, limits (deadline set by the caller)
     bool max_tokens_given = false;
-    bool starts_in_reasoning = false;  // chat prompt ended with "<think>"
     bool tools_given = false;
     int legacy_logprobs = -1;        // /v1/completions "logprobs": N alternatives (-1: off)
 };

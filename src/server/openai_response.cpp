@@ -20,8 +20,7 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& 
       id_(std::move(id)),
       model_(std::move(model)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-                   .count()),
-      parser_(request.starts_in_reasoning) {}
+                   .count()) {}
 
 std::string ResponseBuilder::tool_call_id(int index) const { return "call_" + id_.substr(id_.find('-') + 1) + "_" + std::to_string(index); }
 
@@ -87,7 +86,7 @@ void ResponseBuilder::begin(std::vector<Json>& chunks) {
     chunks.push_back(chunk(std::move(choice)));
 }
 
-void ResponseBuilder::add_parser_events(const std::vector<chat::ReplyEvent>& events, std::vector<Json>& chunks) {
+void ResponseBuilder::add_reply_events(const std::vector<chat::ReplyEvent>& events, std::vector<Json>& chunks) {
     for (const auto& ev : events) {
         Json delta = Json::object();
         switch (ev.kind) {
@@ -122,13 +121,8 @@ void ResponseBuilder::add_parser_events(const std::vector<chat::ReplyEvent>& eve
 }
 
 void ResponseBuilder::add(const std::vector<TokenOutput>& tokens, std::vector<Json>& chunks) {
-    std::string text;
-    for (const auto& t : tokens) text += t.text;
-    text_ += text;
     if (request_.chat) {
-        std::vector<chat::ReplyEvent> events;
-        parser_.feed(text, events);
-        add_parser_events(events, chunks);
+        for (const auto& t : tokens) add_reply_events(t.events, chunks);
         if (request_.gen.logprobs) {
             Json content = Json::array();
             for (const auto& t : tokens)
@@ -144,6 +138,9 @@ void ResponseBuilder::add(const std::vector<TokenOutput>& tokens, std::vector<Js
         }
         return;
     }
+    std::string text;
+    for (const auto& t : tokens) text += t.text;
+    text_ += text;
     if (text.empty() && !request_.gen.logprobs) return;
     Json choice;
     choice["index"] = 0;
@@ -167,10 +164,7 @@ void ResponseBuilder::end(FinishReason reason, const Usage& usage, std::vector<J
     Json choice;
     choice["index"] = 0;
     if (request_.chat) {
-        std::vector<chat::ReplyEvent> events;
-        parser_.finish(events);
-        add_parser_events(events, chunks);
-        choice["delta"] = Json::object();
+        choice["delta"] = Json::object();  // the reply's last events came with its last token
     } else {
         choice["text"] = "";
     }
@@ -192,16 +186,15 @@ void ResponseBuilder::collect(const std::vector<TokenOutput>& tokens) {
     }
 }
 
-Json ResponseBuilder::response(FinishReason reason, const Usage& usage) {
+Json ResponseBuilder::response(FinishReason reason, const Usage& usage, const chat::ParsedReply& reply) {
     Json choice;
     choice["index"] = 0;
     if (request_.chat) {
-        chat::ParsedReply reply = chat::parse_reply(text_, request_.starts_in_reasoning);
         saw_tool_call_ = !reply.tool_calls.empty();
         Json msg;
         msg["role"] = "assistant";
         msg["content"] = reply.content.empty() && saw_tool_call_ ? Json(nullptr) : Json(reply.content);
-        if (request_.starts_in_reasoning || !reply.reasoning.empty()) msg["reasoning_content"] = reply.reasoning;
+        if (request_.gen.options.starts_in_reasoning || !reply.reasoning.empty()) msg["reasoning_content"] = reply.reasoning;
         if (saw_tool_call_) {
             Json calls = Json::array();
             for (size_t i = 0; i < reply.tool_calls.size(); ++i) {

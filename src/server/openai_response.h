@@ -1,6 +1,6 @@
-// OpenAI response objects for one request: the whole response (non-streaming) or its SSE chunks. Chat replies go
-// through the V4 reply parser, which splits reasoning_content, content and DSML tool calls (streamed as argument
-// deltas).
+// OpenAI response objects for one request: the whole response (non-streaming) or its SSE chunks. Chat replies were
+// split by the generation's reply parser into reasoning_content, content and DSML tool calls: streamed, each
+// token's events become deltas (tool calls as a name, then argument deltas); whole, the parsed reply is used.
 #pragma once
 
 #include <cstdint>
@@ -32,15 +32,15 @@ public:
     // Streaming: the chunk with finish_reason, then (include_usage) one with the usage and no choices.
     void end(FinishReason reason, const Usage& usage, std::vector<Json>& chunks);
 
-    // Non-streaming: record tokens, then build the whole response.
+    // Non-streaming: record tokens, then build the whole response (`reply`: the parsed chat reply).
     void collect(const std::vector<TokenOutput>& tokens);
-    Json response(FinishReason reason, const Usage& usage);
+    Json response(FinishReason reason, const Usage& usage, const chat::ParsedReply& reply);
 
 private:
     Json chunk(Json choice) const;
     Json logprob_entry(const TokenOutput& t) const;        // chat format
     void legacy_logprobs(const std::vector<TokenOutput>& tokens, Json& lp);  // completions format
-    void add_parser_events(const std::vector<chat::ReplyEvent>& events, std::vector<Json>& chunks);
+    void add_reply_events(const std::vector<chat::ReplyEvent>& events, std::vector<Json>& chunks);
     std::string tool_call_id(int index) const;
     const char* finish_name(FinishReason reason) const;
 
@@ -49,8 +49,7 @@ private:
     std::string id_;
     std::string model_;
     int64_t created_;
-    chat::ReplyParser parser_;
-    std::string text_;                 // all text so far
+    std::string text_;                 // completions: all text so far
     std::vector<TokenOutput> tokens_;  // non-streaming: every token with logprob data
     size_t text_offset_ = 0;           // completions logprobs text_offset
     bool saw_tool_call_ = false;

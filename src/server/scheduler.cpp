@@ -2,10 +2,27 @@
 
 #include <algorithm>
 
-#include "dsv4/chat.h"
-#include "server/text_assembler.h"
-
 namespace dsv4::server {
+
+namespace {
+
+FinishReason finish_reason_of(engine::StopReason r) {
+    switch (r) {
+        case engine::StopReason::kEos:
+        case engine::StopReason::kStopString: return FinishReason::kStop;
+        case engine::StopReason::kMaxTokens:
+        case engine::StopReason::kContextFull: return FinishReason::kLength;
+        case engine::StopReason::kCancelled: return FinishReason::kCancelled;
+        case engine::StopReason::kNone: break;
+    }
+    return FinishReason::kError;
+}
+
+uint64_t microseconds_since(Clock::time_point t0) {
+    return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+}  // namespace
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
@@ -34,32 +51,36 @@ void RequestState::push(TokenOutput t) {
     cv_.notify_all();
 }
 
-void RequestState::finish(FinishReason reason, std::string error) {
+void RequestState::finish(FinishReason reason, std::string error, const chat::ParsedReply* reply) {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
     done_ = true;
     reason_ = reason;
     error_ = std::move(error);
+    if (reply) reply_ = *reply;
     cv_.notify_all();
 }
 
 struct Scheduler::Slot {
-    enum class Phase { kFree, kPrefill, kDecode };
     int index = 0;
     std::unique_ptr<SequenceRunner> runner;
+    std::unique_ptr<engine::Generation> generation;  // the request's; idle (finished) while the slot is free
     std::vector<int32_t> fed;  // [<= context] the tokens in the runner's state, in order
-    std::shared_ptr<RequestState> request;
-    Phase phase = Phase::kFree;
-    size_t prompt_done = 0;    // prompt tokens in the state
-    int64_t max_new = 0;       // tokens this request may generate
-    std::unique_ptr<Sampler> sampler;
-    std::unique_ptr<TextAssembler> text;
-    std::vector<int32_t> generated;
-    int32_t next_token = -1;   // sampled, not fed yet
+    std::shared_ptr<RequestState> request;  // null while the slot is free
+    engine::GenerationStep step;  // reused across tokens
     Logits logits;             // reused across steps
     uint64_t admitted = 0;     // admission order (prefill goes oldest first)
     uint64_t last_used = 0;    // for least-recently-used slot choice
     Clock::time_point last_token_time;
+
+    bool busy() const { return request != nullptr; }
+    bool prefilling() const { return busy() && generation->state_tokens() < int64_t(generation->prompt().size()); }
+    bool decoding() const { return busy() && !prefilling(); }
+    // How much of `prompt` the state already holds: a strict prefix is reused, anything else is recomputed.
+    size_t reusable_prefix(const std::vector<int32_t>& prompt) const {
+        const bool prefix = !fed.empty() && fed.size() < prompt.size() && std::equal(fed.begin(), fed.end(), prompt.begin());
+        return prefix ? fed.size() : 0;
+    }
 };
 
 Scheduler::Scheduler(ModelBackend& model, const Tokenizer& tokenizer, const SchedulerOptions& options,
@@ -72,15 +93,12 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(ModelBackend& model, const 
     if (options.context < 2) return invalid_argument("-c (context) must be >= 2");
     if (options.chunk < 1 || options.step_tokens < 1) return invalid_argument("chunk and step budget must be >= 1");
     std::unique_ptr<Scheduler> s(new Scheduler(model, tokenizer, options, metrics));
-    const auto eos = tokenizer.token_to_id(chat::kEosToken);
-    if (!eos) return not_found("tokenizer.json has no end-of-sentence token '" + std::string(chat::kEosToken) + "'");
-    s->eos_id_ = *eos;
     for (int i = 0; i < options.slots; ++i) {
         auto slot = std::make_unique<Slot>();
         slot->index = i;
         DSV4_ASSIGN_OR_RETURN(slot->runner, model.create_runner(options.context));
+        DSV4_ASSIGN_OR_RETURN(slot->generation, engine::Generation::create_reusable(tokenizer, model.vocab_size()));
         slot->fed.reserve(size_t(options.context));
-        slot->text = std::make_unique<TextAssembler>(tokenizer);
         s->slots_.push_back(std::move(slot));
     }
     s->free_slots_ = options.slots;
@@ -124,7 +142,7 @@ void Scheduler::loop() {
                 if (stopping_) break;
                 admit_locked();
                 bool busy = false;
-                for (const auto& s : slots_) busy |= s->phase != Slot::Phase::kFree;
+                for (const auto& s : slots_) busy |= s->busy();
                 if (busy) break;
                 cv_.wait_for(lock, std::chrono::milliseconds(queue_.empty() ? 1000 : 20));
             }
@@ -133,7 +151,7 @@ void Scheduler::loop() {
                 queue_.clear();
                 lock.unlock();
                 for (auto& s : slots_)
-                    if (s->phase != Slot::Phase::kFree) release(*s, FinishReason::kCancelled, "the server is shutting down");
+                    if (s->busy()) release(*s, FinishReason::kCancelled, "the server is shutting down");
                 return;
             }
         }
@@ -161,11 +179,8 @@ void Scheduler::admit_locked() {
         Slot* best = nullptr;
         size_t best_prefix = 0;
         for (auto& s : slots_) {
-            if (s->phase != Slot::Phase::kFree) continue;
-            const auto& p = r->params.prompt;
-            size_t prefix = 0;
-            if (!s->fed.empty() && s->fed.size() < p.size() && std::equal(s->fed.begin(), s->fed.end(), p.begin()))
-                prefix = s->fed.size();
+            if (s->busy()) continue;
+            const size_t prefix = s->reusable_prefix(r->params.prompt);
             if (!best || prefix > best_prefix || (prefix == best_prefix && s->last_used < best->last_used)) {
                 best = s.get();
                 best_prefix = prefix;
@@ -182,7 +197,7 @@ void Scheduler::admit_locked() {
 void Scheduler::update_gauges_locked() {
     int64_t busy = 0, used = 0;
     for (const auto& s : slots_) {
-        if (s->phase == Slot::Phase::kFree) continue;
+        if (!s->busy()) continue;
         ++busy;
         used += int64_t(s->fed.size());
     }
@@ -192,48 +207,68 @@ void Scheduler::update_gauges_locked() {
 }
 
 void Scheduler::start_request(Slot& slot, std::shared_ptr<RequestState> request) {
-    const auto& prompt = request->params.prompt;
-    const bool reuse = !slot.fed.empty() && slot.fed.size() < prompt.size() &&
-                       std::equal(slot.fed.begin(), slot.fed.end(), prompt.begin());
-    if (!reuse) {
+    const size_t prefix = slot.reusable_prefix(request->params.prompt);
+    if (prefix == 0) {
         slot.runner->reset();
         slot.fed.clear();
     }
-    slot.prompt_done = slot.fed.size();
-    request->set_cached_tokens(int64_t(slot.prompt_done));
-    metrics_.cached_prompt_tokens_total += slot.prompt_done;
-    slot.max_new = std::min<int64_t>(request->params.max_tokens, options_.context - int64_t(prompt.size()));
-    slot.sampler = std::make_unique<Sampler>(model_.vocab_size(), request->params.sampling);
-    slot.text->start(request->params.stop);
-    slot.generated.clear();
-    slot.next_token = -1;
+    engine::GenerationOptions o = request->params.options;
+    o.max_context = options_.context;
+    o.cached_tokens = int64_t(prefix);
+    const Status st = slot.generation->start(request->params.prompt, std::move(o));
+    request->set_cached_tokens(int64_t(prefix));
+    metrics_.cached_prompt_tokens_total += prefix;
     slot.admitted = ++admit_counter_;
     slot.request = std::move(request);
-    slot.phase = Slot::Phase::kPrefill;
     free_slots_--;
+    if (!st) release(slot, FinishReason::kError, st.to_string());
 }
 
 void Scheduler::release(Slot& slot, FinishReason reason, std::string error) {
+    // Cancelled, timed out or failed: text held back for a stop string is dropped with the request.
+    if (!slot.generation->finished()) slot.generation->cancel(&slot.step);
     if (reason == FinishReason::kCancelled) metrics_.requests_cancelled_total++;
     if (reason == FinishReason::kError) {  // the runner may hold a half-fed chunk
         slot.runner->reset();
         slot.fed.clear();
     }
     metrics_.request_duration.observe(std::chrono::duration<double>(Clock::now() - slot.request->arrival).count());
-    slot.request->finish(reason, std::move(error));
+    slot.request->finish(reason, std::move(error), &slot.generation->reply());
     slot.request.reset();
-    slot.sampler.reset();
-    slot.phase = Slot::Phase::kFree;
     slot.last_used = ++admit_counter_;
     free_slots_++;
 }
 
-void Scheduler::sample_and_emit(Slot& slot, const float* row) {
-    SampleResult r;
-    Status st = slot.sampler->sample(std::span<const float>(row, size_t(model_.vocab_size())), slot.generated, r);
-    if (!st) return release(slot, FinishReason::kError, st.to_string());
+bool Scheduler::feed_pending(Slot& slot, size_t n, std::atomic<uint64_t>& busy_microseconds) {
+    const std::span<const int32_t> in = slot.generation->pending().first(n);
+    const auto t0 = Clock::now();
+    Status st = slot.runner->feed(in, &slot.logits);
+    busy_microseconds += microseconds_since(t0);
+    if (st) {
+        slot.fed.insert(slot.fed.end(), in.begin(), in.end());
+        st = slot.generation->fed(n);
+    }
+    if (!st) release(slot, FinishReason::kError, st.to_string());
+    return bool(st);
+}
+
+void Scheduler::prefill_chunk(Slot& slot) {
+    const size_t n = std::min<size_t>(size_t(options_.chunk), slot.generation->pending().size());
+    if (!feed_pending(slot, n, metrics_.prompt_microseconds_total)) return;
+    metrics_.prompt_tokens_total += n;
+    if (slot.generation->pending().empty()) sample(slot);
+}
+
+void Scheduler::decode(Slot& slot) {
+    if (feed_pending(slot, slot.generation->pending().size(), metrics_.generation_microseconds_total)) sample(slot);
+}
+
+void Scheduler::sample(Slot& slot) {
+    engine::GenerationStep& step = slot.step;
+    if (Status st = slot.generation->next(engine::last_logits_row(slot.logits), &step); !st)
+        return release(slot, FinishReason::kError, st.to_string());
     const auto now = Clock::now();
-    if (slot.generated.empty())
+    if (slot.generation->generated().size() == 1)
         metrics_.time_to_first_token.observe(std::chrono::duration<double>(now - slot.request->arrival).count());
     else
         metrics_.inter_token_latency.observe(std::chrono::duration<double>(now - slot.last_token_time).count());
@@ -241,88 +276,42 @@ void Scheduler::sample_and_emit(Slot& slot, const float* row) {
     metrics_.generated_tokens_total++;
 
     TokenOutput out;
-    out.token = r.token;
-    out.logprob = r.logprob;
-    if (slot.request->params.logprobs) out.top.assign(r.top.begin(), r.top.begin() + r.num_top);
-    slot.generated.push_back(r.token);
-    if (r.token == eos_id_) {  // the end-of-sentence token ends the reply and is not text
-        slot.text->finish(out.text);
-        slot.request->push(std::move(out));
-        return release(slot, FinishReason::kStop);
-    }
-    Result<bool> stop = slot.text->push(r.token, out.text);
-    if (!stop.is_ok()) return release(slot, FinishReason::kError, stop.status().to_string());
-    if (*stop) {
-        slot.request->push(std::move(out));
-        return release(slot, FinishReason::kStop);
-    }
-    if (int64_t(slot.generated.size()) >= slot.max_new) {
-        slot.text->finish(out.text);
-        slot.request->push(std::move(out));
-        return release(slot, FinishReason::kLength);
-    }
+    out.token = step.sample.token;
+    out.logprob = step.sample.logprob;
+    if (slot.request->params.logprobs) out.top.assign(step.sample.top.begin(), step.sample.top.begin() + step.sample.num_top);
+    out.text = std::move(step.text);
+    out.events = std::move(step.events);
     slot.request->push(std::move(out));
-    slot.next_token = r.token;
-    slot.phase = Slot::Phase::kDecode;
-}
-
-bool Scheduler::prefill_chunk(Slot& slot) {
-    const auto& prompt = slot.request->params.prompt;
-    const size_t n = std::min<size_t>(size_t(options_.chunk), prompt.size() - slot.prompt_done);
-    const auto t0 = Clock::now();
-    Status st = slot.runner->feed(std::span<const int32_t>(prompt.data() + slot.prompt_done, n), &slot.logits);
-    metrics_.prompt_microseconds_total +=
-        uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-    if (!st) {
-        release(slot, FinishReason::kError, st.to_string());
-        return false;
-    }
-    slot.fed.insert(slot.fed.end(), prompt.begin() + long(slot.prompt_done), prompt.begin() + long(slot.prompt_done + n));
-    slot.prompt_done += n;
-    metrics_.prompt_tokens_total += n;
-    if (slot.prompt_done == prompt.size())
-        sample_and_emit(slot, slot.logits.values.data() + (n - 1) * size_t(model_.vocab_size()));
-    return true;
-}
-
-void Scheduler::decode(Slot& slot) {
-    const int32_t token = slot.next_token;
-    const auto t0 = Clock::now();
-    Status st = slot.runner->feed(std::span<const int32_t>(&token, 1), &slot.logits);
-    metrics_.generation_microseconds_total +=
-        uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-    if (!st) return release(slot, FinishReason::kError, st.to_string());
-    slot.fed.push_back(token);
-    sample_and_emit(slot, slot.logits.values.data());
+    if (step.finished) release(slot, finish_reason_of(step.reason));
 }
 
 void Scheduler::step() {
     const auto now = Clock::now();
     for (auto& s : slots_) {
-        if (s->phase == Slot::Phase::kFree) continue;
+        if (!s->busy()) continue;
         if (s->request->cancelled()) release(*s, FinishReason::kCancelled);
         else if (now >= s->request->params.deadline) release(*s, FinishReason::kTimeout, "the request timed out");
     }
     int64_t budget = options_.step_tokens;
     for (auto& s : slots_) {
-        if (s->phase != Slot::Phase::kDecode) continue;
+        if (!s->decoding()) continue;
         decode(*s);
         --budget;
     }
     std::vector<Slot*> prefilling;
     for (auto& s : slots_)
-        if (s->phase == Slot::Phase::kPrefill) prefilling.push_back(s.get());
+        if (s->prefilling()) prefilling.push_back(s.get());
     std::sort(prefilling.begin(), prefilling.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
     bool ran_chunk = false;
     for (Slot* s : prefilling) {
-        while (s->phase == Slot::Phase::kPrefill) {
-            const int64_t n = std::min<int64_t>(options_.chunk, int64_t(s->request->params.prompt.size() - s->prompt_done));
+        while (s->prefilling()) {
+            const int64_t n = std::min<int64_t>(options_.chunk, int64_t(s->generation->pending().size()));
             if (n > budget && ran_chunk) break;
             if (s->request->cancelled()) {
                 release(*s, FinishReason::kCancelled);
                 break;
             }
-            if (!prefill_chunk(*s)) break;
+            prefill_chunk(*s);
             ran_chunk = true;
             budget -= n;
         }

@@ -1,5 +1,7 @@
-// Continuous batching over a fixed set of slots. Each slot owns one SequenceRunner created at startup (-np slots
-// x -c context), so serving a request allocates no model state. One loop thread runs every step: each decoding
+// Continuous batching over a fixed set of slots. Each slot owns one SequenceRunner and one engine::Generation
+// created at startup (-np slots x -c context), so serving a request allocates no model state and no sampler
+// buffers. The Generation does everything per token (sampling, detokenisation, stop strings, reply parsing, stop
+// conditions); the scheduler feeds what it asks for. One loop thread runs every step: each decoding
 // sequence advances one token, then prefilling sequences advance by whole chunks while the per-step token budget
 // lasts (at least one chunk per step, so prefill never starves). New requests join between steps.
 //
@@ -18,8 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include "dsv4/chat.h"
 #include "dsv4/sampling.h"
 #include "dsv4/tokenizer.h"
+#include "engine/generation.h"
 #include "server/metrics.h"
 #include "server/model_backend.h"
 
@@ -32,9 +36,9 @@ const char* finish_reason_name(FinishReason r);  // "stop", "length", ... (OpenA
 
 struct GenerationParams {
     std::vector<int32_t> prompt;
-    SamplingParams sampling;
-    int64_t max_tokens = 0;             // > 0; also capped by the context left after the prompt
-    std::vector<std::string> stop;      // stop strings (valid UTF-8, non-empty)
+    // sampling, max_tokens (> 0; also capped by the context left after the prompt), stop strings, reply parsing
+    // (chat) and starts_in_reasoning. max_context and cached_tokens are the scheduler's to set.
+    engine::GenerationOptions options;
     bool logprobs = false;              // report the chosen token's logprob (+ sampling.top_logprobs alternatives)
     Clock::time_point deadline = Clock::time_point::max();
 };
@@ -42,6 +46,7 @@ struct GenerationParams {
 struct TokenOutput {
     int32_t token = -1;
     std::string text;  // text this token made final (may be empty, or hold text of earlier tokens)
+    std::vector<chat::ReplyEvent> events;  // reasoning / content / tool-call deltas it decided (chat only)
     float logprob = 0;
     std::vector<TokenLogprob> top;
 };
@@ -66,10 +71,11 @@ public:
     int64_t prompt_tokens() const { return int64_t(params.prompt.size()); }
     int64_t cached_tokens() const { return cached_tokens_; }
     int64_t completion_tokens() const { return completion_tokens_; }
+    const chat::ParsedReply& reply() const { return reply_; }  // the whole parsed reply (chat)
 
     // Loop side.
     void push(TokenOutput t);
-    void finish(FinishReason reason, std::string error = {});
+    void finish(FinishReason reason, std::string error = {}, const chat::ParsedReply* reply = nullptr);
     void set_cached_tokens(int64_t n) { cached_tokens_ = n; }
 
 private:
@@ -82,6 +88,7 @@ private:
     std::string error_;
     int64_t cached_tokens_ = 0;
     int64_t completion_tokens_ = 0;
+    chat::ParsedReply reply_;
 };
 
 struct SchedulerOptions {
@@ -110,9 +117,10 @@ private:
     void admit_locked();
     void step();
     void start_request(Slot& slot, std::shared_ptr<RequestState> request);
-    bool prefill_chunk(Slot& slot);   // returns false when the slot finished (error)
+    bool feed_pending(Slot& slot, size_t n, std::atomic<uint64_t>& busy_microseconds);  // false: slot released
+    void prefill_chunk(Slot& slot);
     void decode(Slot& slot);
-    void sample_and_emit(Slot& slot, const float* logits_row);
+    void sample(Slot& slot);
     void release(Slot& slot, FinishReason reason, std::string error = {});
     void update_gauges_locked();
 
@@ -120,7 +128,6 @@ private:
     const Tokenizer& tokenizer_;
     SchedulerOptions options_;
     Metrics& metrics_;
-    int32_t eos_id_ = -1;
 
     std::vector<std::unique_ptr<Slot>> slots_;
     std::mutex mu_;  // guards queue_ and stopping_

@@ -262,7 +262,7 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
                                                " (-c), which leaves no room to generate. Shorten the prompt or "
                                                "restart the server with a larger -c",
                                            chat ? "messages" : "prompt", "context_length_exceeded"));
-    if (Status st = validate(p.gen.sampling); !st) return send_error(res, bad_request(st.message()));
+    if (Status st = validate(p.gen.options.sampling); !st) return send_error(res, bad_request(st.message()));
     p.gen.deadline = Clock::now() + std::chrono::microseconds(int64_t(options.timeout_s * 1e6));
     auto state = std::make_shared<RequestState>(p.gen);
     if (Status st = scheduler->submit(state); !st) {
@@ -287,7 +287,7 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
         if (reason == FinishReason::kError || reason == FinishReason::kCancelled)
             return send_error(res, {500, "generation failed: " + state->error(), "server_error", "", ""});
         Usage u{state->prompt_tokens(), state->cached_tokens(), state->completion_tokens()};
-        return send_json(res, builder.response(reason, u));
+        return send_json(res, builder.response(reason, u, state->reply()));
     }
 
     auto job = std::make_shared<StreamJob>();
