@@ -30,14 +30,20 @@ struct WeightRef;
 }
 
 namespace dsv4::backend {
+namespace cpu {
+class Workspace;  // backend/cpu/workspace.h
+}
 
 enum class Precision { kReference, kF32 };
 const char* precision_name(Precision p);  // "reference", "f32"
 
-// How an op runs: the numerics mode and the thread pool (nullptr = the calling thread only).
+// How an op runs: the numerics mode, the thread pool (nullptr = the calling thread only) and, for the CPU ops,
+// the scratch memory they take their work arrays from (nullptr = a per-thread default that grows on first use;
+// the engine gives each session one sized at creation, so a forward step allocates nothing).
 struct Exec {
     Precision precision = Precision::kReference;
     ThreadPool* pool = nullptr;
+    cpu::Workspace* workspace = nullptr;
 };
 
 // ------------------------------------------------------------------------------------------------ weights

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/cpu/workspace.h"
 #include "core/thread_pool.h"
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
@@ -42,6 +43,7 @@ struct Session::Impl {
     engine::ForwardContext ctx;
     engine::SequenceState state;
     engine::ForwardScratch scratch;
+    std::unique_ptr<backend::cpu::Workspace> workspace;  // the CPU ops' scratch, reserved here once
     std::unique_ptr<engine::MtpState> mtp;  // only with SessionOptions::mtp
     bool broken = false;  // a failed forward left the layers at different positions
 };
@@ -88,8 +90,11 @@ Result<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& op
     exec.precision = e.options.precision == EnginePrecision::kF32 ? backend::Precision::kF32
                                                                   : backend::Precision::kReference;
     exec.pool = e.pool.get();
-    s->ctx = engine::make_forward_context(e.config, e.views, exec);
     const int64_t rows = std::min(kMaxChunkRows, max_context);
+    s->workspace = std::make_unique<backend::cpu::Workspace>(
+        backend::cpu::workspace_bytes(engine::workspace_limits(e.config, rows, max_context, e.pool->size())));
+    exec.workspace = s->workspace.get();
+    s->ctx = engine::make_forward_context(e.config, e.views, exec);
     s->state = engine::make_sequence_state(e.config, max_context, rows, int(e.config.num_layers));
     s->scratch = engine::make_forward_scratch(e.config, rows, max_context);
     if (options.mtp) s->mtp = std::make_unique<engine::MtpState>(engine::make_mtp_state(e.config, max_context, rows));

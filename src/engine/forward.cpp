@@ -47,6 +47,24 @@ ForwardScratch make_forward_scratch(const model::ModelConfig& cfg, int64_t rows,
     return s;
 }
 
+backend::cpu::WorkspaceLimits workspace_limits(const model::ModelConfig& cfg, int64_t rows, int64_t max_context,
+                                               int threads) {
+    backend::cpu::WorkspaceLimits l;
+    const int64_t D = cfg.hidden_size;
+    l.tokens = rows * std::max<int64_t>(cfg.hc_mult, 1);
+    l.max_in = std::max({D, cfg.q_lora_rank, cfg.o_groups * cfg.o_lora_rank, cfg.moe_inter_dim, cfg.o_group_in()});
+    l.dim = D;
+    l.inter = cfg.moe_inter_dim;
+    l.experts = cfg.n_routed_experts;
+    l.k = cfg.n_experts_per_token;
+    l.attn_width = cfg.window + std::max<int64_t>(cfg.index_topk, max_context / 128);
+    l.head_dim = cfg.head_dim;
+    l.max_entries = max_context / 4;
+    l.max_ratio = 128;
+    l.threads = threads;
+    return l;
+}
+
 ForwardContext make_forward_context(const model::ModelConfig& cfg, const ModelViews& weights, backend::Exec exec) {
     ForwardContext c;
     c.cfg = &cfg;

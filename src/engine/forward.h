@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/workspace.h"
 #include "backend/ops.h"
 #include "engine/sequence_state.h"
 #include "engine/weight_views.h"
@@ -46,6 +47,11 @@ struct ForwardScratch {
 };
 
 ForwardScratch make_forward_scratch(const model::ModelConfig& cfg, int64_t rows, int64_t max_context);
+
+// The largest shapes the CPU ops see in passes of up to `rows` tokens (the MTP block's h_proj runs rows·hc_mult
+// token rows), for sizing the session's backend::cpu::Workspace once.
+backend::cpu::WorkspaceLimits workspace_limits(const model::ModelConfig& cfg, int64_t rows, int64_t max_context,
+                                               int threads);
 
 // What a forward needs besides the state: config, weights, numerics and threads, RoPE tables.
 struct ForwardContext {

@@ -2,7 +2,6 @@
 // per-head sink, and the grouped low-rank output projection wo_a. (wo_b is a plain `linear`.)
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_ops.h"
@@ -124,19 +123,24 @@ Status sparse_attn(const Exec& ex, const SparseAttnParams& p) {
         DSV4_OP_CHECK(p.idx[i] >= -1 && p.idx[i] < p.n_kv, op,
                       "index " + std::to_string(p.idx[i]) + " outside [-1, " + std::to_string(p.n_kv) + ")");
     const bool ref = is_ref(ex);
-    parallel_rows(ex, p.tokens * p.heads, 1, [&](int64_t b, int64_t e) {
-        std::vector<float> l(static_cast<size_t>(std::max<int64_t>(p.topk, 64)));
-        std::vector<float> acc(static_cast<size_t>(p.dim));
-        std::vector<double> acc_d(static_cast<size_t>(p.dim));
+    Scratch scratch(ex);
+    const int64_t slots = slot_count(ex, p.tokens * p.heads, 1), l_len = std::max<int64_t>(p.topk, 64);
+    float* l_all = scratch.take<float>(slots * l_len);
+    float* acc_all = scratch.take<float>(slots * p.dim);
+    double* acc_d_all = scratch.take<double>(slots * p.dim);
+    parallel_slots(ex, p.tokens * p.heads, 1, [&](int64_t slot, int64_t b, int64_t e) {
+        float* l = l_all + slot * l_len;
+        float* acc = acc_all + slot * p.dim;
+        double* acc_d = acc_d_all + slot * p.dim;
         for (int64_t r = b; r < e; ++r) {
             const int64_t t = r / p.heads, h = r % p.heads;
             const float* q = p.q + r * p.dim;
             const int32_t* idx = p.idx + t * p.topk;
             float* out = p.out + r * p.dim;
             if (ref)
-                attend_reference(p, q, idx, p.sink.at(h), l.data(), acc.data(), out);
+                attend_reference(p, q, idx, p.sink.at(h), l, acc, out);
             else
-                attend_exact(p, q, idx, p.sink.at(h), l.data(), acc_d.data(), out);
+                attend_exact(p, q, idx, p.sink.at(h), l, acc_d, out);
         }
     });
     return Status::ok();
@@ -150,17 +154,19 @@ Status wo_a(const Exec& ex, const WoAParams& p) {
     DSV4_RETURN_IF_ERROR(check_weight(p.wo_a, p.groups * p.rank, width, "wo_a"));
     const bool ref = is_ref(ex);
     const int64_t rows = p.groups * p.rank, T = p.tokens;
-    parallel_rows(ex, rows, 4, [&](int64_t b, int64_t e) {
-        std::vector<float> w(static_cast<size_t>(width));
+    Scratch scratch(ex);
+    float* w_all = scratch.take<float>(slot_count(ex, rows, 4) * width);
+    parallel_slots(ex, rows, 4, [&](int64_t slot, int64_t b, int64_t e) {
+        float* w = w_all + slot * width;
         for (int64_t r = b; r < e; ++r) {
-            dequantize_weight_row(p.wo_a, r, w.data());
+            dequantize_weight_row(p.wo_a, r, w);
             if (ref)  // the converter stores wo_a as bf16 (exact for e4m3 · 2^k)
-                for (auto& v : w) v = round_bf16(v);
+                for (int64_t i = 0; i < width; ++i) w[i] = round_bf16(w[i]);
             const int64_t g = r / p.rank;
             for (int64_t t = 0; t < T; ++t) {
                 const float* o = p.o + t * p.heads * p.head_dim + g * width;
                 float acc = 0;
-                for (int64_t i = 0; i < width; ++i) acc += w[size_t(i)] * o[i];
+                for (int64_t i = 0; i < width; ++i) acc += w[i] * o[i];
                 p.z[t * rows + r] = ref ? round_bf16(acc) : acc;
             }
         }

@@ -3,7 +3,6 @@
 // the finish (RMSNorm, RoPE at the window's first position, QAT simulation). The caller keeps the running state.
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_ops.h"
@@ -34,8 +33,11 @@ Status compressor_pool(const Exec& ex, const CompressorPoolParams& p) {
     DSV4_OP_CHECK((p.prev_kv == nullptr) == (p.prev_score == nullptr), op, "prev_kv and prev_score go together");
     const int64_t m = p.ratio, c = p.head_dim, width = p.overlap ? 2 * c : c;
     const bool ref = is_ref(ex);
-    parallel_rows(ex, p.n_windows, 1, [&](int64_t b, int64_t e) {
-        std::vector<float> s(static_cast<size_t>(2 * m)), v(static_cast<size_t>(2 * m));
+    Scratch scratch(ex);
+    float* sv_all = scratch.take<float>(slot_count(ex, p.n_windows, 1) * 4 * m);
+    parallel_slots(ex, p.n_windows, 1, [&](int64_t slot, int64_t b, int64_t e) {
+        float* s = sv_all + slot * 4 * m;  // [2m] scores, then [2m] values
+        float* v = s + 2 * m;
         for (int64_t w = b; w < e; ++w) {
             const float* kv = p.kv + w * m * width;
             const float* sc = p.score + w * m * width;
@@ -45,21 +47,21 @@ Status compressor_pool(const Exec& ex, const CompressorPoolParams& p) {
                 int64_t n = 0;
                 if (p.overlap && pkv) {  // previous window, first half ("overlap" series)
                     for (int64_t t = 0; t < m; ++t, ++n) {
-                        s[size_t(n)] = psc[t * width + ch];
-                        v[size_t(n)] = pkv[t * width + ch];
+                        s[n] = psc[t * width + ch];
+                        v[n] = pkv[t * width + ch];
                     }
                 }
                 const int64_t cur = p.overlap ? c + ch : ch;
                 for (int64_t t = 0; t < m; ++t, ++n) {
-                    s[size_t(n)] = sc[t * width + cur];
-                    v[size_t(n)] = kv[t * width + cur];
+                    s[n] = sc[t * width + cur];
+                    v[n] = kv[t * width + cur];
                 }
                 float mx = -INFINITY;
-                for (int64_t i = 0; i < n; ++i) mx = std::max(mx, s[size_t(i)]);
+                for (int64_t i = 0; i < n; ++i) mx = std::max(mx, s[i]);
                 float sum = 0;
-                for (int64_t i = 0; i < n; ++i) sum += (s[size_t(i)] = std::exp(s[size_t(i)] - mx));
+                for (int64_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - mx));
                 float acc = 0;
-                for (int64_t i = 0; i < n; ++i) acc += v[size_t(i)] * (s[size_t(i)] / sum);
+                for (int64_t i = 0; i < n; ++i) acc += v[i] * (s[i] / sum);
                 p.out[w * c + ch] = ref ? round_bf16(acc) : acc;
             }
         }
@@ -75,10 +77,11 @@ Status compressor_finish(const Exec& ex, const CompressorFinishParams& p) {
     DSV4_RETURN_IF_ERROR(
         rmsnorm(ex, {.x = p.pooled, .rows = p.n, .dim = p.head_dim, .weight = p.norm, .eps = p.eps, .y = p.out}));
     if (p.normed) std::copy(p.out, p.out + p.n * p.head_dim, p.normed);
-    std::vector<int64_t> positions(static_cast<size_t>(p.n));
-    for (int64_t i = 0; i < p.n; ++i) positions[size_t(i)] = (p.first_window + i) * p.ratio;
+    Scratch scratch(ex);
+    int64_t* positions = scratch.take<int64_t>(p.n);
+    for (int64_t i = 0; i < p.n; ++i) positions[i] = (p.first_window + i) * p.ratio;
     DSV4_RETURN_IF_ERROR(rope(ex, {.x = p.out, .tokens = p.n, .vecs = 1, .vec_stride = p.head_dim,
-                                   .offset = p.head_dim - p.rope_dim, .positions = positions.data(),
+                                   .offset = p.head_dim - p.rope_dim, .positions = positions,
                                    .freqs = p.freqs}));
     if (!is_ref(ex)) return Status::ok();
     if (p.kind == CompressedKind::kMain)

@@ -7,6 +7,7 @@
 
 #include "backend/ops.h"
 #include "core/formats.h"
+#include "backend/cpu/workspace.h"
 #include "core/thread_pool.h"
 
 namespace dsv4::backend::cpu {
@@ -26,6 +27,9 @@ template <typename F>
 void parallel_rows(const Exec& ex, int64_t n, int64_t grain, F&& body) {
     parallel_for(ex.pool, n, grain, body);
 }
+
+// Output rows a linear-type op decodes together (the per-slot weight tile is kRowTile rows).
+inline constexpr int64_t kRowTile = 8;
 
 // A F32/BF16 vector weight (norm weights, biases) element, or 1 when the view is empty.
 inline float weight_or_one(const WeightView& w, int64_t i) { return w.empty() ? 1.0f : w.at(i); }

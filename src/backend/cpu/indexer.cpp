@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <vector>
 
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_ops.h"
@@ -74,14 +73,16 @@ Status indexer_scores(const Exec& ex, const IndexerScoresParams& p) {
 Status topk(const Exec& ex, const TopKParams& p) {
     const char* op = "topk";
     DSV4_OP_CHECK(p.scores && p.idx && p.rows >= 0 && p.n >= 0 && p.k >= 0, op, "null pointer or bad shape");
-    parallel_rows(ex, p.rows, 16, [&](int64_t b, int64_t e) {
-        std::vector<int32_t> order(static_cast<size_t>(p.n));
+    Scratch scratch(ex);
+    int32_t* order_all = scratch.take<int32_t>(slot_count(ex, p.rows, 16) * p.n);
+    parallel_slots(ex, p.rows, 16, [&](int64_t slot, int64_t b, int64_t e) {
+        int32_t* order = order_all + slot * p.n;
         for (int64_t r = b; r < e; ++r) {
             const float* s = p.scores + r * p.n;
-            std::iota(order.begin(), order.end(), 0);
+            std::iota(order, order + p.n, 0);
             const int64_t take = std::min(p.k, p.n);
             // descending score, equal scores by ascending index; NaN sorts last
-            std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int32_t a, int32_t c) {
+            std::partial_sort(order, order + take, order + p.n, [&](int32_t a, int32_t c) {
                 const float x = s[a], y = s[c];
                 if (x == y || (std::isnan(x) && std::isnan(y))) return a < c;
                 if (std::isnan(x)) return false;
@@ -89,8 +90,8 @@ Status topk(const Exec& ex, const TopKParams& p) {
                 return x > y;
             });
             for (int64_t j = 0; j < p.k; ++j) {
-                const bool ok = j < take && s[order[size_t(j)]] != -INFINITY && !std::isnan(s[order[size_t(j)]]);
-                p.idx[r * p.k + j] = ok ? order[size_t(j)] : -1;
+                const bool ok = j < take && s[order[j]] != -INFINITY && !std::isnan(s[order[j]]);
+                p.idx[r * p.k + j] = ok ? order[j] : -1;
             }
         }
     });
