@@ -30,14 +30,18 @@ const char* ResponseBuilder::finish_name(FinishReason reason) const {
     return "stop";
 }
 
+Json ResponseBuilder::envelope(const char* object, Json choice) const {
+    Json e;
+    e["id"] = id_;
+    e["object"] = object;
+    e["created"] = created_;
+    e["model"] = model_;
+    e["choices"] = Json::array({std::move(choice)});
+    return e;
+}
+
 Json ResponseBuilder::chunk(Json choice) const {
-    Json c;
-    c["id"] = id_;
-    c["object"] = request_.chat ? "chat.completion.chunk" : "text_completion";
-    c["created"] = created_;
-    c["model"] = model_;
-    c["choices"] = Json::array({std::move(choice)});
-    return c;
+    return envelope(request_.chat ? "chat.completion.chunk" : "text_completion", std::move(choice));
 }
 
 Json ResponseBuilder::logprob_entry(const TokenOutput& t) const {
@@ -59,7 +63,12 @@ Json ResponseBuilder::logprob_entry(const TokenOutput& t) const {
     return e;
 }
 
-void ResponseBuilder::legacy_logprobs(const std::vector<TokenOutput>& tokens, Json& lp) {
+Json ResponseBuilder::legacy_logprobs(const std::vector<TokenOutput>& tokens) {
+    Json lp;
+    lp["tokens"] = Json::array();
+    lp["token_logprobs"] = Json::array();
+    lp["top_logprobs"] = Json::array();
+    lp["text_offset"] = Json::array();
     for (const auto& t : tokens) {
         if (t.token < 0) continue;
         Result<std::string> bytes = tokenizer_.token_bytes(t.token);
@@ -74,6 +83,7 @@ void ResponseBuilder::legacy_logprobs(const std::vector<TokenOutput>& tokens, Js
         lp["text_offset"].push_back(text_offset_);
         text_offset_ += bytes.is_ok() ? bytes->size() : 0;
     }
+    return lp;
 }
 
 void ResponseBuilder::begin(std::vector<Json>& chunks) {
@@ -145,17 +155,7 @@ void ResponseBuilder::add(const std::vector<TokenOutput>& tokens, std::vector<Js
     Json choice;
     choice["index"] = 0;
     choice["text"] = text;
-    if (request_.gen.logprobs) {
-        Json lp;
-        lp["tokens"] = Json::array();
-        lp["token_logprobs"] = Json::array();
-        lp["top_logprobs"] = Json::array();
-        lp["text_offset"] = Json::array();
-        legacy_logprobs(tokens, lp);
-        choice["logprobs"] = std::move(lp);
-    } else {
-        choice["logprobs"] = nullptr;
-    }
+    choice["logprobs"] = request_.gen.logprobs ? legacy_logprobs(tokens) : Json(nullptr);
     choice["finish_reason"] = nullptr;
     chunks.push_back(chunk(std::move(choice)));
 }
@@ -216,25 +216,10 @@ Json ResponseBuilder::response(FinishReason reason, const Usage& usage, const ch
         }
     } else {
         choice["text"] = text_;
-        if (request_.gen.logprobs) {
-            Json lp;
-            lp["tokens"] = Json::array();
-            lp["token_logprobs"] = Json::array();
-            lp["top_logprobs"] = Json::array();
-            lp["text_offset"] = Json::array();
-            legacy_logprobs(tokens_, lp);
-            choice["logprobs"] = std::move(lp);
-        } else {
-            choice["logprobs"] = nullptr;
-        }
+        choice["logprobs"] = request_.gen.logprobs ? legacy_logprobs(tokens_) : Json(nullptr);
     }
     choice["finish_reason"] = finish_name(reason);
-    Json r;
-    r["id"] = id_;
-    r["object"] = request_.chat ? "chat.completion" : "text_completion";
-    r["created"] = created_;
-    r["model"] = model_;
-    r["choices"] = Json::array({std::move(choice)});
+    Json r = envelope(request_.chat ? "chat.completion" : "text_completion", std::move(choice));
     r["usage"] = usage_json(usage);
     return r;
 }

@@ -37,9 +37,10 @@ public:
     Json response(FinishReason reason, const Usage& usage, const chat::ParsedReply& reply);
 
 private:
+    Json envelope(const char* object, Json choice) const;  // id, object, created, model, choices: [choice]
     Json chunk(Json choice) const;
     Json logprob_entry(const TokenOutput& t) const;        // chat format
-    void legacy_logprobs(const std::vector<TokenOutput>& tokens, Json& lp);  // completions format
+    Json legacy_logprobs(const std::vector<TokenOutput>& tokens);  // completions format
     void add_reply_events(const std::vector<chat::ReplyEvent>& events, std::vector<Json>& chunks);
     std::string tool_call_id(int index) const;
     const char* finish_name(FinishReason reason) const;
