@@ -38,6 +38,25 @@ Status window_kv(const Exec& ex, const WindowKvParams& p) {
 
 namespace {
 
+// l[k] = scale · (q · kv[idx[k]]) for the valid k of idx[0, n) (others -inf), Acc the sum's type (f32: the
+// reference kernel's; double: the exact mode's). Eight rows at a time so their sequential sums run side by side;
+// each sum still adds its products in index order.
+template <typename Acc>
+void scaled_dots(const SparseAttnParams& p, const float* q, const int32_t* idx, int64_t n, float* l) {
+    constexpr int64_t kRows = 8;
+    const int64_t D = p.dim;
+    for (int64_t j0 = 0; j0 < n; j0 += kRows) {
+        const float* kv[kRows];
+        for (int64_t k = 0; k < kRows; ++k)
+            kv[k] = j0 + k < n && idx[j0 + k] >= 0 ? p.kv + int64_t(idx[j0 + k]) * D : q;  // q: a harmless stand-in
+        Acc acc[kRows] = {};
+        for (int64_t i = 0; i < D; ++i)
+            for (int64_t k = 0; k < kRows; ++k) acc[k] += Acc(q[i]) * Acc(kv[k][i]);
+        for (int64_t k = 0; k < kRows && j0 + k < n; ++k)
+            l[j0 + k] = idx[j0 + k] < 0 ? -INFINITY : float(acc[k] * Acc(p.scale));
+    }
+}
+
 // DeepSeek's sparse_attn kernel for one (token, head): index blocks of 64, running max / sum in f32, P rounded to
 // bf16 before P·V, the sink added to the denominator at the end.
 void attend_reference(const SparseAttnParams& p, const float* q, const int32_t* idx, float sink, float* l,
@@ -49,17 +68,9 @@ void attend_reference(const SparseAttnParams& p, const float* q, const int32_t* 
     for (int64_t b0 = 0; b0 < p.topk; b0 += kBlock) {
         const int64_t b1 = std::min(p.topk, b0 + kBlock);
         float m_new = m;
-        for (int64_t j = b0; j < b1; ++j) {
-            if (idx[j] < 0) {
-                l[j - b0] = -INFINITY;
-                continue;
-            }
-            const float* kv = p.kv + int64_t(idx[j]) * D;
-            float dot = 0;
-            for (int64_t i = 0; i < D; ++i) dot += q[i] * kv[i];
-            l[j - b0] = dot * p.scale;
-            m_new = std::max(m_new, l[j - b0]);
-        }
+        scaled_dots<float>(p, q, idx + b0, b1 - b0, l);
+        for (int64_t j = b0; j < b1; ++j)
+            if (idx[j] >= 0) m_new = std::max(m_new, l[j - b0]);
         if (m_new == -INFINITY) continue;  // nothing valid so far
         const float rescale = std::exp(m - m_new);  // 0 on the first valid block
         float block_sum = 0;
@@ -88,14 +99,9 @@ void attend_exact(const SparseAttnParams& p, const float* q, const int32_t* idx,
                   float* out) {
     const int64_t D = p.dim;
     float m = -INFINITY;
-    for (int64_t j = 0; j < p.topk; ++j) {
-        if (idx[j] < 0) continue;
-        const float* kv = p.kv + int64_t(idx[j]) * D;
-        double dot = 0;
-        for (int64_t i = 0; i < D; ++i) dot += double(q[i]) * double(kv[i]);
-        l[j] = float(dot * double(p.scale));
-        m = std::max(m, l[j]);
-    }
+    scaled_dots<double>(p, q, idx, p.topk, l);
+    for (int64_t j = 0; j < p.topk; ++j)
+        if (idx[j] >= 0) m = std::max(m, l[j]);
     if (m == -INFINITY) {
         std::fill(out, out + D, 0.0f);
         return;
@@ -154,20 +160,25 @@ Status wo_a(const Exec& ex, const WoAParams& p) {
     DSV4_RETURN_IF_ERROR(check_weight(p.wo_a, p.groups * p.rank, width, "wo_a"));
     const bool ref = is_ref(ex);
     const int64_t rows = p.groups * p.rank, T = p.tokens;
+    // Weight tiles of kRowTile rows decoded once per call for all tokens (linear.cpp explains the layout).
+    const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
     Scratch scratch(ex);
-    float* w_all = scratch.take<float>(slot_count(ex, rows, 4) * width);
-    parallel_slots(ex, rows, 4, [&](int64_t slot, int64_t b, int64_t e) {
-        float* w = w_all + slot * width;
-        for (int64_t r = b; r < e; ++r) {
-            dequantize_weight_row(p.wo_a, r, w);
+    float* tile_all = scratch.take<float>(slot_count(ex, tiles, 1) * width * kRowTile);
+    parallel_slots(ex, tiles, 1, [&](int64_t slot, int64_t tb, int64_t te) {
+        float* tile = tile_all + slot * width * kRowTile;
+        for (int64_t tl = tb; tl < te; ++tl) {
+            const int64_t r0 = tl * kRowTile, r1 = std::min(rows, r0 + kRowTile);
+            decode_weight_tile(p.wo_a, r0, false, tile);
             if (ref)  // the converter stores wo_a as bf16 (exact for e4m3 · 2^k)
-                for (int64_t i = 0; i < width; ++i) w[i] = round_bf16(w[i]);
-            const int64_t g = r / p.rank;
-            for (int64_t t = 0; t < T; ++t) {
-                const float* o = p.o + t * p.heads * p.head_dim + g * width;
-                float acc = 0;
-                for (int64_t i = 0; i < width; ++i) acc += w[i] * o[i];
-                p.z[t * rows + r] = ref ? round_bf16(acc) : acc;
+                for (int64_t i = 0; i < width * kRowTile; ++i) tile[i] = round_bf16_inline(tile[i]);
+            // a tile's rows can span two groups (rank not a multiple of kRowTile): one pass per group
+            for (int64_t g = r0 / p.rank; g * p.rank < r1; ++g) {
+                const int64_t gb = std::max(r0, g * p.rank), ge = std::min(r1, (g + 1) * p.rank);
+                for (int64_t t = 0; t < T; ++t) {
+                    float y[kRowTile];
+                    tile_dot(p.o + t * p.heads * p.head_dim + g * width, tile, width, y);
+                    for (int64_t r = gb; r < ge; ++r) p.z[t * rows + r] = ref ? round_bf16(y[r - r0]) : y[r - r0];
+                }
             }
         }
     });

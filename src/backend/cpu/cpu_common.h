@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "backend/ops.h"
@@ -30,6 +31,32 @@ void parallel_rows(const Exec& ex, int64_t n, int64_t grain, F&& body) {
 
 // Output rows a linear-type op decodes together (the per-slot weight tile is kRowTile rows).
 inline constexpr int64_t kRowTile = 8;
+
+// Rows [row0, row0 + kRowTile) of a weight as a tile [cols, kRowTile] (tile[i·kRowTile + r]; rows past the end
+// are 0). codes_only (FP8 / MXFP4): the e4m3 / e2m1 code values without their block scales (the W8A8 / W4A8
+// operand); otherwise the exact values of dequantize_weight_row. (linear.cpp)
+void decode_weight_tile(const WeightView& w, int64_t row0, bool codes_only, float* tile);
+
+// y[r] = Σ_i x[i] · tile[i·kRowTile + r] for the kRowTile rows of a tile: each row's sum runs over i in order,
+// as a plain dot product does, while the rows advance side by side (one SIMD lane each).
+inline void tile_dot(const float* x, const float* tile, int64_t n, float* y) {
+    float acc[kRowTile] = {};
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = 0; r < kRowTile; ++r) acc[r] += x[i] * tile[i * kRowTile + r];
+    for (int64_t r = 0; r < kRowTile; ++r) y[r] = acc[r];
+}
+
+// core's round_bf16 (f32 → bf16 RNE, NaN kept quiet → f32), inlined so that loops over weights vectorise;
+// tests/unit/cpu_ops checks it against round_bf16 bit for bit.
+inline float round_bf16_inline(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint32_t lsb = (u >> 16) & 1u;
+    const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    u = nan ? (u | 0x00400000u) & 0xffff0000u : (u + 0x7fffu + lsb) & 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
 
 // A F32/BF16 vector weight (norm weights, biases) element, or 1 when the view is empty.
 inline float weight_or_one(const WeightView& w, int64_t i) { return w.empty() ? 1.0f : w.at(i); }

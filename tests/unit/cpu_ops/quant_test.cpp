@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 
+#include "backend/cpu/cpu_common.h"
 #include "helpers.h"
 
 namespace dsv4::cpu_test {
@@ -178,6 +179,31 @@ TEST(QuantizedGemm, MatchesDequantisedProduct) {
             expect[m * N + n] = float(acc);
         }
     DSV4_EXPECT_CLOSE(yf, expect, 1e-5);
+}
+
+}  // namespace
+}  // namespace dsv4::cpu_test
+
+namespace dsv4::cpu_test {
+namespace {
+
+// The inlined bf16 rounding of the hot loops is core's round_bf16, bit for bit: a sweep of 2^32 / 65521 patterns
+// and every boundary class (ties both ways, carries into the exponent, inf, NaN payloads, subnormals, -0).
+TEST(Bf16Rounding, InlineMatchesCoreBitForBit) {
+    auto bits = [](float x) {
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        return u;
+    };
+    auto check = [&](uint32_t u) {
+        float x;
+        std::memcpy(&x, &u, 4);
+        ASSERT_EQ(bits(cpu::round_bf16_inline(x)), bits(round_bf16(x))) << std::hex << u;
+    };
+    for (uint64_t u = 0; u <= 0xffffffffull; u += 65521) check(uint32_t(u));
+    for (uint32_t hi : {0x00000000u, 0x3f800000u, 0x7f7f0000u, 0x7f800000u, 0x7fc00000u, 0x80000000u, 0xff800000u})
+        for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, 0x18000u})
+            check(hi + lo);
 }
 
 }  // namespace
