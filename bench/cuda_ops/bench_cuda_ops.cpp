@@ -31,13 +31,13 @@ using namespace dsv4::cuda;
 constexpr double kCopyBytesPerS = 4.27e12, kBf16FlopPerS = 793e12;
 constexpr size_t kRotateBytes = size_t(256) << 20;  // working set across the rotated copies: > 4x L2
 
-#define CHECK(expr)                                                                   \
-    do {                                                                              \
-        ::dsv4::Status s_ = (expr);                                                   \
-        if (!s_.is_ok()) {                                                            \
+#define CHECK(expr)                                                                          \
+    do {                                                                                     \
+        ::dsv4::Status s_ = (expr);                                                          \
+        if (!s_.is_ok()) {                                                                   \
             std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.to_string().c_str()); \
-            std::exit(1);                                                             \
-        }                                                                             \
+            std::exit(1);                                                                    \
+        }                                                                                    \
     } while (0)
 
 DeviceBuffer random_buffer(std::mt19937_64& rng, size_t bytes, bool bf16) {
@@ -134,19 +134,22 @@ void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
             return DeviceWeightView{WeightFormat::kF32, r, c, b.data(), nullptr};
         };
         double us = time_us(s, n, [&](int i) {
-            return sm90_hc_pre(ref, {x[size_t(i)].data(), T, D, fv(fn, 24, 4 * D), fv(sc, 1, 3), fv(base, 1, 24), 20,
-                                     1e-6f, 1e-6f, nullptr, pre.as<float>(), post.as<float>(), comb.as<float>(),
-                                     y.data()}, s);
+            return sm90_hc_pre(ref,
+                               {x[size_t(i)].data(), T, D, fv(fn, 24, 4 * D), fv(sc, 1, 3), fv(base, 1, 24), 20, 1e-6f,
+                                1e-6f, nullptr, pre.as<float>(), post.as<float>(), comb.as<float>(), y.data()},
+                               s);
         });
         row("sm90_hc_pre", "[T,4,4096] bf16", T, us, double(xbytes + T * D * 2 + 24 * 4 * D * 4), 0);
         us = time_us(s, n, [&](int i) {
-            return sm90_hc_post(ref, {y.data(), x[size_t(i)].data(), post.as<float>(), comb.as<float>(), T, D,
-                                      out.data()}, s);
+            return sm90_hc_post(
+                ref, {y.data(), x[size_t(i)].data(), post.as<float>(), comb.as<float>(), T, D, out.data()}, s);
         });
         row("sm90_hc_post", "[T,4,4096] bf16", T, us, double(2 * xbytes + T * D * 2), 0);
         us = time_us(s, n, [&](int i) {
-            return sm90_hc_head(ref, {x[size_t(i)].data(), T, D, fv(fnh, 4, 4 * D), fv(sch, 1, 1), fv(baseh, 1, 4),
-                                      1e-6f, 1e-6f, nullptr, y.data()}, s);
+            return sm90_hc_head(ref,
+                                {x[size_t(i)].data(), T, D, fv(fnh, 4, 4 * D), fv(sch, 1, 1), fv(baseh, 1, 4), 1e-6f,
+                                 1e-6f, nullptr, y.data()},
+                                s);
         });
         row("sm90_hc_head", "[T,4,4096] bf16", T, us, double(xbytes + T * D * 2 + 4 * 4 * D * 4), 0);
     }
@@ -182,8 +185,19 @@ void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
             2.0 * double(T) * 256 * double(D));
         DeviceBuffer bias = f32w(1, 256, 0.0f), idx = zeros(size_t(T) * 6 * 4), w = zeros(size_t(T) * 6 * 4);
         us = time_us(s, 8, [&](int) {
-            return sm90_router_select({lg.as<float>(), T, 256, 6, {WeightFormat::kF32, 1, 256, bias.data(), nullptr},
-                                       nullptr, 0, nullptr, 1.5f, nullptr, idx.as<int32_t>(), w.as<float>()}, s);
+            return sm90_router_select({lg.as<float>(),
+                                       T,
+                                       256,
+                                       6,
+                                       {WeightFormat::kF32, 1, 256, bias.data(), nullptr},
+                                       nullptr,
+                                       0,
+                                       nullptr,
+                                       1.5f,
+                                       nullptr,
+                                       idx.as<int32_t>(),
+                                       w.as<float>()},
+                                      s);
         });
         row("sm90_router_select", "E 256, top 6", T, us, double(T * 256 * 4 + T * 6 * 8), 0);
     }
@@ -205,21 +219,28 @@ void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
         const size_t pbytes = size_t(windows * 4 * 1024) * 4;
         const int np = copies_for(2 * pbytes);
         std::vector<DeviceBuffer> pk, ps;
-        for (int i = 0; i < np; ++i) pk.push_back(random_buffer(rng, pbytes, true)), ps.push_back(random_buffer(rng, pbytes, true));
+        for (int i = 0; i < np; ++i)
+            pk.push_back(random_buffer(rng, pbytes, true)), ps.push_back(random_buffer(rng, pbytes, true));
         DeviceBuffer pooled = zeros(size_t(windows * 512) * 2), fin = zeros(size_t(windows * 512) * 2);
         us = time_us(s, np, [&](int i) {
-            return sm90_compressor_pool(ref, {pk[size_t(i)].as<float>(), ps[size_t(i)].as<float>(), nullptr, nullptr,
-                                              windows, 4, 512, true, pooled.data()}, s);
+            return sm90_compressor_pool(ref,
+                                        {pk[size_t(i)].as<float>(), ps[size_t(i)].as<float>(), nullptr, nullptr,
+                                         windows, 4, 512, true, pooled.data()},
+                                        s);
         });
         row("sm90_compressor_pool", "CSA m4 2x512 f32", windows * 4, us, double(2 * pbytes + windows * 512 * 2), 0);
         us = time_us(s, 8, [&](int) {
-            return sm90_compressor_finish(ref, {pooled.data(), windows, 512, 4, 0, backend::CompressedKind::kMain, nv,
-                                                freqs, 1e-6f, nullptr, fin.data()}, s);
+            return sm90_compressor_finish(ref,
+                                          {pooled.data(), windows, 512, 4, 0, backend::CompressedKind::kMain, nv, freqs,
+                                           1e-6f, nullptr, fin.data()},
+                                          s);
         });
         row("sm90_compressor_finish", "main [n,512]", windows * 4, us, double(windows * 512 * 4), 0);
         us = time_us(s, 8, [&](int) {
-            return sm90_compressor_finish(ref, {pooled.data(), windows, 128, 4, 0, backend::CompressedKind::kIndexer,
-                                                nv128, freqs, 1e-6f, nullptr, fin.data()}, s);
+            return sm90_compressor_finish(ref,
+                                          {pooled.data(), windows, 128, 4, 0, backend::CompressedKind::kIndexer, nv128,
+                                           freqs, 1e-6f, nullptr, fin.data()},
+                                          s);
         });
         row("sm90_compressor_finish", "indexer [n,128]", windows * 4, us, double(windows * 128 * 4), 0);
     }
@@ -232,8 +253,8 @@ void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
         std::vector<int64_t> far(size_t(T), 4 * nk + 100);
         DeviceBuffer fpos = device_copy(far), scores = zeros(size_t(T * nk) * 2), idx = zeros(size_t(T * 512) * 4);
         double us = time_us(s, 4, [&](int) {
-            return sm90_indexer_scores(ref, {q.data(), keys.data(), w.data(), T, 64, nk, 4, fpos.as<int64_t>(),
-                                             scores.data()}, s);
+            return sm90_indexer_scores(
+                ref, {q.data(), keys.data(), w.data(), T, 64, nk, 4, fpos.as<int64_t>(), scores.data()}, s);
         });
         row("sm90_indexer_scores", "64x128, 8192 keys", T, us, double(T * 64 * 128 * 2 + nk * 256 + T * nk * 2),
             2.0 * double(T) * 64 * double(nk) * 128);
@@ -249,8 +270,10 @@ void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
         for (auto& i : ih) i = int32_t(rng() % uint64_t(nkv));
         DeviceBuffer idx = device_copy(ih), sink = f32w(1, H, 0.0f), o = zeros(size_t(T * H * 512) * 2);
         double us = time_us(s, 2, [&](int) {
-            return sm90_sparse_attn(ref, {q.data(), kv.data(), idx.as<int32_t>(), T, H, nkv, topk, sink.as<float>(),
-                                          0.0441941738f, true, pos.as<int64_t>(), freqs, o.data()}, s);
+            return sm90_sparse_attn(ref,
+                                    {q.data(), kv.data(), idx.as<int32_t>(), T, H, nkv, topk, sink.as<float>(),
+                                     0.0441941738f, true, pos.as<int64_t>(), freqs, o.data()},
+                                    s);
         });
         row("sm90_sparse_attn", "H64, 640 of 10000", T, us, double(T * H * 512 * 4 + T * topk * 1024),
             4.0 * double(T) * double(H) * double(topk) * 512);
@@ -280,8 +303,9 @@ int main(int argc, char** argv) {
     const StreamHandle s = stream_r->handle();
     std::mt19937_64 rng(20261130);
     const int64_t D = 4096, H = 64;
-    std::printf("| kernel                   | shape                  |     T |      us   |   MB      "
-                "| %%copy  | TFLOP/s  | %%bf16  |\n");
+    std::printf(
+        "| kernel                   | shape                  |     T |      us   |   MB      "
+        "| %%copy  | TFLOP/s  | %%bf16  |\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
 
     std::vector<uint16_t> wbits(size_t(D), f32_to_bf16(1.0f));
@@ -369,8 +393,8 @@ int main(int argc, char** argv) {
             const char* name;
             int64_t n, k;
         };
-        for (const G g : {G{"wq_b 32768x1024", 32768, 1024}, G{"wo_b 4096x8192", 4096, 8192},
-                          G{"wq_a 1024x4096", 1024, 4096}}) {
+        for (const G g :
+             {G{"wq_b 32768x1024", 32768, 1024}, G{"wo_b 4096x8192", 4096, 8192}, G{"wq_a 1024x4096", 1024, 4096}}) {
             const size_t wbytes = size_t(g.n * g.k), abytes = size_t(T * g.k);
             const size_t bytes = wbytes + abytes + size_t(T * g.k / 128) * 4 + size_t(T * g.n) * 2;
             const int n = T >= 1024 ? 2 : copies_for(bytes);

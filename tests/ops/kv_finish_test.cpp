@@ -1,10 +1,11 @@
 // sm90_window_kv_finish, sm90_compressor_pool and sm90_compressor_finish against the CPU ops (rmsnorm + rope +
 // kv_fp8_sim as window_kv runs them after its linear; compressor_pool; compressor_finish) at V4 shapes (512-d
 // main entries, 128-d indexer keys, CSA ratio 4 with overlap, HCA ratio 128) and edge shapes, both precisions.
+#include "backend/cuda/kernels/kv_finish/kv_finish.h"
+
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cuda/kernels/kv_finish/kv_finish.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
 #include "testing/testing.h"
@@ -43,7 +44,8 @@ TEST_P(WindowKvFinishTest, MatchesCpuNormRopeFp8Sim) {
     for (const int64_t T : {int64_t(1), int64_t(5), int64_t(130), int64_t(1023)}) {
         for (const bool yarn : {false, true}) {
             SCOPED_TRACE("tokens " + std::to_string(T) + (yarn ? " yarn" : " plain"));
-            const auto freqs = yarn ? backend::rope_freqs(160000, 16, 65536, 32, 1) : backend::rope_freqs(10000, 1, 0, 32, 1);
+            const auto freqs =
+                yarn ? backend::rope_freqs(160000, 16, 65536, 32, 1) : backend::rope_freqs(10000, 1, 0, 32, 1);
             auto kv = random_act(prec, rng, size_t(T * 512), 1.5f);
             auto w = random_bf16(rng, 512, 0.5f);
             auto wbits = to_bf16_bits(w);
@@ -58,8 +60,8 @@ TEST_P(WindowKvFinishTest, MatchesCpuNormRopeFp8Sim) {
             auto dw = upload_weight(wv, "kv_norm");
             auto dpos = to_device(pos);
             ASSERT_TRUE(dkv.is_ok() && dw.is_ok() && dpos.is_ok());
-            DSV4_ASSERT_OK(sm90_window_kv_finish(prec, {dkv->data(), T, dw->view(), dpos->as<int64_t>(), freqs, 1e-6f},
-                                                 nullptr));
+            DSV4_ASSERT_OK(
+                sm90_window_kv_finish(prec, {dkv->data(), T, dw->view(), dpos->as<int64_t>(), freqs, 1e-6f}, nullptr));
             auto got = act_to_host(prec, *dkv, want.size());
             DSV4_EXPECT_CLOSE(got, want, act_tol(prec));
             if (prec == Precision::kReference) {
@@ -80,8 +82,8 @@ TEST_P(CompressorPoolTest, MatchesCpu) {
         bool overlap, prev;
     };
     // CSA main (m 4, 2x512) and indexer (m 4, 2x128) with and without a previous window; HCA (m 128, 512)
-    const Case cases[] = {{1, 4, 512, true, false}, {1, 4, 512, true, true},   {33, 4, 512, true, true},
-                          {7, 4, 128, true, false}, {1, 128, 512, false, false}, {5, 128, 512, false, true},
+    const Case cases[] = {{1, 4, 512, true, false},   {1, 4, 512, true, true},     {33, 4, 512, true, true},
+                          {7, 4, 128, true, false},   {1, 128, 512, false, false}, {5, 128, 512, false, true},
                           {1024, 4, 512, true, false}};
     for (const Case& c : cases) {
         SCOPED_TRACE("windows " + std::to_string(c.windows) + " m " + std::to_string(c.ratio) + " c " +
@@ -95,8 +97,14 @@ TEST_P(CompressorPoolTest, MatchesCpu) {
         for (auto& v : pkv) v = dkv(rng);
         for (auto& v : psc) v = dsc(rng);
         std::vector<float> want(size_t(c.windows * c.head_dim));
-        backend::CompressorPoolParams cp{kv.data(), sc.data(), c.prev ? pkv.data() : nullptr,
-                                         c.prev ? psc.data() : nullptr, c.windows, c.ratio, c.head_dim, c.overlap,
+        backend::CompressorPoolParams cp{kv.data(),
+                                         sc.data(),
+                                         c.prev ? pkv.data() : nullptr,
+                                         c.prev ? psc.data() : nullptr,
+                                         c.windows,
+                                         c.ratio,
+                                         c.head_dim,
+                                         c.overlap,
                                          want.data()};
         DSV4_ASSERT_OK(backend::cpu::compressor_pool({prec, &pool()}, cp));
         auto d_kv = to_device(kv);
@@ -105,8 +113,14 @@ TEST_P(CompressorPoolTest, MatchesCpu) {
         auto d_psc = to_device(psc);
         auto dout = act_poisoned(prec, want.size());
         ASSERT_TRUE(d_kv.is_ok() && d_sc.is_ok() && d_pkv.is_ok() && d_psc.is_ok() && dout.is_ok());
-        CompressorPoolArgs a{d_kv->as<float>(), d_sc->as<float>(), c.prev ? d_pkv->as<float>() : nullptr,
-                             c.prev ? d_psc->as<float>() : nullptr, c.windows, c.ratio, c.head_dim, c.overlap,
+        CompressorPoolArgs a{d_kv->as<float>(),
+                             d_sc->as<float>(),
+                             c.prev ? d_pkv->as<float>() : nullptr,
+                             c.prev ? d_psc->as<float>() : nullptr,
+                             c.windows,
+                             c.ratio,
+                             c.head_dim,
+                             c.overlap,
                              dout->data()};
         DSV4_ASSERT_OK(sm90_compressor_pool(prec, a, nullptr));
         auto got = act_to_host(prec, *dout, want.size());
@@ -129,9 +143,10 @@ TEST_P(CompressorFinishTest, MatchesCpu) {
         int64_t n, ratio, first_window;
         backend::CompressedKind kind;
     };
-    const Case cases[] = {{1, 4, 0, backend::CompressedKind::kMain},    {65, 4, 3, backend::CompressedKind::kMain},
-                          {7, 128, 1000, backend::CompressedKind::kMain}, {1, 4, 0, backend::CompressedKind::kIndexer},
-                          {130, 4, 77, backend::CompressedKind::kIndexer}, {1024, 4, 0, backend::CompressedKind::kIndexer}};
+    const Case cases[] = {
+        {1, 4, 0, backend::CompressedKind::kMain},       {65, 4, 3, backend::CompressedKind::kMain},
+        {7, 128, 1000, backend::CompressedKind::kMain},  {1, 4, 0, backend::CompressedKind::kIndexer},
+        {130, 4, 77, backend::CompressedKind::kIndexer}, {1024, 4, 0, backend::CompressedKind::kIndexer}};
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
     for (const Case& c : cases) {
         const bool main = c.kind == backend::CompressedKind::kMain;
@@ -143,16 +158,17 @@ TEST_P(CompressorFinishTest, MatchesCpu) {
         auto wbits = to_bf16_bits(w);
         backend::WeightView wv{WeightFormat::kBF16, 1, dim, wbits.data(), nullptr};
         std::vector<float> want(pooled.size()), want_normed(pooled.size());
-        backend::CompressorFinishParams cp{pooled.data(), c.n, dim, 64, c.ratio, c.first_window, c.kind, wv, &freqs,
-                                           1e-6f, want_normed.data(), want.data()};
+        backend::CompressorFinishParams cp{pooled.data(),      c.n,        dim, 64,     c.ratio,
+                                           c.first_window,     c.kind,     wv,  &freqs, 1e-6f,
+                                           want_normed.data(), want.data()};
         DSV4_ASSERT_OK(backend::cpu::compressor_finish({prec, &pool()}, cp));
         auto dp = act_to_device(prec, pooled);
         auto dw = upload_weight(wv, "compressor.norm");
         auto dnormed = act_poisoned(prec, want.size());
         auto dout = act_poisoned(prec, want.size());
         ASSERT_TRUE(dp.is_ok() && dw.is_ok() && dnormed.is_ok() && dout.is_ok());
-        CompressorFinishArgs a{dp->data(), c.n, dim, c.ratio, c.first_window, c.kind, dw->view(), freqs, 1e-6f,
-                               dnormed->data(), dout->data()};
+        CompressorFinishArgs a{dp->data(), c.n,   dim,   c.ratio,         c.first_window, c.kind,
+                               dw->view(), freqs, 1e-6f, dnormed->data(), dout->data()};
         DSV4_ASSERT_OK(sm90_compressor_finish(prec, a, nullptr));
         auto normed = act_to_host(prec, *dnormed, want.size());
         auto got = act_to_host(prec, *dout, want.size());

@@ -2,9 +2,9 @@
 // f32 accumulators) and the f32-as-three-bf16 split that lets f32 mode use the same tensor-core path.
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k16", g = lane / 4, q = lane % 4):
-//   A 16x16 row-major: {a0,a1} = A[g][2q..2q+1], {a2,a3} = A[g+8][2q..], {a4,a5} = A[g][2q+8..], {a6,a7} = A[g+8][2q+8..]
-//   B 16x8 "col":      {b0,b1} = B[2q..2q+1][g], {b2,b3} = B[2q+8..][g]
-//   C 16x8 f32:        c0,c1 = C[g][2q..2q+1],   c2,c3 = C[g+8][2q..2q+1]
+//   A 16x16 row-major: {a0,a1} = A[g][2q..2q+1], {a2,a3} = A[g+8][2q..], {a4,a5} = A[g][2q+8..], {a6,a7} =
+//   A[g+8][2q+8..] B 16x8 "col":      {b0,b1} = B[2q..2q+1][g], {b2,b3} = B[2q+8..][g] C 16x8 f32:        c0,c1 =
+//   C[g][2q..2q+1],   c2,c3 = C[g+8][2q..2q+1]
 #pragma once
 
 #include <cuda_bf16.h>

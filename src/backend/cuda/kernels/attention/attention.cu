@@ -17,9 +17,9 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 template <typename ActT, bool kFp8, int kSplit>
 Status launch_wo_a(const WoAArgs& a, int64_t width, cudaStream_t s) {
     const dim3 grid(unsigned(a.wo_a.rows / Cfg::kWoRows), unsigned((a.tokens + Cfg::kWoTokens - 1) / Cfg::kWoTokens));
-    sm90_wo_a_kernel<ActT, kFp8, kSplit><<<grid, Cfg::kThreads, 0, s>>>(
-        static_cast<const ActT*>(a.o), a.tokens, a.heads * 512, width, a.rank, a.wo_a.data, a.wo_a.scale, a.wo_a.rows,
-        static_cast<ActT*>(a.z));
+    sm90_wo_a_kernel<ActT, kFp8, kSplit>
+        <<<grid, Cfg::kThreads, 0, s>>>(static_cast<const ActT*>(a.o), a.tokens, a.heads * 512, width, a.rank,
+                                        a.wo_a.data, a.wo_a.scale, a.wo_a.rows, static_cast<ActT*>(a.z));
     return launch_status("sm90_wo_a");
 }
 
@@ -37,14 +37,13 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
     if (a.tokens == 0) return Status::ok();
     if (precision == Precision::kReference) {
         constexpr size_t smem = Cfg::smem_bytes();
-        DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_sparse_attn_ref_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem)),
-                      op + ": shared memory opt-in");
+        DSV4_CUDA_TRY(
+            cudaFuncSetAttribute(sm90_sparse_attn_ref_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+            op + ": shared memory opt-in");
         const dim3 grid(unsigned(a.heads / Cfg::kHeads), unsigned(a.tokens));
         sm90_sparse_attn_ref_kernel<<<grid, Cfg::kThreads, smem, stream>>>(
             static_cast<const __nv_bfloat16*>(a.q), static_cast<const __nv_bfloat16*>(a.kv), a.idx, int(a.heads),
-            a.n_kv, int(a.topk), a.sink, a.scale, a.derotate, a.positions, a.freqs,
-            static_cast<__nv_bfloat16*>(a.out));
+            a.n_kv, int(a.topk), a.sink, a.scale, a.derotate, a.positions, a.freqs, static_cast<__nv_bfloat16*>(a.out));
     } else {
         const int64_t warps = a.tokens * a.heads;
         sm90_sparse_attn_f32_kernel<<<unsigned((warps + Cfg::kF32Warps - 1) / Cfg::kF32Warps), Cfg::kF32Warps * 32, 0,
@@ -68,7 +67,8 @@ Status sm90_wo_a(Precision precision, const WoAArgs& a, StreamHandle stream) {
     const bool fp8 = a.wo_a.format == WeightFormat::kFP8Block;
     if (!fp8 && a.wo_a.format != WeightFormat::kBF16) return invalid_argument(op + ": wo_a must be FP8 blocks or bf16");
     if (fp8 && !a.wo_a.scale) return invalid_argument(op + ": FP8 wo_a needs its scales");
-    if (!aligned16(a.o) || !aligned16(a.wo_a.data)) return invalid_argument(op + ": o and wo_a must be 16-byte aligned");
+    if (!aligned16(a.o) || !aligned16(a.wo_a.data))
+        return invalid_argument(op + ": o and wo_a must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     if ((a.tokens + Cfg::kWoTokens - 1) / Cfg::kWoTokens > 65535) return invalid_argument(op + ": too many tokens");
     if (precision == Precision::kReference)

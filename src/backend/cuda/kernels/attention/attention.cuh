@@ -21,9 +21,9 @@ namespace dsv4::cuda {
 
 struct AttnConfig {
     static constexpr int kDim = 512;
-    static constexpr int kLd = kDim + 8;   // padded bf16 row
-    static constexpr int kHeads = 16;      // heads per block (one MMA row tile)
-    static constexpr int kBlock = 64;      // candidates per online-softmax block (the reference's)
+    static constexpr int kLd = kDim + 8;  // padded bf16 row
+    static constexpr int kHeads = 16;     // heads per block (one MMA row tile)
+    static constexpr int kBlock = 64;     // candidates per online-softmax block (the reference's)
     static constexpr int kThreads = 128;
     static constexpr int kPLd = kBlock + 8;
     static constexpr size_t smem_bytes() {
@@ -50,15 +50,15 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
                                 __nv_bfloat16* __restrict__ out) {
     using Cfg = AttnConfig;
     extern __shared__ __align__(16) uint8_t smem[];
-    auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);          // [16][kLd]
-    auto* kv_s = q_s + Cfg::kHeads * Cfg::kLd;                    // [64][kLd]
-    auto* l_s = reinterpret_cast<float*>(kv_s + Cfg::kBlock * Cfg::kLd);  // [16][64] logits, then p
+    auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                             // [16][kLd]
+    auto* kv_s = q_s + Cfg::kHeads * Cfg::kLd;                                      // [64][kLd]
+    auto* l_s = reinterpret_cast<float*>(kv_s + Cfg::kBlock * Cfg::kLd);            // [16][64] logits, then p
     auto* p_s = reinterpret_cast<__nv_bfloat16*>(l_s + Cfg::kHeads * Cfg::kBlock);  // [16][kPLd] bf16(p)
-    auto* idx_s = reinterpret_cast<int32_t*>(p_s + Cfg::kHeads * Cfg::kPLd);       // [64]
-    float* m_s = reinterpret_cast<float*>(idx_s + Cfg::kBlock);   // [16] running max
-    float* sum_s = m_s + Cfg::kHeads;                              // [16] running sum
-    float* mnew_s = sum_s + Cfg::kHeads;                           // [16] this block's max
-    float* resc_s = mnew_s + Cfg::kHeads;                          // [16] rescale of the accumulators
+    auto* idx_s = reinterpret_cast<int32_t*>(p_s + Cfg::kHeads * Cfg::kPLd);        // [64]
+    float* m_s = reinterpret_cast<float*>(idx_s + Cfg::kBlock);                     // [16] running max
+    float* sum_s = m_s + Cfg::kHeads;                                               // [16] running sum
+    float* mnew_s = sum_s + Cfg::kHeads;                                            // [16] this block's max
+    float* resc_s = mnew_s + Cfg::kHeads;                                           // [16] rescale of the accumulators
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int64_t t = blockIdx.y;
     const int h0 = blockIdx.x * Cfg::kHeads;
@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(AttnConfig::kF32Warps * 32)
 #pragma unroll
         for (int i = 0; i < 16; i += 4) {
             const float4 v = *reinterpret_cast<const float4*>(row + i);
-            d = fmaf(qv[i], v.x, d), d = fmaf(qv[i + 1], v.y, d), d = fmaf(qv[i + 2], v.z, d), d = fmaf(qv[i + 3], v.w, d);
+            d = fmaf(qv[i], v.x, d), d = fmaf(qv[i + 1], v.y, d), d = fmaf(qv[i + 2], v.z, d),
+            d = fmaf(qv[i + 3], v.w, d);
         }
         return warp_sum(d) * scale;
     };
@@ -233,7 +234,8 @@ __global__ void __launch_bounds__(AttnConfig::kF32Warps * 32)
     }
 #pragma unroll
     for (int i = 0; i < 16; i += 4)
-        *reinterpret_cast<float4*>(out + r * Cfg::kDim + 16 * lane + i) = make_float4(o[i], o[i + 1], o[i + 2], o[i + 3]);
+        *reinterpret_cast<float4*>(out + r * Cfg::kDim + 16 * lane + i) =
+            make_float4(o[i], o[i + 1], o[i + 2], o[i + 3]);
 }
 
 // wo_a. grid: (G·R / 64, ceil(T / 32)); kFp8: weight e4m3 + UE8M0 [ceil(rows/128), cols/128] scales, else bf16.
@@ -300,7 +302,8 @@ __global__ void __launch_bounds__(AttnConfig::kThreads, 1)
                 for (int e = 0; e < 8; ++e) {
                     __nv_bfloat16 hi, mid, lo;
                     split_bf16x3(v[e], hi, mid, lo);
-                    part[0][e] = __bfloat162float(hi), part[1][e] = __bfloat162float(mid), part[2][e] = __bfloat162float(lo);
+                    part[0][e] = __bfloat162float(hi), part[1][e] = __bfloat162float(mid),
+                    part[2][e] = __bfloat162float(lo);
                 }
 #pragma unroll
                 for (int s = 0; s < kSplit; ++s) store8(o_s[s] + tr * kLd + kc, part[s]);

@@ -33,8 +33,10 @@ __global__ void sm90_embedding_kernel(const int32_t* __restrict__ tokens, int64_
         const int c = int(g % chunks) * 8;
         const int32_t id = tokens[t];
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (id >= 0 && id < vocab) load8(table + int64_t(id) * dim + c, v);
-        else if (c == 0) atomicMin(bad_position, int32_t(t));
+        if (id >= 0 && id < vocab)
+            load8(table + int64_t(id) * dim + c, v);
+        else if (c == 0)
+            atomicMin(bad_position, int32_t(t));
         store8(out + t * dim + c, v);  // bf16 → bf16 is exact
     }
 }
@@ -51,8 +53,8 @@ __global__ void sm90_split_bf16x3_kernel(const float* __restrict__ x, int64_t n,
 }
 
 unsigned grid_for(int64_t items, int threads) {
-    return unsigned(std::max<int64_t>(1, std::min<int64_t>((items + threads - 1) / threads,
-                                                           int64_t(current_sm_count()) * 16)));
+    return unsigned(
+        std::max<int64_t>(1, std::min<int64_t>((items + threads - 1) / threads, int64_t(current_sm_count()) * 16)));
 }
 
 Status cublas_status(cublasStatus_t s, const std::string& what) {
@@ -123,15 +125,15 @@ Status sm90_embedding(Precision precision, const EmbeddingArgs& a, StreamHandle 
         return invalid_argument(op + ": null pointer, negative count or empty table");
     if (a.table.format != WeightFormat::kBF16 || a.table.cols % 8 != 0)
         return invalid_argument(op + ": table must be bf16 with a row width that is a multiple of 8");
-    if (!aligned(a.out, 16) || !aligned(a.table.data, 16)) return invalid_argument(op + ": out/table not 16-byte aligned");
+    if (!aligned(a.out, 16) || !aligned(a.table.data, 16))
+        return invalid_argument(op + ": out/table not 16-byte aligned");
     DSV4_CUDA_TRY(cudaMemsetAsync(a.bad_position, 0x7f, sizeof(int32_t), stream), op + ": reset bad_position");
     if (a.n == 0) return Status::ok();
     const int64_t items = a.n * (a.table.cols / 8);
     const auto* table = static_cast<const __nv_bfloat16*>(a.table.data);
     if (precision == Precision::kReference)
         sm90_embedding_kernel<__nv_bfloat16><<<grid_for(items, 256), 256, 0, stream>>>(
-            a.tokens, a.n, a.table.rows, int(a.table.cols), table, static_cast<__nv_bfloat16*>(a.out),
-            a.bad_position);
+            a.tokens, a.n, a.table.rows, int(a.table.cols), table, static_cast<__nv_bfloat16*>(a.out), a.bad_position);
     else
         sm90_embedding_kernel<float><<<grid_for(items, 256), 256, 0, stream>>>(
             a.tokens, a.n, a.table.rows, int(a.table.cols), table, static_cast<float*>(a.out), a.bad_position);

@@ -34,7 +34,8 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
 
 Status sm90_topk(Precision precision, const TopKArgs& a, StreamHandle stream) {
     const std::string op = "sm90_topk";
-    if (!a.scores || !a.idx || a.rows < 0 || a.n < 0 || a.k < 0) return invalid_argument(op + ": null pointer or bad shape");
+    if (!a.scores || !a.idx || a.rows < 0 || a.n < 0 || a.k < 0)
+        return invalid_argument(op + ": null pointer or bad shape");
     if (a.k > IndexerConfig::kTopkMax)
         return invalid_argument(op + ": k " + std::to_string(a.k) + " above the supported 1024");
     if (a.rows == 0 || a.k == 0) return Status::ok();

@@ -21,10 +21,10 @@
 namespace dsv4::cuda {
 
 struct IndexerConfig {
-    static constexpr int kKeys = 64;        // keys per block
-    static constexpr int kHeads = 64;       // max indexer heads
+    static constexpr int kKeys = 64;   // keys per block
+    static constexpr int kHeads = 64;  // max indexer heads
     static constexpr int kDim = 128;
-    static constexpr int kLd = kDim + 8;    // padded bf16 row (272 bytes)
+    static constexpr int kLd = kDim + 8;  // padded bf16 row (272 bytes)
     static constexpr int kThreads = 128;
     static constexpr int kTopkThreads = 1024;
     static constexpr int kTopkMax = 1024;
@@ -126,7 +126,8 @@ __global__ void __launch_bounds__(IndexerConfig::kThreads)
         float* v_s = k_s;  // [heads][kKeys + 1]
 #pragma unroll
         for (int j = 0; j < 32; ++j)
-            if (h0 + j < heads) v_s[(h0 + j) * (Cfg::kKeys + 1) + key] = __fmul_rn(fmaxf(acc[j], 0.0f), to_f32(wt[h0 + j]));
+            if (h0 + j < heads)
+                v_s[(h0 + j) * (Cfg::kKeys + 1) + key] = __fmul_rn(fmaxf(acc[j], 0.0f), to_f32(wt[h0 + j]));
         __syncthreads();
         if (tid < Cfg::kKeys && s0 + tid < n) {
             float total = 0;

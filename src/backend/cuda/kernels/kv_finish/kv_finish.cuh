@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
             if constexpr (kRef) v[j][i] = round_bf16(v[j][i]);
         }
         if (normed) {
-            if constexpr (kW == 8) store8(normed + r * kDim + channel(j), v[j]);
+            if constexpr (kW == 8)
+                store8(normed + r * kDim + channel(j), v[j]);
             else
 #pragma unroll
                 for (int i = 0; i < 4; ++i) normed[r * kDim + channel(j) + i] = from_f32<ActT>(v[j][i]);
@@ -78,7 +79,8 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
             const float ps = __shfl_sync(0xffffffffu, sn, pair0 + p);
             if (in_rope) {
                 rotate_pair(v[j][2 * p], v[j][2 * p + 1], pc, ps);
-                if constexpr (kRef) v[j][2 * p] = round_bf16(v[j][2 * p]), v[j][2 * p + 1] = round_bf16(v[j][2 * p + 1]);
+                if constexpr (kRef)
+                    v[j][2 * p] = round_bf16(v[j][2 * p]), v[j][2 * p + 1] = round_bf16(v[j][2 * p + 1]);
             }
         }
     }
@@ -96,7 +98,8 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
             const float s = exp2_int(e), inv = exp2_int(-e);
 #pragma unroll
             for (int i = 0; i < kW; ++i) {
-                const float q = fminf(fmaxf(__fmul_rn(v[j][i], inv), -KvFinishConfig::kE4m3Max), KvFinishConfig::kE4m3Max);
+                const float q =
+                    fminf(fmaxf(__fmul_rn(v[j][i], inv), -KvFinishConfig::kE4m3Max), KvFinishConfig::kE4m3Max);
                 v[j][i] = round_bf16(__fmul_rn(e4m3_to_f32(f32_to_e4m3(q)), s));
             }
         }
@@ -115,14 +118,16 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
         const float s = exp2_int(e);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const float q = fminf(fmaxf(__fmul_rn(h[i], exp2_int(-e)), -KvFinishConfig::kE2m1Max), KvFinishConfig::kE2m1Max);
+            const float q =
+                fminf(fmaxf(__fmul_rn(h[i], exp2_int(-e)), -KvFinishConfig::kE2m1Max), KvFinishConfig::kE2m1Max);
             v[0][i] = round_bf16(__fmul_rn(e2m1_to_f32(f32_to_e2m1(q)), s));
         }
     }
     ActT* yr = y + r * kDim;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-        if constexpr (kW == 8) store8(yr + channel(j), v[j]);
+        if constexpr (kW == 8)
+            store8(yr + channel(j), v[j]);
         else
 #pragma unroll
             for (int i = 0; i < 4; ++i) yr[channel(j) + i] = from_f32<ActT>(v[j][i]);

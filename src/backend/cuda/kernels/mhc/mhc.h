@@ -20,16 +20,16 @@ namespace dsv4::cuda {
 struct HcPreArgs {
     const void* x = nullptr;  // [T, 4, D]
     int64_t tokens = 0, dim = 0;
-    DeviceWeightView fn;      // f32 [24, 4D]
-    DeviceWeightView scale;   // f32 [3]
-    DeviceWeightView base;    // f32 [24]
+    DeviceWeightView fn;     // f32 [24, 4D]
+    DeviceWeightView scale;  // f32 [3]
+    DeviceWeightView base;   // f32 [24]
     int iters = 20;
     float hc_eps = 1e-6f, norm_eps = 1e-6f;
-    float* mixes = nullptr;   // [T, 24] (may be null)
-    float* pre = nullptr;     // [T, 4]
-    float* post = nullptr;    // [T, 4]
-    float* comb = nullptr;    // [T, 4, 4], comb[j][k]
-    void* x_out = nullptr;    // [T, D]
+    float* mixes = nullptr;  // [T, 24] (may be null)
+    float* pre = nullptr;    // [T, 4]
+    float* post = nullptr;   // [T, 4]
+    float* comb = nullptr;   // [T, 4, 4], comb[j][k]
+    void* x_out = nullptr;   // [T, D]
 };
 Status sm90_hc_pre(backend::Precision precision, const HcPreArgs& a, StreamHandle stream);
 
@@ -40,7 +40,7 @@ struct HcPostArgs {
     const float* post = nullptr;     // [T, 4]
     const float* comb = nullptr;     // [T, 4, 4]
     int64_t tokens = 0, dim = 0;
-    void* out = nullptr;             // [T, 4, D] (must not alias residual)
+    void* out = nullptr;  // [T, 4, D] (must not alias residual)
 };
 Status sm90_hc_post(backend::Precision precision, const HcPostArgs& a, StreamHandle stream);
 
@@ -48,12 +48,12 @@ Status sm90_hc_post(backend::Precision precision, const HcPostArgs& a, StreamHan
 struct HcHeadArgs {
     const void* x = nullptr;  // [T, 4, D]
     int64_t tokens = 0, dim = 0;
-    DeviceWeightView fn;      // f32 [4, 4D]
-    DeviceWeightView scale;   // f32 [1]
-    DeviceWeightView base;    // f32 [4]
+    DeviceWeightView fn;     // f32 [4, 4D]
+    DeviceWeightView scale;  // f32 [1]
+    DeviceWeightView base;   // f32 [4]
     float hc_eps = 1e-6f, norm_eps = 1e-6f;
-    float* pre = nullptr;     // [T, 4] (may be null)
-    void* y = nullptr;        // [T, D]
+    float* pre = nullptr;  // [T, 4] (may be null)
+    void* y = nullptr;     // [T, D]
 };
 Status sm90_hc_head(backend::Precision precision, const HcHeadArgs& a, StreamHandle stream);
 
