@@ -163,8 +163,9 @@ Status wo_a(const Exec& ex, const WoAParams& p) {
     // Weight tiles of kRowTile rows decoded once per call for all tokens (linear.cpp explains the layout).
     const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
     Scratch scratch(ex);
-    float* tile_all = scratch.take<float>(slot_count(ex, tiles, 1) * width * kRowTile);
-    parallel_slots(ex, tiles, 1, [&](int64_t slot, int64_t tb, int64_t te) {
+    const int64_t grain = tile_grain(width, T);
+    float* tile_all = scratch.take<float>(slot_count(ex, tiles, grain) * width * kRowTile);
+    parallel_slots(ex, tiles, grain, [&](int64_t slot, int64_t tb, int64_t te) {
         float* tile = tile_all + slot * width * kRowTile;
         for (int64_t tl = tb; tl < te; ++tl) {
             const int64_t r0 = tl * kRowTile, r1 = std::min(rows, r0 + kRowTile);

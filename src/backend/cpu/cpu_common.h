@@ -46,6 +46,13 @@ inline void tile_dot(const float* x, const float* tile, int64_t n, float* y) {
     for (int64_t r = 0; r < kRowTile; ++r) y[r] = acc[r];
 }
 
+// Tiles per parallel range such that a range holds at least ~32K multiply-adds: a smaller range costs more in
+// thread wake-ups than it saves (decode on a small model). The split never changes a result.
+inline int64_t tile_grain(int64_t in, int64_t tokens) {
+    const int64_t work = kRowTile * in * (tokens > 0 ? tokens : 1);
+    return work >= 32768 ? 1 : 32768 / work;
+}
+
 // core's round_bf16 (f32 → bf16 RNE, NaN kept quiet → f32), inlined so that loops over weights vectorise;
 // tests/unit/cpu_ops checks it against round_bf16 bit for bit.
 inline float round_bf16_inline(float x) {

@@ -124,11 +124,11 @@ Status linear(const Exec& ex, const LinearParams& p) {
     if (T == 0) return Status::ok();
 
     Scratch scratch(ex);
-    const int64_t slots = slot_count(ex, tiles, 1), nb = in / 128, ws_len = (in / kMxfp4GroupSize + 1) * R;
+    const int64_t grain = tile_grain(in, T), slots = slot_count(ex, tiles, grain), nb = in / 128, ws_len = (in / kMxfp4GroupSize + 1) * R;
     float* tile_all = scratch.take<float>(slots * in * R);
     if (!quantized) {  // W (dequantised exactly) · x in f32, rounded per mode and p.out
         const bool round = is_ref(ex) && p.out == LinearOut::kBF16;
-        parallel_slots(ex, tiles, 1, [&](int64_t slot, int64_t tb, int64_t te) {
+        parallel_slots(ex, tiles, grain, [&](int64_t slot, int64_t tb, int64_t te) {
             float* tile = tile_all + slot * in * R;
             for (int64_t tl = tb; tl < te; ++tl) {
                 decode_weight_tile(w, tl * R, false, tile);
@@ -151,7 +151,7 @@ Status linear(const Exec& ex, const LinearParams& p) {
                 sa[t * nb + k] = quant_block_e4m3(p.x + t * in + k * 128, 128, qa + t * in + k * 128, nullptr, nullptr);
     });
     float* ws_all = scratch.take<float>(slots * ws_len);
-    parallel_slots(ex, tiles, 1, [&](int64_t slot, int64_t tb, int64_t te) {
+    parallel_slots(ex, tiles, grain, [&](int64_t slot, int64_t tb, int64_t te) {
         float* tile = tile_all + slot * in * R;
         float* ws = ws_all + slot * ws_len;
         for (int64_t tl = tb; tl < te; ++tl) {
