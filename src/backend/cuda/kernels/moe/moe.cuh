@@ -16,19 +16,18 @@
 // Inner loop (both GEMMs). Weights are the MMA's A (mma.sync m16n8k16, f16 inputs, f32 accumulators), tokens
 // its B. Lane (g, t) = (lane/4, lane%4) loads 16 bytes = one whole 32-element MXFP4 block (4q+t of each
 // 128-element block q) of rows g and g+8 directly into registers (16-byte non-caching loads, no shared-memory
-// staging: at decode shapes every byte is used by exactly one warp). e2m1 -> f16 is a byte lookup: f16 values of
-// e2m1 · 2^n have a zero low byte, so one PRMT maps two 3-bit magnitudes through an 8-byte table of high bytes,
-// a second PRMT moves the two sign bits to bits 15 / 31, and one LOP3 merges them. The table is built per lane and
-// 128-block for the factor 2^(e_t - e_max + 13), where e_t is the lane's block exponent and e_max the largest of
-// the four in the 128-block, so the values are exact (e2m1 · 2^(e_t - e_max + 13) is a normal f16 for
-// e_t >= e_max - 26; real checkpoints span a few binades). The MMA sums the 128 products exactly in f32, and
-// y += acc · (2^(e_max - 140) · a_scale) reproduces the reference's Σ_32-blocks acc_b · (a_s · w_s_b).
+// staging: at decode shapes every byte is used by exactly one warp). e2m1 -> f16 is two shifts and two masks per
+// pair of values (sign to bit 15, exponent/mantissa to bits 11..9: the f16 value is e2m1 · 2^-14, exact), then one
+// f16 multiply by 2^(e_t - e_max + 14), where e_t is the block's UE8M0 exponent and e_max the largest of the four
+// in the 128-block: the values stay exact (the factor is a power of two and e2m1 · 2^(e_t - e_max) is an f16
+// value down to 23 binades below e_max; real checkpoints span a few). The MMA sums the 128 products exactly in
+// f32, and y += acc · (2^(e_max - 127) · a_scale) reproduces the reference's Σ_32-blocks acc_b · (a_s · w_s_b).
 //
-// Pair order: the K permutation inside each 32-element block is free as long as A and B agree. From 32-bit word
-// m of the block (nibbles n0..n7 = elements 8m..8m+7) the lookup yields the f16 pairs r = 0..3 =
-// (n1, n3), (n5, n7), (n0, n2), (n4, n6) (pair_lo / pair_hi), and MMA j (K step of 16) takes pairs 2j and 2j+1
-// (pair p = 4m + r). Activations are stored permuted the same way by the quantisers, so a lane's B fragments are
-// four 16-byte loads.
+// Pair order: the K permutation inside each 32-element block is free as long as A and B agree. The conversion
+// yields, from 32-bit word m of the block (nibbles n0..n7 = elements 8m..8m+7), the f16 pairs
+// P(m, r) = (element 8m+3-r, element 8m+7-r), r = 0..3, and MMA j (K step of 16) takes pairs 2j and 2j+1 (pair
+// p = 4m + r). Activations are therefore stored permuted the same way, so a lane's B fragments are four 16-byte
+// loads.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -111,9 +110,11 @@ struct MoeKernelParams {
 
 // ---------------------------------------------------------------------------------------------- numerics helpers
 
-// Elements of the f16 pair r (0..3) of a 32-bit word of 8 e2m1 nibbles (see e2m1_pair_f16): (lo, hi).
-__host__ __device__ constexpr int pair_lo(int r) { return r == 0 ? 1 : r == 1 ? 5 : r == 2 ? 0 : 4; }
-__host__ __device__ constexpr int pair_hi(int r) { return pair_lo(r) + 2; }
+// Position of element e (0..31) of a 32-element block in pair order (see the header comment).
+__device__ __forceinline__ int pair_order_pos(int e) {
+    const int m = e >> 3, w = e & 7;
+    return w < 4 ? 2 * (4 * m + 3 - w) : 2 * (4 * m + 7 - w) + 1;
+}
 
 // Quantises one 128-block held by a quad (lane%4 = t holds elements 32t..32t+31 in v) to e4m3 as the reference's
 // act_quant does, and writes the 32 values (as f16) in pair order to out (16-byte aligned). Returns the f32 scale.
@@ -130,8 +131,8 @@ __device__ __forceinline__ float quant_block128_to_f16(const float (&v)[32], __h
 #pragma unroll
     for (int p = 0; p < 16; ++p) {
         const int m = p >> 2, r = p & 3;
-        const float lo = e4m3_to_f32(f32_to_e4m3(fminf(fmaxf(v[8 * m + pair_lo(r)] * inv, -448.0f), 448.0f)));
-        const float hi = e4m3_to_f32(f32_to_e4m3(fminf(fmaxf(v[8 * m + pair_hi(r)] * inv, -448.0f), 448.0f)));
+        const float lo = e4m3_to_f32(f32_to_e4m3(fminf(fmaxf(v[8 * m + 3 - r] * inv, -448.0f), 448.0f)));
+        const float hi = e4m3_to_f32(f32_to_e4m3(fminf(fmaxf(v[8 * m + 7 - r] * inv, -448.0f), 448.0f)));
         const __half2 h2 = __floats2half2_rn(lo, hi);  // exact: every e4m3 value is an f16 value
         words[p] = *reinterpret_cast<const uint32_t*>(&h2);
     }
@@ -143,25 +144,23 @@ __device__ __forceinline__ float quant_block128_to_f16(const float (&v)[32], __h
     return exp2_int(e);
 }
 
-// e2m1 -> f16 by table: every value e2m1 · 2^n has a zero low byte in f16, so a pair of f16 values is two byte
-// lookups (one PRMT from an 8-byte table of high bytes, indexed by the 3 magnitude bits) plus the two sign bits
-// moved into bit 15 / 31 (one PRMT) and merged (one LOP3). The table already carries the block's scale factor.
-// Pair r of word w (nibbles n0..n7): r 0 = (n1, n3), 1 = (n5, n7), 2 = (n0, n2), 3 = (n4, n6); w4 = w << 4.
+// f16 pair r (0..3) of a word of 8 e2m1 nibbles: (nibble 3-r, nibble 7-r) as f16 values e2m1 · 2^-14.
 template <int R>
-__device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t w, uint32_t w4, uint32_t t_lo, uint32_t t_hi) {
-    const uint32_t src = R < 2 ? w : w4;
-    const uint32_t sel = ((R & 1) ? (src >> 16) : src) & 0x7070u;
-    const uint32_t mag = __byte_perm(t_lo, t_hi, sel);
-    const uint32_t sgn = __byte_perm(src, 0u, (R & 1) ? 0x3424u : 0x1404u);
-    return mag | (sgn & 0x80008000u);
+__device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t w) {
+    const uint32_t x = w << (4 * R);
+    return (x & 0x80008000u) | ((x >> 3) & 0x0E000E00u);
 }
 
-// The table of f16 high bytes of e2m1 · 2^(d + 13) for magnitude codes 0..7 (d = e_t - e_max <= 0): exact for
-// d >= -26 (normal f16); lower blocks (27+ binades under their 128-block's largest) contribute zero.
-__device__ __forceinline__ void e2m1_table(int d, uint32_t& t_lo, uint32_t& t_hi) {
-    const uint32_t x = uint32_t(-d) * 4u;  // exponent step in the high byte (2 mantissa bits below it)
-    t_lo = d >= -26 ? 0x72706C00u - x * 0x01010100u : 0u;  // 0, 0.5, 1, 1.5 (x 2^13); byte 0 stays 0
-    t_hi = d >= -26 ? 0x7A787674u - x * 0x01010101u : 0u;  // 2, 3, 4, 6
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// f16x2 bits of (2^n, 2^n) for n <= 15 (subnormal below -14, zero below -24).
+__device__ __forceinline__ uint32_t pow2_f16x2(int n) {
+    const uint32_t b = n >= -14 ? uint32_t(n + 15) << 10 : (n >= -24 ? 1u << (n + 24) : 0u);
+    return b | (b << 16);
 }
 
 __device__ __forceinline__ void mma_f16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -199,28 +198,26 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
     m_lo = __vmaxu4(m_lo, m_lo >> 8) & 0xff;
     m_hi = __vmaxu4(m_hi, m_hi >> 8) & 0xff;
     const int e_lo = int((s_lo >> (8 * t)) & 0xff), e_hi = int((s_hi >> (8 * t)) & 0xff);
-    uint32_t tl_lo, th_lo, tl_hi, th_hi;
-    e2m1_table(e_lo - int(m_lo), tl_lo, th_lo);
-    e2m1_table(e_hi - int(m_hi), tl_hi, th_hi);
+    const uint32_t f_lo = pow2_f16x2(e_lo - int(m_lo) + 14), f_hi = pow2_f16x2(e_hi - int(m_hi) + 14);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const uint32_t wl = word_of(w_lo, j >> 1), wh = word_of(w_hi, j >> 1);
         uint32_t a0, a1, a2, a3;
         if (j & 1) {
-            const uint32_t wl4 = wl << 4, wh4 = wh << 4;
-            a0 = e2m1_pair_f16<2>(wl, wl4, tl_lo, th_lo), a2 = e2m1_pair_f16<3>(wl, wl4, tl_lo, th_lo);
-            a1 = e2m1_pair_f16<2>(wh, wh4, tl_hi, th_hi), a3 = e2m1_pair_f16<3>(wh, wh4, tl_hi, th_hi);
+            a0 = e2m1_pair_f16<2>(wl), a2 = e2m1_pair_f16<3>(wl);
+            a1 = e2m1_pair_f16<2>(wh), a3 = e2m1_pair_f16<3>(wh);
         } else {
-            a0 = e2m1_pair_f16<0>(wl, 0, tl_lo, th_lo), a2 = e2m1_pair_f16<1>(wl, 0, tl_lo, th_lo);
-            a1 = e2m1_pair_f16<0>(wh, 0, tl_hi, th_hi), a3 = e2m1_pair_f16<1>(wh, 0, tl_hi, th_hi);
+            a0 = e2m1_pair_f16<0>(wl), a2 = e2m1_pair_f16<1>(wl);
+            a1 = e2m1_pair_f16<0>(wh), a3 = e2m1_pair_f16<1>(wh);
         }
+        a0 = hmul2_bits(a0, f_lo), a2 = hmul2_bits(a2, f_lo);
+        a1 = hmul2_bits(a1, f_hi), a3 = hmul2_bits(a3, f_hi);
         const uint4& b = act[j >> 1];
         const uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
         mma_f16_16816(acc, a0, a1, a2, a3, b0, b1);
     }
-    // the table carries 2^13: the row factor is 2^(e_max - 127 - 13)
-    const float s_row_lo = exp2_int(int(m_lo) - 140), s_row_hi = exp2_int(int(m_hi) - 140);
+    const float s_row_lo = e8m0_to_f32(uint8_t(m_lo)), s_row_hi = e8m0_to_f32(uint8_t(m_hi));
     // acc · (w_s · a_s): the product of scales is exact (powers of two), so fma == separate multiply and add
     y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], __fmul_rn(s_row_lo, sa0)));
     y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], __fmul_rn(s_row_lo, sa1)));
