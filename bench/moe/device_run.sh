@@ -28,7 +28,7 @@ timeout 150 "$b/tests/dsv4_tests_ops_tests" --gtest_filter='*MoeDecode*' 2>&1 | 
     grep -E "bit-exact|FAILED|PASSED|rel_l2|Failure" | head -60
 timeout 90 "$b/bench/moe/dsv4_bench_moe" 2>&1 | tee "$out/bench.txt"
 if command -v ncu >/dev/null; then
-    for T in 1; do
+    for T in 1 64; do
         timeout 45 ncu --clock-control none -k regex:sm90_moe --launch-skip 6 --launch-count 3 --metrics \
 gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
 sm__inst_issued.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active \
