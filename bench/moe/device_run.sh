@@ -20,7 +20,8 @@ if command -v cuobjdump >/dev/null || [ -x /usr/local/cuda/bin/cuobjdump ]; then
         awk "/Function : .*sm90_moe_${k}_kernel/{f=1} f&&/Function : /&&!/${k}/{f=0} f" "$out/moe.sass" > "$out/$k.sass"
         printf '%-8s HMMA %s  LDG.128 %s  HMUL2 %s  LOP3 %s  SHF %s  LDL/STL %s  total %s\n' "$k" \
             "$(grep -c HMMA "$out/$k.sass")" "$(grep -c 'LDG.E.*128' "$out/$k.sass")" \
-            "$(grep -c HMUL2 "$out/$k.sass")" "$(grep -c LOP3 "$out/$k.sass")" "$(grep -c 'SHF\|SHL\|SHR' "$out/$k.sass")" \
+            "$(grep -c HMUL2 "$out/$k.sass")" "$(grep -c LOP3 "$out/$k.sass")" \
+            "$(grep -c 'SHF\|SHL\|SHR' "$out/$k.sass")" \
             "$(grep -c 'LDL\|STL' "$out/$k.sass")" "$(grep -c '/\*[0-9a-f]*\*/' "$out/$k.sass")"
     done
 fi

@@ -59,7 +59,8 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
 }
 // Random bytes; for scales (is_scale) UE8M0 exponents in [118, 126] (2^-9 .. 2^-1).
 __global__ void fill_random(uint8_t* p, size_t n, uint64_t seed, bool is_scale) {
-    for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; i < n; i += size_t(gridDim.x) * blockDim.x * 8) {
+    const size_t stride = size_t(gridDim.x) * blockDim.x * 8;
+    for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; i < n; i += stride) {
         const uint64_t r = mix64(seed + i);
         for (int j = 0; j < 8 && i + j < n; ++j) {
             const uint8_t b = uint8_t(r >> (8 * j));
@@ -211,7 +212,8 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(20261130);
     std::vector<int64_t> token_counts = {1, 4, 16, 64, 256};
     if (profile_T) token_counts = {profile_T};
-    std::printf("\n| T | experts | MB touched | MegaMoE us | TB/s | %% copy | baseline us | baseline TB/s | speedup |\n");
+    std::printf("\n| T | experts | MB touched | MegaMoE us | TB/s | %% copy | baseline us | baseline TB/s "
+                "| speedup |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (int64_t T : token_counts) {
         std::vector<Routing> routings;

@@ -89,9 +89,10 @@ ExpertPool* expert_pool(const MoeShape& s) {
         const DeviceBuffer* d = &p->dev[size_t(6 * i)];
         table[size_t(e)] = {d[0].as<uint8_t>(), d[1].as<uint8_t>(), d[2].as<uint8_t>(),
                             d[3].as<uint8_t>(), d[4].as<uint8_t>(), d[5].as<uint8_t>()};
-        p->views.push_back({.w1 = {mx, s.inter, s.dim, p->w1[size_t(i)].packed.data(), p->w1[size_t(i)].scales.data()},
-                            .w2 = {mx, s.dim, s.inter, p->w2[size_t(i)].packed.data(), p->w2[size_t(i)].scales.data()},
-                            .w3 = {mx, s.inter, s.dim, p->w3[size_t(i)].packed.data(), p->w3[size_t(i)].scales.data()}});
+        const Mxfp4Tensor &w1 = p->w1[size_t(i)], &w2 = p->w2[size_t(i)], &w3 = p->w3[size_t(i)];
+        p->views.push_back({.w1 = {mx, s.inter, s.dim, w1.packed.data(), w1.scales.data()},
+                            .w2 = {mx, s.dim, s.inter, w2.packed.data(), w2.scales.data()},
+                            .w3 = {mx, s.inter, s.dim, w3.packed.data(), w3.scales.data()}});
     }
     auto tb = to_device(table);
     if (!tb.is_ok()) return nullptr;

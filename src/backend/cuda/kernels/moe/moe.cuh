@@ -139,7 +139,8 @@ __device__ __forceinline__ float quant_block128_to_f16(const float (&v)[32], __h
     if (active) {
         uint4* o = reinterpret_cast<uint4*>(out);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) o[i] = make_uint4(words[4 * i], words[4 * i + 1], words[4 * i + 2], words[4 * i + 3]);
+        for (int i = 0; i < 4; ++i)
+            o[i] = make_uint4(words[4 * i], words[4 * i + 1], words[4 * i + 2], words[4 * i + 3]);
     }
     return exp2_int(e);
 }
