@@ -10,6 +10,8 @@
 
 namespace dsv4::chat {
 
+PyJson::~PyJson() = default;
+
 std::string python_float_repr(double value) {
     if (std::isnan(value)) return "NaN";
     if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";

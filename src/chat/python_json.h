@@ -41,6 +41,13 @@ struct PyJson {
     std::string text;    // kInt: canonical decimal digits with sign; kString: UTF-8 text
     std::vector<PyJson> items;                              // kArray
     std::vector<std::pair<std::string, PyJson>> members;    // kObject
+
+    PyJson() = default;
+    PyJson(const PyJson&) = default;
+    PyJson(PyJson&&) noexcept = default;
+    PyJson& operator=(const PyJson&) = default;
+    PyJson& operator=(PyJson&&) noexcept = default;
+    ~PyJson();  // out of line: clang < 16 cannot instantiate the vector destructors while PyJson is incomplete
 };
 
 // json.loads acceptance: RFC 8259 plus NaN / Infinity / -Infinity; surrounding " \t\n\r" allowed; raw control
