@@ -288,9 +288,14 @@ Result<NpzFile> NpzFile::parse(std::span<const uint8_t> b, std::string_view labe
         uint64_t data_off = loff + 30 + lname + lextra;
         if (data_off > b.size() || csize > b.size() - data_off) return corrupt(msg(member, "member data past the end"));
         if (usize > kMaxArrayBytes + 4096) return corrupt(msg(member, "member too large"));
+        // The declared size must be one the data can produce (stored: equal; deflate: at most 1032x, zlib's bound)
+        // before it is allocated: a few hundred bytes must not claim gigabytes.
+        if (method == 0 && csize != usize) return corrupt(msg(member, "stored member with differing sizes"));
+        if (method == 8 && usize > csize * 1032 + 1032)
+            return corrupt(msg(member, "uncompressed size " + std::to_string(usize) +
+                                           " is more than deflate can make of " + std::to_string(csize) + " bytes"));
         std::vector<uint8_t> raw(static_cast<size_t>(usize));
         if (method == 0) {
-            if (csize != usize) return corrupt(msg(member, "stored member with differing sizes"));
             if (usize) std::memcpy(raw.data(), b.data() + data_off, size_t(usize));
         } else if (method == 8) {
             z_stream zs{};
