@@ -421,7 +421,8 @@ void ReplyParser::end_param(std::vector<ReplyEvent>& events) {
         args_delta("\"", events);
     } else {
         std::string value = trim(param_value_);
-        if (!value.empty() && Json::accept(value)) {
+        // nlohmann's lexer takes a NUL byte as the end of input, so "41<NUL>x" would be accepted: rule NUL out.
+        if (!value.empty() && value.find('\0') == std::string::npos && Json::accept(value)) {
             args_delta(std::move(value), events);
         } else {
             std::string quoted;
