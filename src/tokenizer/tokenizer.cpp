@@ -33,6 +33,12 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_file(const std::filesystem::p
     int32_t max_id = -1;
     for (const auto& [tok, id] : spec.vocab) max_id = std::max(max_id, id);
     for (const auto& a : spec.added) max_id = std::max(max_id, a.id);
+    // The id space is allocated densely (several tables of max_id + 1 entries): one stray huge id would make a
+    // small file allocate gigabytes (and INT32_MAX + 1 overflows). Real vocabularies stay far below 2^24.
+    constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+    if (max_id > kMaxTokenId)
+        return corrupt(spec.source + ": token id " + std::to_string(max_id) + " is beyond the supported id space [0, " +
+                       std::to_string(kMaxTokenId) + "]");
     const size_t n = static_cast<size_t>(max_id + 1);
     impl->token_strings.assign(n, {});
     impl->token_bytes.assign(n, {});
