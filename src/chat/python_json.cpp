@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/utf8.h"
+
 namespace dsv4::chat {
 
 PyJson::~PyJson() = default;
@@ -259,24 +261,6 @@ private:
         return true;
     }
 
-    static void append_utf8(std::string& out, uint32_t cp) {
-        if (cp < 0x80) {
-            out += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-            out += static_cast<char>(0xF0 | (cp >> 18));
-            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        }
-    }
-
     bool read_hex4(uint32_t& cp) {
         if (pos_ + 4 > s_.size()) return fail("invalid \\uXXXX escape");
         cp = 0;
@@ -334,7 +318,7 @@ private:
                         }
                     }
                     if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;  // lone surrogate
-                    append_utf8(out, cp);
+                    dsv4::append_utf8(char32_t(cp), out);
                     break;
                 }
                 default: --pos_; return fail("invalid escape");

@@ -9,6 +9,7 @@
 #include <array>
 
 #include "chat/python_json.h"
+#include "core/utf8.h"
 #include "dsv4/chat.h"
 
 namespace dsv4::chat {
@@ -47,46 +48,6 @@ MarkerHit find_marker(std::string_view s, bool with_think) {
         if (partial.pos != std::string::npos) return partial;
     }
     return {};
-}
-
-// Bytes at the end of `s` that start a UTF-8 sequence not yet complete (0 when the end is a character boundary).
-size_t incomplete_utf8_tail(std::string_view s) {
-    size_t n = s.size();
-    for (size_t back = 1; back <= 3 && back <= n; ++back) {
-        unsigned char c = static_cast<unsigned char>(s[n - back]);
-        if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-        size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-        return need > back ? back : 0;
-    }
-    return 0;
-}
-
-// Replaces every byte that does not belong to a well-formed UTF-8 sequence with U+FFFD, so deltas and arguments can
-// always be written as JSON (a reply cut inside a character, or junk bytes from a broken model).
-std::string to_valid_utf8(std::string_view s) {
-    std::string out;
-    out.reserve(s.size());
-    size_t i = 0;
-    while (i < s.size()) {
-        unsigned char c = static_cast<unsigned char>(s[i]);
-        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        bool ok = len > 0 && i + len <= s.size() && !(len == 2 && c < 0xC2);
-        for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-        if (ok && len >= 3) {
-            uint32_t cp = len == 3 ? ((c & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F)
-                                   : ((c & 0x07) << 18) | ((s[i + 1] & 0x3F) << 12) | ((s[i + 2] & 0x3F) << 6) |
-                                         (s[i + 3] & 0x3F);
-            ok = len == 3 ? (cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF)) : (cp >= 0x10000 && cp <= 0x10FFFF);
-        }
-        if (ok) {
-            out.append(s.substr(i, len));
-            i += len;
-        } else {
-            out += "\xEF\xBF\xBD";
-            ++i;
-        }
-    }
-    return out;
 }
 
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -318,7 +279,7 @@ void ReplyParser::handle_tag(std::string_view tag_text, std::vector<ReplyEvent>&
 
 // Decided reasoning/content text. Whitespace at its end is held: it is dropped if a tool-call block follows.
 void ReplyParser::text_segment(std::string_view raw, std::vector<ReplyEvent>& events) {
-    const std::string valid = to_valid_utf8(raw);
+    const std::string valid = sanitize_utf8(raw);
     std::string_view text = valid;
     if (state_ == State::kContent && skip_leading_ws_) {
         while (!text.empty() && is_ws(text.front())) text.remove_prefix(1);
@@ -380,7 +341,7 @@ void ReplyParser::emit_clean(std::string_view text, std::vector<ReplyEvent>& eve
 void ReplyParser::value_segment(std::string_view text, std::vector<ReplyEvent>& events) {
     if (param_string_ == 1) {
         std::string escaped;
-        append_python_json_string(escaped, to_valid_utf8(text));
+        append_python_json_string(escaped, sanitize_utf8(text));
         args_delta(escaped.substr(1, escaped.size() - 2), events);  // without the quotes
     } else {
         param_value_.append(text);
@@ -395,7 +356,7 @@ void ReplyParser::args_delta(std::string text, std::vector<ReplyEvent>& events) 
 }
 
 void ReplyParser::begin_call(std::string name, std::vector<ReplyEvent>& events) {
-    name = to_valid_utf8(name);
+    name = sanitize_utf8(name);
     reply_.tool_calls.push_back({name, ""});
     events.push_back({ReplyEvent::Kind::kToolCallBegin, static_cast<int>(reply_.tool_calls.size()) - 1,
                       std::move(name)});
@@ -405,7 +366,7 @@ void ReplyParser::begin_call(std::string name, std::vector<ReplyEvent>& events) 
 
 void ReplyParser::begin_param(const std::string& name, int string_flag, std::vector<ReplyEvent>& events) {
     std::string head = params_in_call_ == 0 ? "{" : ", ";
-    append_python_json_string(head, to_valid_utf8(name));
+    append_python_json_string(head, sanitize_utf8(name));
     head += ": ";
     if (string_flag == 1) head += '"';
     args_delta(std::move(head), events);
@@ -426,7 +387,7 @@ void ReplyParser::end_param(std::vector<ReplyEvent>& events) {
             args_delta(std::move(value), events);
         } else {
             std::string quoted;
-            append_python_json_string(quoted, to_valid_utf8(param_value_));
+            append_python_json_string(quoted, sanitize_utf8(param_value_));
             args_delta(std::move(quoted), events);
         }
     }

@@ -2,39 +2,11 @@
 
 #include <algorithm>
 
+#include "core/utf8.h"
+
 namespace dsv4::engine {
 
 namespace {
-
-// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
-bool valid_utf8(std::string_view s) {
-    size_t i = 0;
-    while (i < s.size()) {
-        const auto b = static_cast<unsigned char>(s[i]);
-        size_t len = 0;
-        uint32_t cp = 0;
-        if (b < 0x80)
-            len = 1, cp = b;
-        else if ((b & 0xE0) == 0xC0)
-            len = 2, cp = b & 0x1F;
-        else if ((b & 0xF0) == 0xE0)
-            len = 3, cp = b & 0x0F;
-        else if ((b & 0xF8) == 0xF0)
-            len = 4, cp = b & 0x07;
-        else
-            return false;
-        if (i + len > s.size()) return false;
-        for (size_t k = 1; k < len; ++k) {
-            const auto c = static_cast<unsigned char>(s[i + k]);
-            if ((c & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (c & 0x3F);
-        }
-        static constexpr uint32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < kMinForLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        i += len;
-    }
-    return true;
-}
 
 double seconds_between(Generation::Clock::time_point a, Generation::Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
@@ -130,7 +102,7 @@ Status Generation::begin(GenerationOptions options) {
                                 std::to_string(n) + "): the last prompt token is always fed to get logits");
     for (size_t i = 0; i < options.stop.size(); ++i) {
         if (options.stop[i].empty()) return invalid_argument("stop string " + std::to_string(i) + " is empty");
-        if (!valid_utf8(options.stop[i]))
+        if (!is_valid_utf8(options.stop[i]))
             return invalid_argument("stop string " + std::to_string(i) + " is not valid UTF-8");
     }
     options_ = std::move(options);

@@ -3,6 +3,8 @@
 // for the Unicode version and why it matters.
 #pragma once
 
+#include "core/utf8.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -45,23 +47,11 @@ uint16_t char_flags(char32_t cp);
 void decode_utf8(std::string_view text, std::vector<char32_t>& cps, std::vector<uint16_t>& flags,
                  std::vector<uint32_t>& byte_offsets);
 
-// Length of the well-formed UTF-8 sequence starting at s[i], or 0 if the bytes there are not one (invalid lead,
-// bad continuation, overlong, surrogate, > U+10FFFF, or truncated). When 0, *invalid_len is the length of the
-// maximal ill-formed subpart (Unicode §3.9 "U+FFFD substitution of maximal subparts"; what Python's
-// errors="replace" and Rust's from_utf8_lossy replace by one U+FFFD each), and *truncated says whether the
-// subpart is a valid prefix cut off by the end of the input.
-size_t utf8_sequence_length(std::string_view s, size_t i, size_t* invalid_len, bool* truncated);
-
-// True if every byte of `s` forms valid UTF-8.
-bool is_valid_utf8(std::string_view s);
-
-// Copy of `s` with each maximal ill-formed subpart replaced by U+FFFD (EF BF BD).
-std::string sanitize_utf8(std::string_view s);
-
-// The code point of the well-formed UTF-8 sequence at s[i] and its length in bytes.
-char32_t code_point_at(std::string_view s, size_t i, size_t* len);
-
-// Appends the UTF-8 encoding of cp.
-void append_utf8(char32_t cp, std::string& out);
+// UTF-8 validation and repair live in core/utf8.h.
+using dsv4::append_utf8;
+using dsv4::code_point_at;
+using dsv4::is_valid_utf8;
+using dsv4::sanitize_utf8;
+using dsv4::utf8_sequence_length;
 
 }  // namespace dsv4::tokenizer
