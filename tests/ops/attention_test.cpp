@@ -18,11 +18,6 @@ using backend::Precision;
 using backend::WeightFormat;
 using namespace dsv4::cuda::testing;
 
-ThreadPool& pool() {
-    static ThreadPool p;
-    return p;
-}
-
 class SparseAttnTest : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(SparseAttnTest, MatchesCpu) {

@@ -19,11 +19,6 @@ using backend::Precision;
 using backend::WeightFormat;
 using namespace dsv4::cuda::testing;
 
-ThreadPool& pool() {
-    static ThreadPool p;
-    return p;
-}
-
 // A large bf16 weight quickly (a 1-2 GB head would take seconds from std::normal_distribution): uniform values of
 // std ~sigma from a 64-bit LCG, rounded to bf16.
 std::vector<uint16_t> fast_bf16(uint64_t seed, size_t n, float sigma) {

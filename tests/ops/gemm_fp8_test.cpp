@@ -16,11 +16,6 @@ namespace {
 using backend::Precision;
 using namespace dsv4::cuda::testing;
 
-ThreadPool& pool() {
-    static ThreadPool p;
-    return p;
-}
-
 // A random FP8 block weight as shipped: e4m3 bytes (no NaN codes) and UE8M0 block scales around 2^-5..2^7.
 struct HostFp8Weight {
     std::vector<uint8_t> data, scale;

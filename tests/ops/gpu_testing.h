@@ -13,6 +13,7 @@
 #include "backend/ops.h"
 #include "backend/cuda/device.h"
 #include "core/formats.h"
+#include "core/thread_pool.h"
 
 namespace dsv4::cuda::testing {
 
@@ -30,6 +31,12 @@ namespace dsv4::cuda::testing {
         ::dsv4::Status dsv4_s_ = (expr);                           \
         ASSERT_TRUE(dsv4_s_.is_ok()) << dsv4_s_.to_string();       \
     } while (0)
+
+// The CPU reference runs on this pool (all cores), shared by every test of the executable.
+inline ThreadPool& pool() {
+    static ThreadPool p;
+    return p;
+}
 
 // A fresh seed per test run (recorded so a failure can be replayed by hand).
 inline uint64_t fresh_seed() {

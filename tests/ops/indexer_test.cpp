@@ -17,11 +17,6 @@ namespace {
 using backend::Precision;
 using namespace dsv4::cuda::testing;
 
-ThreadPool& pool() {
-    static ThreadPool p;
-    return p;
-}
-
 class IndexerScoresTest : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(IndexerScoresTest, MatchesCpu) {

@@ -17,11 +17,6 @@ using backend::Precision;
 using backend::WeightFormat;
 using namespace dsv4::cuda::testing;
 
-ThreadPool& pool() {
-    static ThreadPool p;
-    return p;
-}
-
 double act_tol(Precision p) { return p == Precision::kReference ? 2e-3 : 1e-6; }
 // Rows through the FP8 / FP4 simulations: a rare bf16 flip before the quantiser can move a whole value to the
 // neighbouring code, so the bit-difference bar is looser than for plain bf16 outputs.

@@ -15,11 +15,6 @@ using backend::Precision;
 using backend::WeightFormat;
 using namespace dsv4::cuda::testing;
 
-ThreadPool& pool() {
-    static ThreadPool p;
-    return p;
-}
-
 std::vector<float> normal(std::mt19937_64& rng, size_t n, float mean, float sigma) {
     std::normal_distribution<float> d(mean, sigma);
     std::vector<float> v(n);

@@ -28,11 +28,6 @@ namespace {
 using backend::Precision;
 using namespace dsv4::cuda::testing;
 
-ThreadPool& pool() {
-    static ThreadPool p;
-    return p;
-}
-
 struct MoeShape {
     const char* name;
     int64_t dim, inter, n_experts, k;

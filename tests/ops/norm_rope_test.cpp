@@ -16,11 +16,6 @@ namespace {
 using backend::Precision;
 using namespace dsv4::cuda::testing;
 
-ThreadPool& pool() {
-    static ThreadPool p;
-    return p;
-}
-
 // Host activations -> device in the precision's type (bf16 bits or f32); outputs come back as f32 values.
 Result<DeviceBuffer> upload_act(Precision p, const std::vector<float>& v) {
     return p == Precision::kReference ? to_device(to_bf16_bits(v)) : to_device(v);
