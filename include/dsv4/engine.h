@@ -8,11 +8,20 @@
 // The engine owns the weights (memory-mapped, read-only) and may be shared by many sessions; every session owns
 // its own decode state (window rings, compressed entries, compressor running state). An Engine must outlive the
 // sessions it created.
+//
+// Several sequences advance together in one batched step (continuous batching):
+//
+//   dsv4::StepItem items[] = {{a.get(), prompt_chunk, &logits_a}, {b.get(), {&next_b, 1}, &logits_b}};
+//   Status s = (*engine)->step(items);  // each item: exactly what session->feed(tokens, out) would give
+//
+// The token rows of all items form one forward pass: every weight-bound op (linears, experts, router, mHC, norms,
+// the head) reads each weight once for all rows, while each sequence's attention state is its own.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "dsv4/status.h"
@@ -20,6 +29,14 @@
 namespace dsv4 {
 
 class Session;
+struct Logits;
+
+// One sequence's work in a batched step: run `tokens` on `session` (as Session::feed would) and fill `out`.
+struct StepItem {
+    Session* session = nullptr;      // created by this engine; at most once per step
+    std::span<const int32_t> tokens;  // [n >= 1]
+    Logits* out = nullptr;            // resized to [n, vocab] (and mtp when the session has it)
+};
 
 // Numerics (DESIGN §3): kReference = DeepSeek's reference arithmetic (FP8/FP4 activation quantisation, bf16
 // rounding, KV QAT simulation); kF32 = every activation in f32, weights dequantised exactly (the oracle mode).
@@ -33,6 +50,9 @@ struct EngineOptions {
     EnginePrecision precision = EnginePrecision::kReference;
     EngineBackend backend = EngineBackend::kCpu;
     int threads = 0;  // CPU worker threads; 0 = hardware concurrency
+    // Token rows of one batched forward pass of Engine::step (all items together); its buffers are allocated at
+    // load. A step with more rows runs as several passes, each item keeping the chunking Session::feed uses.
+    int64_t max_batch_rows = 512;
 };
 
 struct ModelInfo {
@@ -62,6 +82,15 @@ public:
     const ModelInfo& info() const;
     const EngineOptions& options() const;
     Result<std::unique_ptr<Session>> create_session(const SessionOptions& options = {});
+
+    // Advances every item's session by its tokens in batched forward passes. Item i's logits (and MTP logits) are
+    // those session->feed(tokens, out) gives: bit for bit in both precisions (every batched op is row-wise and
+    // keeps its reduction order; see docs/architecture.md "Batched steps"). Errors before any work (no session
+    // changed): null session or out, a session of another engine or twice in the step, a session that failed
+    // earlier, empty tokens, an id outside the vocabulary, a context overflow. A failure during the forward leaves
+    // every session of the step needing reset(). Steps of one engine run one at a time (a lock); allocates nothing
+    // once the outputs have their capacity and a step of as many items has run before.
+    Status step(std::span<const StepItem> items);
 
     struct Impl;  // defined in src/engine/
 

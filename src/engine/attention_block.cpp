@@ -1,8 +1,9 @@
-// The attention sub-block with its per-sequence state (MODEL_SPEC §5.4, §6, §8).
+// The attention sub-block with its per-sequence state (MODEL_SPEC §5.4, §6, §8), over a batched pass.
 //
-// Order inside a chunk of n tokens at positions p0 .. p0+n-1 (the reference's prefill order, §6, generalised to
-// any p0 the way transformers' dynamic cache does, §8.2):
-//   1. q path and window K=V for the n tokens; the K=V rows go straight into the chunk rows of the layer pool.
+// Order inside one sequence's share of n tokens at positions p0 .. p0+n-1 (the reference's prefill order, §6,
+// generalised to any p0 the way transformers' dynamic cache does, §8.2):
+//   1. q path, window K=V and the compressors' projections for all rows of the pass at once (row-wise ops, each
+//      weight read once per pass); each sequence's K=V rows go into the chunk rows of its layer pool.
 //   2. compressors (main, and for CSA the indexer's) absorb the n tokens: the open window's buffered projections
 //      plus the chunk's form a series; every window it completes becomes an entry (rope at the window's first
 //      position); the last complete window is kept as the next entry's "previous window" (CSA), the rest stays
@@ -11,7 +12,8 @@
 //   3. CSA: indexer scores over every entry that exists after step 2, masked to j < (t+1)/4, top-k.
 //   4. one sparse attention over [window candidates | compressed candidates] per query; entries that complete
 //      inside the chunk are visible to exactly the queries at or after their window's last token.
-//   5. de-rotation, wo_a, wo_b; then the ring takes the chunk's last (up to) 128 K=V rows.
+//   5. de-rotation, wo_a, wo_b over all rows; then each ring takes its sequence's last (up to) 128 K=V rows.
+// Steps 2-4 and the ring run per sequence on its own state; they never mix rows of different sequences.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,10 +28,12 @@ using backend::CompressedKind;
 
 namespace {
 
-// Absorbs the chunk into one compressor; writes completed entries to entries[first_new .. first_new+emitted).
-Status absorb_compressor(const ForwardContext& ctx, const CompressorViews& w, CompressorState& cs,
-                         CompressedKind kind, int64_t head_dim, const float* x, int64_t n, int64_t p0,
-                         ForwardScratch& s, float* entries, int64_t* emitted) {
+// Absorbs one sequence's rows into one compressor, given their projections kv/score [n, width] (ape included);
+// writes completed entries to entries[first_new .. first_new+emitted).
+Status absorb_compressor(const ForwardContext& ctx, const backend::Exec& ex, const CompressorViews& w,
+                         CompressorState& cs, CompressedKind kind, int64_t head_dim, const float* kv,
+                         const float* score, int64_t n, int64_t p0, SequenceScratch& s, float* entries,
+                         int64_t* emitted) {
     const int64_t m = cs.ratio, width = cs.width;
     const int64_t buffered = p0 % m;   // open-window tokens already projected
     const int64_t entries_before = p0 / m;
@@ -37,18 +41,8 @@ Status absorb_compressor(const ForwardContext& ctx, const CompressorViews& w, Co
     float* ssc = s.series_score.data();
     std::memcpy(skv, cs.open_kv.data(), size_t(buffered * width) * sizeof(float));
     std::memcpy(ssc, cs.open_score.data(), size_t(buffered * width) * sizeof(float));
-
-    backend::CompressorProjectParams pp;
-    pp.x = x;
-    pp.tokens = n;
-    pp.wkv = w.wkv;
-    pp.wgate = w.wgate;
-    pp.ape = w.ape;
-    pp.ratio = m;
-    pp.positions = s.positions.data();
-    pp.kv = skv + buffered * width;
-    pp.score = ssc + buffered * width;
-    DSV4_RETURN_IF_ERROR(cpu::compressor_project(ctx.exec, pp));
+    std::memcpy(skv + buffered * width, kv, size_t(n * width) * sizeof(float));
+    std::memcpy(ssc + buffered * width, score, size_t(n * width) * sizeof(float));
 
     const int64_t total = buffered + n;
     const int64_t windows = total / m;
@@ -64,7 +58,7 @@ Status absorb_compressor(const ForwardContext& ctx, const CompressorViews& w, Co
         pl.head_dim = head_dim;
         pl.overlap = cs.overlap;
         pl.out = s.pooled.data();
-        DSV4_RETURN_IF_ERROR(cpu::compressor_pool(ctx.exec, pl));
+        DSV4_RETURN_IF_ERROR(cpu::compressor_pool(ex, pl));
 
         backend::CompressorFinishParams fp;
         fp.pooled = s.pooled.data();
@@ -78,7 +72,7 @@ Status absorb_compressor(const ForwardContext& ctx, const CompressorViews& w, Co
         fp.freqs = &ctx.freqs_compress;
         fp.eps = float(ctx.cfg->rms_norm_eps);
         fp.out = entries + entries_before * head_dim;
-        DSV4_RETURN_IF_ERROR(cpu::compressor_finish(ctx.exec, fp));
+        DSV4_RETURN_IF_ERROR(cpu::compressor_finish(ex, fp));
 
         if (cs.overlap) {  // the last complete window feeds the next entry's first half
             std::memcpy(cs.prev_kv.data(), skv + (windows - 1) * m * width, size_t(m * width) * sizeof(float));
@@ -92,18 +86,45 @@ Status absorb_compressor(const ForwardContext& ctx, const CompressorViews& w, Co
     return Status::ok();
 }
 
-// Indexer (MODEL_SPEC §5.4.5): top-k entry numbers per query into s.index_topk [n, index_topk] (-1 = none).
-Status run_indexer(const ForwardContext& ctx, const LayerViews& layer, const LayerState& ls, ForwardScratch& s,
-                   const float* x, int64_t n, int64_t n_entries) {
+// Indexer (MODEL_SPEC §5.4.5) for one sequence, its queries q [n, IH, 128] and weights w [n, IH] computed for the
+// pass: top-k entry numbers per query into s.index_topk [n, index_topk] (-1 = none).
+Status run_indexer(const ForwardContext& ctx, const backend::Exec& ex, const LayerState& ls, SequenceScratch& s,
+                   const float* q, const float* w, const int64_t* positions, int64_t n, int64_t n_entries) {
     const model::ModelConfig& cfg = *ctx.cfg;
     const int64_t k = cfg.index_topk;
     if (n_entries == 0) {
         std::fill(s.index_topk.begin(), s.index_topk.begin() + n * k, -1);
         return Status::ok();
     }
+    backend::IndexerScoresParams sp;
+    sp.q = q;
+    sp.keys = ls.index_keys.data();
+    sp.w = w;
+    sp.tokens = n;
+    sp.heads = cfg.index_n_heads;
+    sp.head_dim = cfg.index_head_dim;
+    sp.n = n_entries;
+    sp.ratio = ls.ratio;
+    sp.positions = positions;
+    sp.scores = s.index_scores.data();
+    DSV4_RETURN_IF_ERROR(cpu::indexer_scores(ex, sp));
+
+    backend::TopKParams tp;
+    tp.scores = s.index_scores.data();
+    tp.rows = n;
+    tp.n = n_entries;
+    tp.k = k;
+    tp.idx = s.index_topk.data();
+    return cpu::topk(ex, tp);
+}
+
+// The indexer's queries and weights for all rows of the pass (row-wise: one read of index_wq_b / weights_proj).
+Status indexer_rows(const ForwardContext& ctx, const LayerViews& layer, ForwardScratch& s, const float* x,
+                    int64_t rows) {
+    const model::ModelConfig& cfg = *ctx.cfg;
     backend::IndexerQParams qp;
     qp.qr = s.qr.data();
-    qp.tokens = n;
+    qp.tokens = rows;
     qp.heads = cfg.index_n_heads;
     qp.head_dim = cfg.index_head_dim;
     qp.rope_dim = cfg.rope_head_dim;
@@ -115,50 +136,44 @@ Status run_indexer(const ForwardContext& ctx, const LayerViews& layer, const Lay
 
     backend::IndexerWeightsParams wp;
     wp.x = x;
-    wp.tokens = n;
+    wp.tokens = rows;
     wp.weights_proj = layer.attn.index_weights_proj;
     wp.scale = float(1.0 / std::sqrt(double(cfg.index_head_dim)) / std::sqrt(double(cfg.index_n_heads)));
     wp.w = s.index_w.data();
-    DSV4_RETURN_IF_ERROR(cpu::indexer_weights(ctx.exec, wp));
+    return cpu::indexer_weights(ctx.exec, wp);
+}
 
-    backend::IndexerScoresParams sp;
-    sp.q = s.index_q.data();
-    sp.keys = ls.index_keys.data();
-    sp.w = s.index_w.data();
-    sp.tokens = n;
-    sp.heads = cfg.index_n_heads;
-    sp.head_dim = cfg.index_head_dim;
-    sp.n = n_entries;
-    sp.ratio = ls.ratio;
-    sp.positions = s.positions.data();
-    sp.scores = s.index_scores.data();
-    DSV4_RETURN_IF_ERROR(cpu::indexer_scores(ctx.exec, sp));
-
-    backend::TopKParams tp;
-    tp.scores = s.index_scores.data();
-    tp.rows = n;
-    tp.n = n_entries;
-    tp.k = k;
-    tp.idx = s.index_topk.data();
-    return cpu::topk(ctx.exec, tp);
+// Compressor projections for all rows of the pass: kv, score [rows, width].
+Status project_rows(const ForwardContext& ctx, const CompressorViews& w, int64_t ratio, ForwardScratch& s,
+                    const float* x, int64_t rows, float* kv, float* score) {
+    backend::CompressorProjectParams pp;
+    pp.x = x;
+    pp.tokens = rows;
+    pp.wkv = w.wkv;
+    pp.wgate = w.wgate;
+    pp.ape = w.ape;
+    pp.ratio = ratio;
+    pp.positions = s.positions.data();
+    pp.kv = kv;
+    pp.score = score;
+    return cpu::compressor_project(ctx.exec, pp);
 }
 
 }  // namespace
 
-Status attention_block(const ForwardContext& ctx, const LayerViews& layer, LayerState& ls, const SequenceState& state,
-                       ForwardScratch& s, const float* x, int64_t n, float* out) {
+Status attention_block(const ForwardContext& ctx, const LayerViews& layer, int layer_slot, std::span<BatchSeq> seqs,
+                       ForwardScratch& s, const float* x, int64_t rows, float* out) {
     const model::ModelConfig& cfg = *ctx.cfg;
     const AttentionViews& w = layer.attn;
-    const int64_t p0 = state.position;
-    const int64_t hd = cfg.head_dim, heads = cfg.num_heads, window = state.window;
+    const int64_t hd = cfg.head_dim, heads = cfg.num_heads;
     const float eps = float(cfg.rms_norm_eps);
     const backend::RopeFreqs* freqs = layer.ratio ? &ctx.freqs_compress : &ctx.freqs_window;
-    float* pool = ls.pool.data();  // [S + 128 + max_entries, 512]
+    const bool csa = layer.attn_kind == model::AttnKind::kCSA, hca = layer.attn_kind == model::AttnKind::kHCA;
 
-    // 1. queries and window K=V (into the chunk rows 0..n-1 of the pool)
+    // 1. row-wise: queries, window K=V, compressor projections (and the indexer's queries and weights)
     backend::QPathParams qp;
     qp.x = x;
-    qp.tokens = n;
+    qp.tokens = rows;
     qp.heads = heads;
     qp.head_dim = hd;
     qp.rope_dim = cfg.rope_head_dim;
@@ -174,7 +189,7 @@ Status attention_block(const ForwardContext& ctx, const LayerViews& layer, Layer
 
     backend::WindowKvParams kp;
     kp.x = x;
-    kp.tokens = n;
+    kp.tokens = rows;
     kp.head_dim = hd;
     kp.rope_dim = cfg.rope_head_dim;
     kp.wkv = w.wkv;
@@ -182,72 +197,105 @@ Status attention_block(const ForwardContext& ctx, const LayerViews& layer, Layer
     kp.positions = s.positions.data();
     kp.freqs = freqs;
     kp.eps = eps;
-    kp.kv = pool;
+    kp.kv = s.window_kv.data();
     DSV4_RETURN_IF_ERROR(cpu::window_kv(ctx.exec, kp));
 
-    // 2. compressors
-    int64_t n_entries = 0;
-    if (layer.ratio) {
-        int64_t emitted = 0;
-        DSV4_RETURN_IF_ERROR(absorb_compressor(ctx, w.compressor, ls.compressor, CompressedKind::kMain, hd, x, n, p0,
-                                               s, pool + state.entry_row(0) * hd, &emitted));
-        n_entries = p0 / layer.ratio + emitted;
-    }
-    // 3. indexer
-    if (layer.attn_kind == model::AttnKind::kCSA) {
-        int64_t emitted = 0;
-        DSV4_RETURN_IF_ERROR(absorb_compressor(ctx, w.index_compressor, ls.index_compressor, CompressedKind::kIndexer,
-                                               cfg.index_head_dim, x, n, p0, s, ls.index_keys.data(), &emitted));
-        DSV4_RETURN_IF_ERROR(run_indexer(ctx, layer, ls, s, x, n, n_entries));
+    if (layer.ratio)
+        DSV4_RETURN_IF_ERROR(project_rows(ctx, w.compressor, layer.ratio, s, x, rows, s.proj_kv.data(),
+                                          s.proj_score.data()));
+    if (csa) {
+        DSV4_RETURN_IF_ERROR(project_rows(ctx, w.index_compressor, layer.ratio, s, x, rows, s.index_proj_kv.data(),
+                                          s.index_proj_score.data()));
+        bool any_entries = false;  // queries are needed only once some sequence has an entry
+        for (const BatchSeq& q : seqs) any_entries |= (q.state->position + q.n) / layer.ratio > 0;
+        if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(ctx, layer, s, x, rows));
     }
 
-    // 4. index lists: [window | compressed], rows of the pool, -1 = nothing. DeepSeek's layouts: the window part
-    //    lists positions ascending from max(0, pos-127), then -1 padding; it is 128 wide, except in a prefill from
-    //    position 0 shorter than the window, where it is T wide (get_window_topk_idxs). Only the place of the
-    //    padding differs between layouts, so f32 sums (which skip -1) run in the same order in every chunking;
-    //    reference numerics round P per 64-index block, so they follow DeepSeek's layout exactly.
-    const int64_t topk = cfg.index_topk;
-    const int64_t win_cols = (p0 == 0 && n < window) ? n : window;
-    const int64_t width = win_cols + (layer.attn_kind == model::AttnKind::kCSA   ? topk
-                                      : layer.attn_kind == model::AttnKind::kHCA ? n_entries
-                                                                                 : 0);
-    for (int64_t i = 0; i < n; ++i) {
-        const int64_t pos = p0 + i;
-        int32_t* row = s.idx.data() + i * width;
-        const int64_t first = std::max<int64_t>(0, pos - (window - 1));
-        for (int64_t c = 0; c < win_cols; ++c) {
-            const int64_t q = first + c;
-            row[c] = q > pos ? -1 : int32_t(q >= p0 ? q - p0 : state.ring_row(q));
+    // 2-4, per sequence
+    for (BatchSeq& seq : seqs) {
+        const SequenceState& state = *seq.state;
+        LayerState& ls = seq.state->layers[size_t(layer_slot)];
+        SequenceScratch& own = *seq.scratch;
+        const int64_t p0 = state.position, n = seq.n, r0 = seq.row0, window = state.window;
+        const int64_t* positions = s.positions.data() + r0;
+        float* pool = ls.pool.data();  // [S + 128 + max_entries, 512]
+        std::memcpy(pool, s.window_kv.data() + r0 * hd, size_t(n * hd) * sizeof(float));  // chunk rows 0..n-1
+
+        // 2. compressors
+        int64_t n_entries = 0;
+        if (layer.ratio) {
+            const int64_t width = ls.compressor.width;
+            int64_t emitted = 0;
+            DSV4_RETURN_IF_ERROR(absorb_compressor(ctx, seq.exec, w.compressor, ls.compressor,
+                                                   CompressedKind::kMain, hd, s.proj_kv.data() + r0 * width,
+                                                   s.proj_score.data() + r0 * width, n, p0, own,
+                                                   pool + state.entry_row(0) * hd, &emitted));
+            n_entries = p0 / layer.ratio + emitted;
         }
-        if (layer.attn_kind == model::AttnKind::kCSA) {
-            const int32_t* picks = s.index_topk.data() + i * topk;
-            for (int64_t c = 0; c < topk; ++c)
-                row[win_cols + c] = picks[c] < 0 ? -1 : int32_t(state.entry_row(picks[c]));
-        } else if (layer.attn_kind == model::AttnKind::kHCA) {
-            const int64_t visible = (pos + 1) / layer.ratio;
-            for (int64_t j = 0; j < n_entries; ++j)
-                row[win_cols + j] = j < visible ? int32_t(state.entry_row(j)) : -1;
+        // 3. indexer
+        if (csa) {
+            const int64_t width = ls.index_compressor.width;
+            int64_t emitted = 0;
+            DSV4_RETURN_IF_ERROR(absorb_compressor(
+                ctx, seq.exec, w.index_compressor, ls.index_compressor, CompressedKind::kIndexer,
+                cfg.index_head_dim, s.index_proj_kv.data() + r0 * width, s.index_proj_score.data() + r0 * width, n,
+                p0, own, ls.index_keys.data(), &emitted));
+            DSV4_RETURN_IF_ERROR(run_indexer(ctx, seq.exec, ls, own,
+                                             s.index_q.data() + r0 * cfg.index_n_heads * cfg.index_head_dim,
+                                             s.index_w.data() + r0 * cfg.index_n_heads, positions, n, n_entries));
         }
+
+        // 4. index lists: [window | compressed], rows of the pool, -1 = nothing. DeepSeek's layouts: the window
+        //    part lists positions ascending from max(0, pos-127), then -1 padding; it is 128 wide, except in a
+        //    prefill from position 0 shorter than the window, where it is T wide (get_window_topk_idxs). Only the
+        //    place of the padding differs between layouts, so f32 sums (which skip -1) run in the same order in
+        //    every chunking; reference numerics round P per 64-index block, so they follow DeepSeek's layout
+        //    exactly.
+        const int64_t topk = cfg.index_topk;
+        const int64_t win_cols = (p0 == 0 && n < window) ? n : window;
+        const int64_t width = win_cols + (csa ? topk : hca ? n_entries : 0);
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t pos = p0 + i;
+            int32_t* row = own.idx.data() + i * width;
+            const int64_t first = std::max<int64_t>(0, pos - (window - 1));
+            for (int64_t c = 0; c < win_cols; ++c) {
+                const int64_t q = first + c;
+                row[c] = q > pos ? -1 : int32_t(q >= p0 ? q - p0 : state.ring_row(q));
+            }
+            if (csa) {
+                const int32_t* picks = own.index_topk.data() + i * topk;
+                for (int64_t c = 0; c < topk; ++c)
+                    row[win_cols + c] = picks[c] < 0 ? -1 : int32_t(state.entry_row(picks[c]));
+            } else if (hca) {
+                const int64_t visible = (pos + 1) / layer.ratio;
+                for (int64_t j = 0; j < n_entries; ++j)
+                    row[win_cols + j] = j < visible ? int32_t(state.entry_row(j)) : -1;
+            }
+        }
+
+        backend::SparseAttnParams ap;
+        ap.q = s.q.data() + r0 * heads * hd;
+        ap.kv = pool;
+        ap.idx = own.idx.data();
+        ap.tokens = n;
+        ap.heads = heads;
+        ap.dim = hd;
+        ap.n_kv = state.entry_row(n_entries);
+        ap.topk = width;
+        ap.sink = w.sink;
+        ap.scale = float(1.0 / std::sqrt(double(hd)));
+        ap.out = s.attn.data() + r0 * heads * hd;
+        DSV4_RETURN_IF_ERROR(cpu::sparse_attn(seq.exec, ap));
+
+        // the ring keeps the last `window` positions for the next chunk
+        for (int64_t q = std::max(p0, p0 + n - window); q < p0 + n; ++q)
+            std::memcpy(pool + state.ring_row(q) * hd, pool + (q - p0) * hd, size_t(hd) * sizeof(float));
     }
 
-    backend::SparseAttnParams ap;
-    ap.q = s.q.data();
-    ap.kv = pool;
-    ap.idx = s.idx.data();
-    ap.tokens = n;
-    ap.heads = heads;
-    ap.dim = hd;
-    ap.n_kv = state.entry_row(n_entries);
-    ap.topk = width;
-    ap.sink = w.sink;
-    ap.scale = float(1.0 / std::sqrt(double(hd)));
-    ap.out = s.attn.data();
-    DSV4_RETURN_IF_ERROR(cpu::sparse_attn(ctx.exec, ap));
-
-    // 5. de-rotate the output's rope slice at the query position, grouped low-rank projection
+    // 5. row-wise: de-rotate the output's rope slice at the query position, grouped low-rank projection
     backend::RopeParams rp;
     rp.x = s.attn.data();
-    rp.tokens = n;
+    rp.tokens = rows;
     rp.vecs = heads;
     rp.vec_stride = hd;
     rp.offset = hd - cfg.rope_head_dim;
@@ -258,7 +306,7 @@ Status attention_block(const ForwardContext& ctx, const LayerViews& layer, Layer
 
     backend::WoAParams op;
     op.o = s.attn.data();
-    op.tokens = n;
+    op.tokens = rows;
     op.heads = heads;
     op.head_dim = hd;
     op.groups = cfg.o_groups;
@@ -269,16 +317,11 @@ Status attention_block(const ForwardContext& ctx, const LayerViews& layer, Layer
 
     backend::LinearParams lp;
     lp.x = s.z.data();
-    lp.tokens = n;
+    lp.tokens = rows;
     lp.w = w.wo_b;
     lp.out = backend::LinearOut::kBF16;
     lp.y = out;
-    DSV4_RETURN_IF_ERROR(cpu::linear(ctx.exec, lp));
-
-    // the ring keeps the last `window` positions for the next chunk
-    for (int64_t q = std::max(p0, p0 + n - window); q < p0 + n; ++q)
-        std::memcpy(pool + state.ring_row(q) * hd, pool + (q - p0) * hd, size_t(hd) * sizeof(float));
-    return Status::ok();
+    return cpu::linear(ctx.exec, lp);
 }
 
 }  // namespace dsv4::engine

@@ -1,7 +1,10 @@
 // The public Engine / Session API (include/dsv4/engine.h, session.h) over the CPU forward.
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/workspace.h"
 #include "core/thread_pool.h"
@@ -22,6 +25,9 @@ namespace {
 // chunk region of the KV pools at 512 KiB while amortising each weight read over many tokens.
 constexpr int64_t kMaxChunkRows = 256;
 constexpr int64_t kDefaultMaxContext = 4096;
+// The batched head writes through a staging buffer of this many bytes at most (whole logits rows): a real
+// vocabulary's 129K f32 logits are 0.5 MB a row, so a 512-row staging would be 256 MB.
+constexpr int64_t kHeadStagingBytes = int64_t(64) << 20;
 }  // namespace
 
 const char* engine_precision_name(EnginePrecision p) { return p == EnginePrecision::kF32 ? "f32" : "reference"; }
@@ -36,16 +42,27 @@ struct Engine::Impl {
     backend::WeightCopies weight_copies;  // f32 copies of weights no WeightFormat describes
     engine::ModelViews views;
     std::unique_ptr<ThreadPool> pool;
+    // Batched steps (Engine::step): one at a time, on buffers sized at load for options.max_batch_rows rows.
+    std::mutex step_mutex;
+    engine::ForwardContext batch_ctx;   // exec.workspace = batch_workspace
+    std::unique_ptr<backend::cpu::Workspace> batch_workspace;
+    engine::ForwardScratch batch;
+    std::vector<float> head_staging;    // [k, vocab]
+    std::vector<engine::BatchSeq> pass; // the sequences of one pass
+    std::vector<size_t> pass_item;      // [pass] the step item each share belongs to
+    std::vector<int64_t> done;          // [items] tokens of each item already run
 };
 
 struct Session::Impl {
     const Engine::Impl* engine = nullptr;
     engine::ForwardContext ctx;
     engine::SequenceState state;
-    engine::ForwardScratch scratch;
+    engine::ForwardScratch scratch;       // feed()'s row buffers and the MTP block's
+    engine::SequenceScratch seq_scratch;  // per-sequence buffers (series, index lists, indexer scores)
     std::unique_ptr<backend::cpu::Workspace> workspace;  // the CPU ops' scratch, reserved here once
     std::unique_ptr<engine::MtpState> mtp;  // only with SessionOptions::mtp
     bool broken = false;  // a failed forward left the layers at different positions
+    bool in_step = false; // marks the sessions of the step being validated (each at most once)
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -63,6 +80,29 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
     DSV4_ASSIGN_OR_RETURN(impl->weights, model::map_weights(*impl->checkpoint, impl->config));
     DSV4_ASSIGN_OR_RETURN(impl->views, engine::make_model_views(impl->weights, impl->config, impl->weight_copies));
     impl->pool = std::make_unique<ThreadPool>(options.threads);
+    if (options.max_batch_rows < 1)
+        return invalid_argument("max_batch_rows is " + std::to_string(options.max_batch_rows) + "; it must be >= 1");
+    {
+        const model::ModelConfig& cfg = impl->config;
+        const int64_t rows = options.max_batch_rows;
+        backend::Exec exec;
+        exec.precision = options.precision == EnginePrecision::kF32 ? backend::Precision::kF32
+                                                                    : backend::Precision::kReference;
+        exec.pool = impl->pool.get();
+        // only row-wise ops run on this workspace (per-sequence ops use each session's), so the context it is
+        // sized for is irrelevant: the window
+        impl->batch_workspace = std::make_unique<backend::cpu::Workspace>(
+            backend::cpu::workspace_bytes(engine::workspace_limits(cfg, rows, cfg.window, impl->pool->size())));
+        exec.workspace = impl->batch_workspace.get();
+        impl->batch_ctx = engine::make_forward_context(cfg, impl->views, exec);
+        impl->batch = engine::make_forward_scratch(cfg, rows);
+        const int64_t staging_rows =
+            std::clamp<int64_t>(kHeadStagingBytes / (cfg.vocab_size * int64_t(sizeof(float))), 1, rows);
+        impl->head_staging.assign(size_t(staging_rows * cfg.vocab_size), 0.0f);
+        impl->pass.reserve(size_t(rows));
+        impl->pass_item.reserve(size_t(rows));
+        impl->done.reserve(size_t(rows));
+    }
 
     ModelInfo& info = impl->info;
     info.name = model_dir.string();
@@ -96,7 +136,8 @@ Result<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& op
     exec.workspace = s->workspace.get();
     s->ctx = engine::make_forward_context(e.config, e.views, exec);
     s->state = engine::make_sequence_state(e.config, max_context, rows, int(e.config.num_layers));
-    s->scratch = engine::make_forward_scratch(e.config, rows, max_context);
+    s->scratch = engine::make_forward_scratch(e.config, rows);
+    s->seq_scratch = engine::make_sequence_scratch(e.config, rows, max_context);
     if (options.mtp) s->mtp = std::make_unique<engine::MtpState>(engine::make_mtp_state(e.config, max_context, rows));
     return std::unique_ptr<Session>(new Session(std::move(s)));
 }
@@ -112,11 +153,13 @@ void Session::reset() {
     impl_->broken = false;
 }
 
-Status Session::feed(std::span<const int32_t> tokens, Logits* out) {
-    Impl& s = *impl_;
-    const int64_t vocab = s.engine->config.vocab_size;
+namespace {
+
+// Checks what feed / step checks before running anything; sizes `out`.
+Status check_feed(const Session::Impl& s, std::span<const int32_t> tokens, Logits* out, int64_t vocab) {
     if (s.broken) return internal_error("the session failed in an earlier step; reset it before feeding more tokens");
     if (tokens.empty()) return invalid_argument("no tokens to feed (the token list is empty)");
+    if (!out) return invalid_argument("no Logits to fill (out is null)");
     for (size_t i = 0; i < tokens.size(); ++i)
         if (tokens[i] < 0 || tokens[i] >= vocab)
             return invalid_argument("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
@@ -126,6 +169,10 @@ Status Session::feed(std::span<const int32_t> tokens, Logits* out) {
         return out_of_range(std::to_string(s.state.position + n) + " tokens exceed the session's max context of " +
                             std::to_string(s.state.max_context) + " (" + std::to_string(s.state.position) +
                             " already fed)");
+    return Status::ok();
+}
+
+void size_logits(const Session::Impl& s, int64_t n, int64_t vocab, Logits* out) {
     out->rows = n;
     out->vocab = vocab;
     out->values.resize(size_t(n * vocab));
@@ -134,20 +181,108 @@ Status Session::feed(std::span<const int32_t> tokens, Logits* out) {
     } else {
         out->mtp.clear();
     }
-    for (int64_t off = 0; off < n;) {
+}
+
+// The session's share of a pass: tokens[done .. done+len) at its current position.
+engine::BatchSeq share_of(Session::Impl& s, std::span<const int32_t> tokens, Logits* out, int64_t done, int64_t len,
+                          int64_t vocab) {
+    engine::BatchSeq q;
+    q.state = &s.state;
+    q.scratch = &s.seq_scratch;
+    q.exec = s.ctx.exec;
+    q.tokens = tokens.data() + done;
+    q.n = len;
+    q.logits = out->values.data() + done * vocab;
+    q.final_streams = s.mtp ? s.mtp->main_streams.data() : nullptr;
+    return q;
+}
+
+// After the pass that ran `q` (the session's state has advanced by q.n): the MTP head of those rows.
+Status run_mtp(Session::Impl& s, const engine::BatchSeq& q, Logits* out, int64_t done, int64_t vocab) {
+    if (!s.mtp) return Status::ok();
+    return engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, s.seq_scratch, q.tokens, q.n, s.state.position - q.n,
+                             out->mtp.data() + done * vocab);
+}
+
+}  // namespace
+
+Status Session::feed(std::span<const int32_t> tokens, Logits* out) {
+    Impl& s = *impl_;
+    const int64_t vocab = s.engine->config.vocab_size;
+    DSV4_RETURN_IF_ERROR(check_feed(s, tokens, out, vocab));
+    const int64_t n = int64_t(tokens.size());
+    size_logits(s, n, vocab, out);
+    for (int64_t off = 0; off < n;) {  // a pass of this one sequence on its own buffers
         const int64_t len = std::min(s.scratch.rows, n - off);
-        const int64_t p0 = s.state.position;
-        Status st = engine::forward_chunk(s.ctx, s.state, s.scratch, tokens.data() + off, len,
-                                          out->values.data() + off * vocab,
-                                          s.mtp ? s.mtp->main_streams.data() : nullptr);
-        if (st && s.mtp)
-            st = engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, tokens.data() + off, len, p0,
-                                   out->mtp.data() + off * vocab);
+        engine::BatchSeq q = share_of(s, tokens, out, off, len, vocab);
+        Status st = engine::forward_batch(s.ctx, s.scratch, std::span<engine::BatchSeq>(&q, 1), {});
+        if (st) st = run_mtp(s, q, out, off, vocab);
         if (!st) {
             s.broken = true;
             return st;
         }
         off += len;
+    }
+    return Status::ok();
+}
+
+Status Engine::step(std::span<const StepItem> items) {
+    Impl& e = *impl_;
+    const int64_t vocab = e.config.vocab_size, max_rows = e.batch.rows;
+    std::lock_guard<std::mutex> lock(e.step_mutex);
+    Status bad = Status::ok();
+    size_t marked = 0;
+    for (; marked < items.size() && bad; ++marked) {
+        const StepItem& it = items[marked];
+        if (!it.session) {
+            bad = invalid_argument("step item " + std::to_string(marked) + " has no session");
+            break;
+        }
+        Session::Impl& s = *it.session->impl_;
+        if (s.engine != &e) {
+            bad = invalid_argument("step item " + std::to_string(marked) + ": the session belongs to another engine");
+        } else if (s.in_step) {
+            bad = invalid_argument("step item " + std::to_string(marked) +
+                                   ": its session appears twice in the step (concatenate its tokens instead)");
+            break;
+        } else if (Status st = check_feed(s, it.tokens, it.out, vocab); !st) {
+            bad = Status(st.code(), "step item " + std::to_string(marked) + ": " + st.message());
+        }
+        s.in_step = true;
+    }
+    for (size_t i = 0; i < marked; ++i)
+        if (items[i].session) items[i].session->impl_->in_step = false;
+    if (!bad) return bad;
+
+    for (const StepItem& it : items) size_logits(*it.session->impl_, int64_t(it.tokens.size()), vocab, it.out);
+    e.done.assign(items.size(), 0);
+    auto fail = [&](Status st) {
+        for (const StepItem& it : items) it.session->impl_->broken = true;
+        return st;
+    };
+    // Passes: each item contributes its next piece (at most its session's chunk rows, the pieces feed() would
+    // run), as many items as fit in max_rows; an item that does not fit waits for the next pass.
+    for (;;) {
+        e.pass.clear();
+        e.pass_item.clear();
+        int64_t rows = 0;
+        for (size_t i = 0; i < items.size(); ++i) {
+            Session::Impl& s = *items[i].session->impl_;
+            const int64_t remaining = int64_t(items[i].tokens.size()) - e.done[i];
+            const int64_t len = std::min({remaining, s.scratch.rows, max_rows});
+            if (len == 0 || rows + len > max_rows) continue;
+            e.pass.push_back(share_of(s, items[i].tokens, items[i].out, e.done[i], len, vocab));
+            e.pass_item.push_back(i);
+            rows += len;
+        }
+        if (e.pass.empty()) break;  // every item ran all its tokens
+        if (Status st = engine::forward_batch(e.batch_ctx, e.batch, e.pass, e.head_staging); !st) return fail(st);
+        for (size_t k = 0; k < e.pass.size(); ++k) {
+            const size_t i = e.pass_item[k];
+            if (Status st = run_mtp(*items[i].session->impl_, e.pass[k], items[i].out, e.done[i], vocab); !st)
+                return fail(st);
+            e.done[i] += e.pass[k].n;
+        }
     }
     return Status::ok();
 }

@@ -1,8 +1,9 @@
-// The layer loop and the head (MODEL_SPEC §5.1, §5.2, §5.6), and the MoE sub-block (§5.5).
+// The layer loop and the head over a batched pass (MODEL_SPEC §5.1, §5.2, §5.6), and the MoE sub-block (§5.5).
 #include "engine/forward.h"
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "backend/cpu/cpu_ops.h"
 
@@ -10,24 +11,44 @@ namespace dsv4::engine {
 
 namespace cpu = backend::cpu;
 
-ForwardScratch make_forward_scratch(const model::ModelConfig& cfg, int64_t rows, int64_t max_context) {
+ForwardScratch make_forward_scratch(const model::ModelConfig& cfg, int64_t rows) {
     ForwardScratch s;
-    const int64_t S = rows, D = cfg.hidden_size, H = cfg.num_heads, hd = cfg.head_dim;
+    const int64_t R = rows, D = cfg.hidden_size, H = cfg.num_heads, hd = cfg.head_dim;
+    auto sz = [](int64_t v) { return size_t(std::max<int64_t>(v, 1)); };
+    s.rows = R;
+    s.positions.resize(sz(R));
+    s.tokens.resize(sz(R));
+    s.streams_a.resize(sz(R * cfg.hc_mult * D));
+    s.streams_b.resize(sz(R * cfg.hc_mult * D));
+    s.hc_x.resize(sz(R * D));
+    s.normed.resize(sz(R * D));
+    s.block_out.resize(sz(R * D));
+    s.pre.resize(sz(R * cfg.hc_mult));
+    s.post.resize(sz(R * cfg.hc_mult));
+    s.comb.resize(sz(R * cfg.hc_mult * cfg.hc_mult));
+    s.qr.resize(sz(R * cfg.q_lora_rank));
+    s.q.resize(sz(R * H * hd));
+    s.attn.resize(sz(R * H * hd));
+    s.z.resize(sz(R * cfg.o_groups * cfg.o_lora_rank));
+    s.window_kv.resize(sz(R * hd));
+    s.proj_kv.resize(sz(R * 2 * hd));
+    s.proj_score.resize(sz(R * 2 * hd));
+    s.index_proj_kv.resize(sz(R * 2 * cfg.index_head_dim));
+    s.index_proj_score.resize(sz(R * 2 * cfg.index_head_dim));
+    s.index_q.resize(sz(R * cfg.index_n_heads * cfg.index_head_dim));
+    s.index_w.resize(sz(R * cfg.index_n_heads));
+    s.route_idx.resize(sz(R * cfg.n_experts_per_token));
+    s.route_w.resize(sz(R * cfg.n_experts_per_token));
+    s.expert_out.resize(sz(R * cfg.n_experts_per_token * D));
+    s.shared_out.resize(sz(R * D));
+    return s;
+}
+
+SequenceScratch make_sequence_scratch(const model::ModelConfig& cfg, int64_t rows, int64_t max_context) {
+    SequenceScratch s;
+    const int64_t S = rows, hd = cfg.head_dim;
     auto sz = [](int64_t v) { return size_t(std::max<int64_t>(v, 1)); };
     s.rows = S;
-    s.positions.resize(sz(S));
-    s.streams_a.resize(sz(S * cfg.hc_mult * D));
-    s.streams_b.resize(sz(S * cfg.hc_mult * D));
-    s.hc_x.resize(sz(S * D));
-    s.normed.resize(sz(S * D));
-    s.block_out.resize(sz(S * D));
-    s.pre.resize(sz(S * cfg.hc_mult));
-    s.post.resize(sz(S * cfg.hc_mult));
-    s.comb.resize(sz(S * cfg.hc_mult * cfg.hc_mult));
-    s.qr.resize(sz(S * cfg.q_lora_rank));
-    s.q.resize(sz(S * H * hd));
-    s.attn.resize(sz(S * H * hd));
-    s.z.resize(sz(S * cfg.o_groups * cfg.o_lora_rank));
     // open window + chunk: HCA (127 + S) x 512, CSA (3 + S) x 1024
     const int64_t series = std::max((128 - 1 + S) * hd, (4 - 1 + S) * 2 * hd);
     s.series_kv.resize(sz(series));
@@ -36,14 +57,8 @@ ForwardScratch make_forward_scratch(const model::ModelConfig& cfg, int64_t rows,
     const int64_t hca_entries = max_context / 128, csa_entries = max_context / 4;
     s.idx_width = cfg.window + std::max<int64_t>(cfg.index_topk, hca_entries);
     s.idx.resize(sz(S * s.idx_width));
-    s.index_q.resize(sz(S * cfg.index_n_heads * cfg.index_head_dim));
-    s.index_w.resize(sz(S * cfg.index_n_heads));
     s.index_scores.resize(sz(S * csa_entries));
     s.index_topk.resize(sz(S * cfg.index_topk));
-    s.route_idx.resize(sz(S * cfg.n_experts_per_token));
-    s.route_w.resize(sz(S * cfg.n_experts_per_token));
-    s.expert_out.resize(sz(S * cfg.n_experts_per_token * D));
-    s.shared_out.resize(sz(S * D));
     return s;
 }
 
@@ -179,14 +194,14 @@ Status leave_sub_block(const ForwardContext& ctx, ForwardScratch& s, const float
 
 }  // namespace
 
-Status block_forward(const ForwardContext& ctx, const LayerViews& layer, LayerState& ls, const SequenceState& state,
-                     ForwardScratch& s, const int32_t* tokens, int64_t n, float* streams, float* spare) {
-    DSV4_RETURN_IF_ERROR(enter_sub_block(ctx, layer.hc_attn, layer.attn_norm, s, streams, n));
-    DSV4_RETURN_IF_ERROR(attention_block(ctx, layer, ls, state, s, s.normed.data(), n, s.block_out.data()));
-    DSV4_RETURN_IF_ERROR(leave_sub_block(ctx, s, streams, spare, n));
-    DSV4_RETURN_IF_ERROR(enter_sub_block(ctx, layer.hc_ffn, layer.ffn_norm, s, spare, n));
-    DSV4_RETURN_IF_ERROR(moe_block(ctx, layer, s, tokens, s.normed.data(), n, s.block_out.data()));
-    return leave_sub_block(ctx, s, spare, streams, n);
+Status block_forward(const ForwardContext& ctx, const LayerViews& layer, int layer_slot, std::span<BatchSeq> seqs,
+                     ForwardScratch& s, int64_t rows, float* streams, float* spare) {
+    DSV4_RETURN_IF_ERROR(enter_sub_block(ctx, layer.hc_attn, layer.attn_norm, s, streams, rows));
+    DSV4_RETURN_IF_ERROR(attention_block(ctx, layer, layer_slot, seqs, s, s.normed.data(), rows, s.block_out.data()));
+    DSV4_RETURN_IF_ERROR(leave_sub_block(ctx, s, streams, spare, rows));
+    DSV4_RETURN_IF_ERROR(enter_sub_block(ctx, layer.hc_ffn, layer.ffn_norm, s, spare, rows));
+    DSV4_RETURN_IF_ERROR(moe_block(ctx, layer, s, s.tokens.data(), s.normed.data(), rows, s.block_out.data()));
+    return leave_sub_block(ctx, s, spare, streams, rows);
 }
 
 Status head_forward(const ForwardContext& ctx, const HcViews& hc_head, const backend::WeightView& norm,
@@ -222,32 +237,64 @@ Status head_forward(const ForwardContext& ctx, const HcViews& hc_head, const bac
     return cpu::linear(ctx.exec, lp);
 }
 
-Status forward_chunk(const ForwardContext& ctx, SequenceState& state, ForwardScratch& s, const int32_t* tokens,
-                     int64_t n, float* logits, float* final_streams) {
+Status forward_batch(const ForwardContext& ctx, ForwardScratch& s, std::span<BatchSeq> seqs,
+                     std::span<float> head_staging) {
     const model::ModelConfig& cfg = *ctx.cfg;
     const ModelViews& w = *ctx.weights;
-    const int64_t D = cfg.hidden_size, hc = cfg.hc_mult;
-    if (n <= 0 || n > s.rows) return internal_error("forward_chunk: chunk of " + std::to_string(n) + " tokens");
-    for (int64_t i = 0; i < n; ++i) s.positions[size_t(i)] = state.position + i;
+    const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, vocab = cfg.vocab_size;
+    if (seqs.empty()) return internal_error("forward_batch: no sequences");
+    int64_t rows = 0;
+    for (BatchSeq& q : seqs) {
+        if (q.n <= 0 || q.n > q.state->chunk_rows || rows + q.n > s.rows)
+            return internal_error("forward_batch: a share of " + std::to_string(q.n) + " tokens at row " +
+                                  std::to_string(rows) + " does not fit (sequence chunk " +
+                                  std::to_string(q.state->chunk_rows) + ", pass " + std::to_string(s.rows) + ")");
+        q.row0 = rows;
+        for (int64_t i = 0; i < q.n; ++i) {
+            s.positions[size_t(rows + i)] = q.state->position + i;
+            s.tokens[size_t(rows + i)] = q.tokens[i];
+        }
+        rows += q.n;
+    }
+    const int64_t staging_rows = int64_t(head_staging.size()) / std::max<int64_t>(vocab, 1);
+    if (seqs.size() > 1 && staging_rows < 1) return internal_error("forward_batch: no head staging for a batch");
 
     // embedding, copied into all hc streams
     backend::EmbeddingParams ep;
-    ep.tokens = tokens;
-    ep.n = n;
+    ep.tokens = s.tokens.data();
+    ep.n = rows;
     ep.table = w.embed;
     ep.out = s.hc_x.data();
     DSV4_RETURN_IF_ERROR(cpu::embedding(ctx.exec, ep));
     float* streams = s.streams_a.data();
-    for (int64_t t = 0; t < n; ++t)
+    for (int64_t t = 0; t < rows; ++t)
         for (int64_t j = 0; j < hc; ++j)
             std::memcpy(streams + (t * hc + j) * D, s.hc_x.data() + t * D, size_t(D) * sizeof(float));
 
     for (size_t li = 0; li < w.layers.size(); ++li)
-        DSV4_RETURN_IF_ERROR(
-            block_forward(ctx, w.layers[li], state.layers[li], state, s, tokens, n, streams, s.streams_b.data()));
-    if (final_streams) std::memcpy(final_streams, streams, size_t(n * hc * D) * sizeof(float));
-    DSV4_RETURN_IF_ERROR(head_forward(ctx, w.hc_head, w.norm, s, streams, n, logits));
-    state.position += n;
+        DSV4_RETURN_IF_ERROR(block_forward(ctx, w.layers[li], int(li), seqs, s, rows, streams, s.streams_b.data()));
+    for (const BatchSeq& q : seqs)
+        if (q.final_streams)
+            std::memcpy(q.final_streams, streams + q.row0 * hc * D, size_t(q.n * hc * D) * sizeof(float));
+
+    if (seqs.size() == 1) {
+        DSV4_RETURN_IF_ERROR(head_forward(ctx, w.hc_head, w.norm, s, streams, rows, seqs[0].logits));
+    } else {  // the head over blocks of rows (its weight read once per block), scattered to each sequence
+        size_t next = 0;  // first sequence not completely copied
+        for (int64_t r0 = 0; r0 < rows; r0 += staging_rows) {
+            const int64_t r1 = std::min(rows, r0 + staging_rows);
+            DSV4_RETURN_IF_ERROR(
+                head_forward(ctx, w.hc_head, w.norm, s, streams + r0 * hc * D, r1 - r0, head_staging.data()));
+            for (size_t i = next; i < seqs.size() && seqs[i].row0 < r1; ++i) {
+                const BatchSeq& q = seqs[i];
+                const int64_t a = std::max(r0, q.row0), b = std::min(r1, q.row0 + q.n);
+                std::memcpy(q.logits + (a - q.row0) * vocab, head_staging.data() + (a - r0) * vocab,
+                            size_t((b - a) * vocab) * sizeof(float));
+                if (q.row0 + q.n <= r1) next = i + 1;
+            }
+        }
+    }
+    for (BatchSeq& q : seqs) q.state->position += q.n;
     return Status::ok();
 }
 

@@ -28,8 +28,8 @@ void reset_mtp_state(MtpState& m) {
     m.has_last = false;
 }
 
-Status mtp_chunk(const ForwardContext& ctx, MtpState& m, ForwardScratch& s, const int32_t* tokens, int64_t n,
-                 int64_t p0, float* mtp_logits) {
+Status mtp_chunk(const ForwardContext& ctx, MtpState& m, ForwardScratch& s, SequenceScratch& own,
+                 const int32_t* tokens, int64_t n, int64_t p0, float* mtp_logits) {
     const model::ModelConfig& cfg = *ctx.cfg;
     const MtpViews& w = *ctx.weights->mtp;
     const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, vocab = cfg.vocab_size;
@@ -90,9 +90,18 @@ Status mtp_chunk(const ForwardContext& ctx, MtpState& m, ForwardScratch& s, cons
                 for (int64_t d = 0; d < D; ++d) x[d] = round ? round_bf16(x[d] + e[d]) : x[d] + e[d];
             }
 
-        for (int64_t r = 0; r < rows; ++r) s.positions[size_t(r)] = m.seq.position + r;
-        DSV4_RETURN_IF_ERROR(block_forward(ctx, w.block, m.seq.layers[0], m.seq, s, tokens + first, rows,
-                                           m.inputs.data(), s.streams_b.data()));
+        for (int64_t r = 0; r < rows; ++r) {
+            s.positions[size_t(r)] = m.seq.position + r;
+            s.tokens[size_t(r)] = tokens[first + r];
+        }
+        BatchSeq one;  // the block as a pass of this one sequence
+        one.state = &m.seq;
+        one.scratch = &own;
+        one.exec = ctx.exec;
+        one.tokens = tokens + first;
+        one.n = rows;
+        DSV4_RETURN_IF_ERROR(block_forward(ctx, w.block, 0, std::span<BatchSeq>(&one, 1), s, rows, m.inputs.data(),
+                                           s.streams_b.data()));
         DSV4_RETURN_IF_ERROR(
             head_forward(ctx, w.hc_head, w.norm, s, m.inputs.data(), rows, mtp_logits + first * vocab));
         m.seq.position += rows;
