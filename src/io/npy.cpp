@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 #include <fstream>
 #include <sstream>
 
@@ -127,6 +129,17 @@ std::span<const uint8_t> NpyArray::u8() const {
 }
 
 namespace {
+// A float outside the integer type's range (or NaN) converted to it is undefined behaviour in C++; numpy's astype on
+// x86 gives the type's minimum there (the truncating convert's "integer indefinite"), so that is what we give.
+template <typename To, typename From>
+To cast_value(From v) {
+    if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+        const From lo = From(std::numeric_limits<To>::min());  // -2^31 / -2^63: exact in float and double
+        if (!(v >= lo && v < -lo)) return std::numeric_limits<To>::min();
+    }
+    return To(v);
+}
+
 template <typename To>
 std::vector<To> convert(const NpyArray& a) {
     size_t n = size_t(a.numel());
@@ -134,8 +147,8 @@ std::vector<To> convert(const NpyArray& a) {
     const uint8_t* p = a.bytes.data();
     for (size_t i = 0; i < n; ++i) {
         switch (a.dtype) {
-            case NpyDType::kF32: { float v; std::memcpy(&v, p + 4 * i, 4); out[i] = To(v); break; }
-            case NpyDType::kF64: { double v; std::memcpy(&v, p + 8 * i, 8); out[i] = To(v); break; }
+            case NpyDType::kF32: { float v; std::memcpy(&v, p + 4 * i, 4); out[i] = cast_value<To>(v); break; }
+            case NpyDType::kF64: { double v; std::memcpy(&v, p + 8 * i, 8); out[i] = cast_value<To>(v); break; }
             case NpyDType::kI32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); out[i] = To(v); break; }
             case NpyDType::kI64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); out[i] = To(v); break; }
             case NpyDType::kU8: out[i] = To(p[i]); break;
