@@ -303,6 +303,9 @@ Result<NpzFile> NpzFile::parse(std::span<const uint8_t> b, std::string_view labe
         if (usize > kMaxArrayBytes + 4096) return corrupt(msg(member, "member too large"));
         // The declared size must be one the data can produce (stored: equal; deflate: at most 1032x, zlib's bound)
         // before it is allocated: a few hundred bytes must not claim gigabytes.
+        if (method != 0 && method != 8)
+            return unsupported(msg(member, "zip compression method " + std::to_string(method) +
+                                               " (supported: stored, deflate)"));
         if (method == 0 && csize != usize) return corrupt(msg(member, "stored member with differing sizes"));
         if (method == 8 && usize > csize * 1032 + 1032)
             return corrupt(msg(member, "uncompressed size " + std::to_string(usize) +
@@ -333,9 +336,6 @@ Result<NpzFile> NpzFile::parse(std::span<const uint8_t> b, std::string_view labe
             }
             inflateEnd(&zs);
             if (rc != Z_STREAM_END || out_done != usize) return corrupt(msg(member, "deflate data is corrupt"));
-        } else {
-            return unsupported(msg(member, "zip compression method " + std::to_string(method) +
-                                               " (supported: stored, deflate)"));
         }
         uLong c = crc32(0L, Z_NULL, 0);
         for (uint64_t off = 0; off < usize; off += (1u << 30))
