@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <new>
+#include <vector>
 
 #include "model_test_util.h"
 #include "testing/testing.h"
@@ -90,6 +91,60 @@ TEST_P(NoAlloc, PrefillAndDecodeStepsAllocateNothing) {
     g_counting = false;
     delete probe;
     EXPECT_GE(g_news.load(), 1);
+}
+
+// Engine::step: a prefill chunk next to decoding sequences, then batched decode steps, all on buffers sized at
+// load (the engine's batch rows) and session creation; the first step already allocates nothing.
+TEST_P(NoAlloc, BatchedStepsAllocateNothing) {
+    const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
+    if (!std::filesystem::exists(dir / "meta.json")) GTEST_SKIP() << "no golden fixtures";
+    auto engine = load_engine(dir / "official", GetParam());
+    ASSERT_NE(engine, nullptr);
+    const auto tokens = read_token_file(dir / "tokens.txt");
+    const int64_t prefill = 200, decode = 24, vocab = engine->info().vocab_size;
+    ASSERT_GE(int64_t(tokens.size()), prefill + decode);
+    constexpr int kSeqs = 4;
+    SessionOptions so;
+    so.max_context = prefill + decode;
+    so.mtp = engine->info().has_mtp;
+    std::vector<std::unique_ptr<Session>> ss;
+    std::vector<Logits> outs(kSeqs);
+    for (int k = 0; k < kSeqs; ++k) {
+        auto s = engine->create_session(so);
+        ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+        ss.push_back(std::move(s).value());
+        outs[size_t(k)].values.reserve(size_t(prefill * vocab));
+        outs[size_t(k)].mtp.reserve(size_t(prefill * vocab));
+    }
+    for (int k = 1; k < kSeqs; ++k)  // sequences 1.. are already decoding
+        ASSERT_TRUE(ss[size_t(k)]->feed(std::span<const int32_t>(tokens.data() + k, size_t(20 * k)),
+                                        &outs[size_t(k)]).is_ok());
+    std::vector<StepItem> items(kSeqs);
+    for (int k = 0; k < kSeqs; ++k) items[size_t(k)] = {ss[size_t(k)].get(), {}, &outs[size_t(k)]};
+    items[0].tokens = std::span<const int32_t>(tokens.data(), size_t(prefill));
+    for (int k = 1; k < kSeqs; ++k) items[size_t(k)].tokens = std::span<const int32_t>(tokens.data() + 20 * k, 1);
+
+    g_news = 0;
+    g_counting = true;
+    Status st = engine->step(items);
+    g_counting = false;
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(g_news.load(), 0) << "allocations during a step of a " << prefill << "-token chunk and "
+                                << kSeqs - 1 << " decodes";
+
+    int64_t step_news = 0;
+    for (int64_t i = 0; i < decode && st.is_ok(); ++i) {
+        for (int k = 0; k < kSeqs; ++k)
+            items[size_t(k)].tokens = std::span<const int32_t>(tokens.data() + prefill + i, 1);
+        g_news = 0;
+        g_counting = true;
+        st = engine->step(items);
+        g_counting = false;
+        step_news += g_news.load();
+    }
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(step_news, 0) << "allocations during " << decode << " batched decode steps";
+    EXPECT_TRUE(std::isfinite(outs[0].values[0]));
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, NoAlloc, ::testing::Values(EnginePrecision::kReference, EnginePrecision::kF32),

@@ -1,0 +1,239 @@
+// Engine::step runs several sequences in one forward pass. Each sequence must get exactly the logits (and MTP
+// logits) it gets alone through Session::feed with the same chunks: the batched ops are row-wise, and everything
+// that carries state (window ring, compressors, indexer, index lists, sparse attention) runs per sequence. The
+// schedules below mix a long prefill chunk with single-token decodes and make sequences cross the 128-token
+// window, the CSA window (4) and the HCA window (128, 256) in the same step, with different contexts per sequence.
+//
+// Bit-identical is asserted (memcmp) in both precisions, and the f32 rel_l2 bound of 1e-5 is checked as well, so
+// a failure says how far off it is. A pass split by a small max_batch_rows changes the chunking of a long item; f32
+// is then held to rel_l2 <= 1e-5 (the chunking invariant), reference numerics to its own chunked feed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "model_test_util.h"
+#include "testing/testing.h"
+
+namespace dsv4::model_tests {
+namespace {
+
+struct BatchCase {
+    std::string name;    // flash_like, pro_like
+    std::string layout;  // official, transformers
+    EnginePrecision precision;
+};
+
+void PrintTo(const BatchCase& c, std::ostream* os) {
+    *os << c.name << "/" << c.layout << "/" << engine_precision_name(c.precision);
+}
+
+// Chunk sizes per step of each sequence (0 = not in that step). Positions after each step, e.g. B: 126 → 127
+// (decode of position 126) → 128 (position 127 closes HCA window 0 and fills the ring) → 129 → ...
+const std::vector<std::vector<int64_t>> kSchedules = {
+    {200, 1, 1, 1, 1, 1},    // A: a long prefill chunk, then decodes
+    {126, 1, 1, 1, 3, 1},    // B: decodes across the 128-token window and the first HCA window
+    {60, 130, 1, 1, 0, 2},   // C: a chunk across 128 while others decode; sits out step 4
+    {1, 2, 1, 1, 1, 4},      // D: from position 0, closes CSA windows one token at a time
+    {250, 5, 2, 1, 1, 1},    // E: a chunk across 256 (HCA window 1) next to single tokens
+    {0, 0, 3, 125, 1, 1},    // F: joins late
+};
+
+// Sequence k reads the fixture's tokens rotated by 41·k, so every sequence has its own context.
+std::vector<int32_t> sequence_tokens(const std::vector<int32_t>& base, size_t k, int64_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) t[size_t(i)] = base[(size_t(i) + 41 * k) % base.size()];
+    return t;
+}
+
+class BatchedStep : public ::testing::TestWithParam<BatchCase> {
+protected:
+    void SetUp() override {
+        dir_ = testing::test_data_dir() / "goldens" / GetParam().name;
+        if (!std::filesystem::exists(dir_ / GetParam().layout / "config.json"))
+            GTEST_SKIP() << "no fixture at " << dir_ / GetParam().layout;
+        base_ = read_token_file(dir_ / "tokens.txt");
+        ASSERT_GE(base_.size(), 8u);  // shorter fixtures repeat (rotated), which is fine
+    }
+    std::unique_ptr<Engine> load(int64_t max_batch_rows) {
+        EngineOptions o;
+        o.precision = GetParam().precision;
+        o.threads = kTestThreads;
+        o.max_batch_rows = max_batch_rows;
+        auto e = Engine::load(dir_ / GetParam().layout, o);
+        EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+        return e.is_ok() ? std::move(e).value() : nullptr;
+    }
+    std::unique_ptr<Session> session(Engine& e) {
+        SessionOptions so;
+        so.max_context = 320;
+        so.mtp = e.info().has_mtp;
+        auto s = e.create_session(so);
+        EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+        return s.is_ok() ? std::move(s).value() : nullptr;
+    }
+
+    // Runs kSchedules alone (feed) and batched (step); returns the worst f32-style rel_l2 over all outputs and
+    // whether every output was bit-identical.
+    void run(int64_t max_batch_rows, bool require_identical, bool* identical, double* worst) {
+        auto engine = load(max_batch_rows);
+        ASSERT_NE(engine, nullptr);
+        const size_t nseq = kSchedules.size(), steps = kSchedules[0].size();
+        std::vector<std::vector<int32_t>> toks;
+        std::vector<std::unique_ptr<Session>> alone, batched;
+        for (size_t k = 0; k < nseq; ++k) {
+            int64_t total = 0;
+            for (int64_t c : kSchedules[k]) total += c;
+            toks.push_back(sequence_tokens(base_, k, total));
+            alone.push_back(session(*engine));
+            batched.push_back(session(*engine));
+            ASSERT_TRUE(alone.back() && batched.back());
+        }
+        *identical = true;
+        *worst = 0;
+        std::vector<int64_t> off(nseq, 0);
+        std::vector<Logits> want(nseq), got(nseq);
+        for (size_t step = 0; step < steps; ++step) {
+            std::vector<StepItem> items;
+            std::vector<size_t> who;
+            for (size_t k = 0; k < nseq; ++k) {
+                const int64_t c = kSchedules[k][step];
+                if (c == 0) continue;
+                const std::span<const int32_t> t(toks[k].data() + off[k], size_t(c));
+                Status st = alone[k]->feed(t, &want[k]);
+                ASSERT_TRUE(st.is_ok()) << st.to_string();
+                items.push_back({batched[k].get(), t, &got[k]});
+                who.push_back(k);
+            }
+            Status st = engine->step(items);
+            ASSERT_TRUE(st.is_ok()) << "step " << step << ": " << st.to_string();
+            for (size_t k : who) {
+                const int64_t c = kSchedules[k][step];
+                ASSERT_EQ(got[k].rows, c);
+                ASSERT_EQ(got[k].values.size(), want[k].values.size());
+                ASSERT_EQ(batched[k]->position(), alone[k]->position());
+                const bool same = std::memcmp(got[k].values.data(), want[k].values.data(),
+                                              want[k].values.size() * sizeof(float)) == 0 &&
+                                  got[k].mtp.size() == want[k].mtp.size() &&
+                                  std::memcmp(got[k].mtp.data(), want[k].mtp.data(),
+                                              want[k].mtp.size() * sizeof(float)) == 0;
+                *identical &= same;
+                const double r = rel_l2(got[k].values, want[k].values);
+                *worst = std::max(*worst, std::isnan(r) ? 1.0 : r);
+                if (!same && require_identical)
+                    ADD_FAILURE() << "sequence " << char('A' + k) << ", step " << step << " (position "
+                                  << off[k] << ", " << c << " tokens): logits differ from its own feed, rel_l2 "
+                                  << r;
+                off[k] += c;
+            }
+        }
+    }
+
+    std::filesystem::path dir_;
+    std::vector<int32_t> base_;
+};
+
+TEST_P(BatchedStep, EverySequenceGetsItsOwnLogitsBitForBit) {
+    bool identical = false;
+    double worst = 1;
+    run(512, true, &identical, &worst);
+    EXPECT_TRUE(identical);
+    EXPECT_LE(worst, 1e-5);
+}
+
+// max_batch_rows 64: E's 250-token chunk runs as 64-row pieces while the others wait or join; still exactly what a
+// feed of those pieces would give, and in f32 the function of the whole chunk within 1e-5.
+TEST_P(BatchedStep, PassesSplitByMaxBatchRowsKeepEachSequence) {
+    if (GetParam().precision != EnginePrecision::kF32) GTEST_SKIP() << "reference numerics depend on the chunking";
+    bool identical = false;
+    double worst = 1;
+    run(64, false, &identical, &worst);
+    std::printf("max_batch_rows 64: bit-identical %s, worst rel_l2 %.3g\n", identical ? "yes" : "no", worst);
+    EXPECT_LE(worst, 1e-5);
+}
+
+TEST_P(BatchedStep, BadItemsChangeNoSession) {
+    auto engine = load(512);
+    auto other = load(16);
+    ASSERT_TRUE(engine && other);
+    auto a = session(*engine), b = session(*engine), foreign = session(*other);
+    ASSERT_TRUE(a && b && foreign);
+    const std::vector<int32_t> t = sequence_tokens(base_, 0, 8);
+    const int32_t bad_id = int32_t(engine->info().vocab_size);
+    Logits la, lb;
+    ASSERT_TRUE(a->feed(std::span<const int32_t>(t.data(), 3), &la).is_ok());
+    const std::span<const int32_t> ok(t.data(), 4), empty;
+    const std::vector<std::vector<StepItem>> bad = {
+        {{a.get(), ok, &la}, {a.get(), ok, &lb}},                              // twice
+        {{a.get(), ok, &la}, {foreign.get(), ok, &lb}},                        // another engine's
+        {{a.get(), ok, &la}, {b.get(), empty, &lb}},                           // no tokens
+        {{a.get(), ok, &la}, {b.get(), std::span<const int32_t>(&bad_id, 1), &lb}},  // id out of range
+        {{a.get(), ok, &la}, {nullptr, ok, &lb}},                              // no session
+        {{a.get(), ok, nullptr}},                                              // no output
+        {{a.get(), std::span<const int32_t>(base_.data(), 318), &la}},        // past max_context 320
+    };
+    for (size_t i = 0; i < bad.size(); ++i) {
+        Status st = engine->step(bad[i]);
+        EXPECT_FALSE(st.is_ok()) << "case " << i;
+        EXPECT_EQ(a->position(), 3) << "case " << i << ": " << st.to_string();
+        EXPECT_EQ(b->position(), 0) << "case " << i;
+        EXPECT_EQ(foreign->position(), 0) << "case " << i;
+    }
+    // and the sessions still work
+    const std::vector<StepItem> good = {{a.get(), ok, &la}, {b.get(), ok, &lb}};
+    Status st = engine->step(good);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(a->position(), 7);
+    EXPECT_EQ(b->position(), 4);
+}
+
+// Eight sequences decoding: one step of eight rows against eight feeds of one row (informational; the weights are
+// read once per step instead of eight times).
+TEST_P(BatchedStep, DecodeStepTiming) {
+    if (GetParam().precision != EnginePrecision::kF32 || GetParam().name != "flash_like") GTEST_SKIP() << "once";
+    auto engine = load(512);
+    ASSERT_NE(engine, nullptr);
+    constexpr int kSeqs = 8, kSteps = 16;
+    std::vector<std::unique_ptr<Session>> ss;
+    std::vector<std::vector<int32_t>> toks;
+    std::vector<Logits> outs(kSeqs);
+    for (int k = 0; k < kSeqs; ++k) {
+        ss.push_back(session(*engine));
+        toks.push_back(sequence_tokens(base_, size_t(k), 40 + 2 * kSteps));
+        ASSERT_TRUE(ss.back()->feed(std::span<const int32_t>(toks.back().data(), 40), &outs[size_t(k)]).is_ok());
+    }
+    using clock = std::chrono::steady_clock;
+    double feed_s = 0, step_s = 0;
+    for (int i = 0; i < kSteps; ++i) {
+        auto t0 = clock::now();
+        for (int k = 0; k < kSeqs; ++k)
+            ASSERT_TRUE(ss[size_t(k)]->feed(std::span<const int32_t>(toks[size_t(k)].data() + 40 + 2 * i, 1),
+                                            &outs[size_t(k)]).is_ok());
+        auto t1 = clock::now();
+        std::vector<StepItem> items;
+        for (int k = 0; k < kSeqs; ++k)
+            items.push_back({ss[size_t(k)].get(),
+                             std::span<const int32_t>(toks[size_t(k)].data() + 41 + 2 * i, 1), &outs[size_t(k)]});
+        ASSERT_TRUE(engine->step(items).is_ok());
+        auto t2 = clock::now();
+        feed_s += std::chrono::duration<double>(t1 - t0).count();
+        step_s += std::chrono::duration<double>(t2 - t1).count();
+    }
+    std::printf("%d sequences decoding: 8 feeds %.2f ms, one step %.2f ms per token each\n", kSeqs,
+                1e3 * feed_s / kSteps, 1e3 * step_s / kSteps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BatchedStep,
+                         ::testing::Values(BatchCase{"flash_like", "official", EnginePrecision::kF32},
+                                           BatchCase{"flash_like", "official", EnginePrecision::kReference},
+                                           BatchCase{"flash_like", "transformers", EnginePrecision::kReference},
+                                           BatchCase{"pro_like", "official", EnginePrecision::kF32},
+                                           BatchCase{"pro_like", "official", EnginePrecision::kReference}),
+                         [](const auto& info) {
+                             return info.param.name + "_" + info.param.layout + "_" +
+                                    engine_precision_name(info.param.precision);
+                         });
+
+}  // namespace
+}  // namespace dsv4::model_tests
