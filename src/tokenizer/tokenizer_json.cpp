@@ -102,6 +102,9 @@ Status parse_model(const json& root, TokenizerSpec& spec) {
     if (!vocab.is_object()) return corrupt(where(spec, "model.vocab") + ": not an object");
     spec.vocab.reserve(vocab.size());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        // Only integers: a float id (2e36) would be converted with undefined behaviour.
+        if (!it.value().is_number_integer())
+            return corrupt(where(spec, "model.vocab") + ": id is not an integer for " + it.key());
         const int64_t id = it.value().get<int64_t>();
         if (id < 0 || id > INT32_MAX) return corrupt(where(spec, "model.vocab") + ": id out of range for " + it.key());
         spec.vocab.emplace_back(it.key(), static_cast<int32_t>(id));
@@ -129,7 +132,13 @@ Status parse_added_tokens(const json& root, TokenizerSpec& spec) {
     if (it == root.end() || it->is_null()) return Status::ok();
     for (const json& t : *it) {
         AddedTokenSpec a;
-        a.id = t.at("id").get<int32_t>();
+        const json& id = t.at("id");
+        // Floats, and integers beyond int32 (2^32 + n), must not be narrowed into an id.
+        const bool in_range =
+            id.is_number_unsigned() ? id.get<uint64_t>() <= INT32_MAX : id.is_number_integer() && id.get<int64_t>() >= 0;
+        if (!in_range)
+            return corrupt(where(spec, "added_tokens") + ": id " + id.dump() + " is not an integer in [0, 2^31)");
+        a.id = static_cast<int32_t>(id.get<int64_t>());
         a.content = t.at("content").get<std::string>();
         a.single_word = t.value("single_word", false);
         a.lstrip = t.value("lstrip", false);
