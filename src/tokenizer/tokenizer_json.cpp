@@ -134,8 +134,8 @@ Status parse_added_tokens(const json& root, TokenizerSpec& spec) {
         AddedTokenSpec a;
         const json& id = t.at("id");
         // Floats, and integers beyond int32 (2^32 + n), must not be narrowed into an id.
-        const bool in_range =
-            id.is_number_unsigned() ? id.get<uint64_t>() <= INT32_MAX : id.is_number_integer() && id.get<int64_t>() >= 0;
+        const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() <= INT32_MAX
+                                                      : id.is_number_integer() && id.get<int64_t>() >= 0;
         if (!in_range)
             return corrupt(where(spec, "added_tokens") + ": id " + id.dump() + " is not an integer in [0, 2^31)");
         a.id = static_cast<int32_t>(id.get<int64_t>());
