@@ -1,5 +1,6 @@
 #include "server/model_backend.h"
 
+#include <span>
 #include <vector>
 
 namespace dsv4::server {
@@ -19,6 +20,14 @@ public:
         return session_->feed(folded_, out);
     }
     void reset() override { session_->reset(); }
+    // The session and the (folded) tokens for a batched step; `tokens` must stay alive until the step ran.
+    StepItem step_item(std::span<const int32_t> tokens, Logits* out) {
+        if (!fold_) return {session_.get(), tokens, out};
+        folded_.assign(tokens.begin(), tokens.end());
+        for (int32_t& t : folded_)
+            if (t >= vocab_) t %= vocab_;
+        return {session_.get(), folded_, out};
+    }
 
 private:
     std::unique_ptr<Session> session_;
@@ -39,7 +48,21 @@ Result<std::unique_ptr<SequenceRunner>> EngineModelBackend::create_runner(int64_
     SessionOptions so;
     so.max_context = context;
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine_->create_session(so));
+    items_.reserve(items_.size() + 1);
     return std::unique_ptr<SequenceRunner>(new EngineRunner(std::move(session), vocab_size(), fold_vocab_, context));
+}
+
+void EngineModelBackend::feed_batch(std::span<RunnerFeed> feeds) {
+    items_.clear();
+    for (RunnerFeed& f : feeds) items_.push_back(static_cast<EngineRunner*>(f.runner)->step_item(f.tokens, f.out));
+    const Status st = engine_->step(items_);
+    if (st.is_ok()) {
+        for (RunnerFeed& f : feeds) f.status = Status::ok();
+        return;
+    }
+    // A refused step changed no session: feed alone for per-item errors. A step that failed while running left
+    // its sessions needing a reset; their feeds then report it.
+    for (RunnerFeed& f : feeds) f.status = f.runner->feed(f.tokens, f.out);
 }
 
 }  // namespace dsv4::server

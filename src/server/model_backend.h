@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
@@ -21,6 +22,14 @@ public:
     virtual void reset() = 0;
 };
 
+// One runner's share of a batched feed (ModelBackend::feed_batch); `status` is that runner's result.
+struct RunnerFeed {
+    SequenceRunner* runner = nullptr;
+    std::span<const int32_t> tokens;
+    Logits* out = nullptr;
+    Status status;
+};
+
 class ModelBackend {
 public:
     virtual ~ModelBackend() = default;
@@ -28,6 +37,11 @@ public:
     virtual int64_t max_context() const = 0;  // the model's own limit
     // Called once per slot at startup: every buffer of the runner is sized here, never per request.
     virtual Result<std::unique_ptr<SequenceRunner>> create_runner(int64_t context) = 0;
+    // Feeds several runners (each at most once) in one step; every feed's result is exactly its runner's feed().
+    // The default runs them one after another; the engine backend runs them as one batched forward.
+    virtual void feed_batch(std::span<RunnerFeed> feeds) {
+        for (RunnerFeed& f : feeds) f.status = f.runner->feed(f.tokens, f.out);
+    }
 };
 
 // The engine as a backend. `fold_vocab`: a test checkpoint whose vocabulary is smaller than the tokenizer's id
@@ -40,10 +54,14 @@ public:
     int32_t vocab_size() const override;
     int64_t max_context() const override;
     Result<std::unique_ptr<SequenceRunner>> create_runner(int64_t context) override;
+    // One Engine::step over the runners' sessions; if the step refuses its items (nothing ran), each runner feeds
+    // alone so every item gets its own error.
+    void feed_batch(std::span<RunnerFeed> feeds) override;
 
 private:
     std::unique_ptr<Engine> engine_;
     bool fold_vocab_;
+    std::vector<StepItem> items_;  // reused across steps
 };
 
 }  // namespace dsv4::server

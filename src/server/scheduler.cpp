@@ -69,6 +69,7 @@ struct Scheduler::Slot {
     std::shared_ptr<RequestState> request;  // null while the slot is free
     engine::GenerationStep step;  // reused across tokens
     Logits logits;             // reused across steps
+    bool feeding_decode = false;  // the queued feed is a decode token (else a prefill chunk)
     uint64_t admitted = 0;     // admission order (prefill goes oldest first)
     uint64_t last_used = 0;    // for least-recently-used slot choice
     Clock::time_point last_token_time;
@@ -101,6 +102,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(ModelBackend& model, const 
         slot->fed.reserve(size_t(options.context));
         s->slots_.push_back(std::move(slot));
     }
+    s->feeds_.reserve(size_t(options.slots));
+    s->feeding_.reserve(size_t(options.slots));
+    s->prefilling_.reserve(size_t(options.slots));
     s->free_slots_ = options.slots;
     metrics.slots_total = options.slots;
     metrics.kv_tokens_capacity = int64_t(options.slots) * options.context;
@@ -239,28 +243,52 @@ void Scheduler::release(Slot& slot, FinishReason reason, std::string error) {
     free_slots_++;
 }
 
-bool Scheduler::feed_pending(Slot& slot, size_t n, std::atomic<uint64_t>& busy_microseconds) {
-    const std::span<const int32_t> in = slot.generation->pending().first(n);
+void Scheduler::add_feed(Slot& slot, size_t n, bool decode) {
+    slot.feeding_decode = decode;
+    RunnerFeed f;
+    f.runner = slot.runner.get();
+    f.tokens = slot.generation->pending().first(n);
+    f.out = &slot.logits;
+    feeds_.push_back(f);
+    feeding_.push_back(&slot);
+}
+
+void Scheduler::run_feeds() {
+    if (feeds_.empty()) return;
     const auto t0 = Clock::now();
-    Status st = slot.runner->feed(in, &slot.logits);
-    busy_microseconds += microseconds_since(t0);
-    if (st) {
-        slot.fed.insert(slot.fed.end(), in.begin(), in.end());
-        st = slot.generation->fed(n);
+    model_.feed_batch(feeds_);
+    // the pass's time, shared between prompt and generation by their tokens
+    const uint64_t us = microseconds_since(t0);
+    uint64_t prompt = 0, total = 0;
+    for (size_t i = 0; i < feeds_.size(); ++i) {
+        total += feeds_[i].tokens.size();
+        if (!feeding_[i]->feeding_decode) prompt += feeds_[i].tokens.size();
     }
-    if (!st) release(slot, FinishReason::kError, st.to_string());
-    return bool(st);
-}
+    const uint64_t prompt_us = total ? us * prompt / total : 0;
+    metrics_.prompt_microseconds_total += prompt_us;
+    metrics_.generation_microseconds_total += us - prompt_us;
 
-void Scheduler::prefill_chunk(Slot& slot) {
-    const size_t n = std::min<size_t>(size_t(options_.chunk), slot.generation->pending().size());
-    if (!feed_pending(slot, n, metrics_.prompt_microseconds_total)) return;
-    metrics_.prompt_tokens_total += n;
-    if (slot.generation->pending().empty()) sample(slot);
-}
-
-void Scheduler::decode(Slot& slot) {
-    if (feed_pending(slot, slot.generation->pending().size(), metrics_.generation_microseconds_total)) sample(slot);
+    for (size_t i = 0; i < feeds_.size(); ++i) {
+        Slot& slot = *feeding_[i];
+        const std::span<const int32_t> in = feeds_[i].tokens;
+        Status st = feeds_[i].status;
+        if (st) {
+            slot.fed.insert(slot.fed.end(), in.begin(), in.end());
+            st = slot.generation->fed(in.size());
+        }
+        if (!st) {
+            release(slot, FinishReason::kError, st.to_string());
+            continue;
+        }
+        if (slot.feeding_decode) {
+            sample(slot);
+        } else {
+            metrics_.prompt_tokens_total += in.size();
+            if (slot.generation->pending().empty()) sample(slot);
+        }
+    }
+    feeds_.clear();
+    feeding_.clear();
 }
 
 void Scheduler::sample(Slot& slot) {
@@ -295,27 +323,34 @@ void Scheduler::step() {
     int64_t budget = options_.step_tokens;
     for (auto& s : slots_) {
         if (!s->decoding()) continue;
-        decode(*s);
+        add_feed(*s, s->generation->pending().size(), true);
         --budget;
     }
-    std::vector<Slot*> prefilling;
+    prefilling_.clear();
     for (auto& s : slots_)
-        if (s->prefilling()) prefilling.push_back(s.get());
-    std::sort(prefilling.begin(), prefilling.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
+        if (s->prefilling()) prefilling_.push_back(s.get());
+    std::sort(prefilling_.begin(), prefilling_.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
+    // Passes: the first carries the decode tokens; each gives every prefilling slot (oldest first) its next chunk
+    // while the budget lasts. A slot's chunks are min(chunk, pending) however many passes it takes, so a request
+    // is computed the same way under any load.
     bool ran_chunk = false;
-    for (Slot* s : prefilling) {
-        while (s->prefilling()) {
-            const int64_t n = std::min<int64_t>(options_.chunk, int64_t(s->generation->pending().size()));
-            if (n > budget && ran_chunk) break;
+    for (;;) {
+        bool added = false;
+        for (Slot* s : prefilling_) {
+            if (!s->prefilling()) continue;  // released, or its prompt is done
+            if (budget <= 0 && ran_chunk) break;
             if (s->request->cancelled()) {
                 release(*s, FinishReason::kCancelled);
-                break;
+                continue;
             }
-            prefill_chunk(*s);
-            ran_chunk = true;
+            const int64_t n = std::min<int64_t>(options_.chunk, int64_t(s->generation->pending().size()));
+            if (n > budget && ran_chunk) continue;
+            add_feed(*s, size_t(n), false);
+            ran_chunk = added = true;
             budget -= n;
         }
-        if (budget <= 0 && ran_chunk) break;
+        run_feeds();
+        if (!added || budget <= 0) break;
     }
     std::lock_guard<std::mutex> lock(mu_);
     update_gauges_locked();

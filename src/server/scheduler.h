@@ -2,8 +2,11 @@
 // created at startup (-np slots x -c context), so serving a request allocates no model state and no sampler
 // buffers. The Generation does everything per token (sampling, detokenisation, stop strings, reply parsing, stop
 // conditions); the scheduler feeds what it asks for. One loop thread runs every step: each decoding
-// sequence advances one token, then prefilling sequences advance by whole chunks while the per-step token budget
-// lasts (at least one chunk per step, so prefill never starves). New requests join between steps.
+// sequence advances one token and prefilling sequences (oldest first) advance by one whole chunk each while the
+// per-step token budget lasts (at least one chunk per step, so prefill never starves), all in ONE batched feed of
+// the model (ModelBackend::feed_batch: one forward pass whose weight reads serve every sequence). Budget left
+// after that pass goes to further prefill-only passes of one chunk per prefilling sequence. New requests join
+// between steps.
 //
 // Chunk boundaries are fixed multiples of the chunk size counted from where the sequence starts, so a request is
 // computed exactly the same way however many other requests share the loop: outputs do not depend on load.
@@ -117,9 +120,8 @@ private:
     void admit_locked();
     void step();
     void start_request(Slot& slot, std::shared_ptr<RequestState> request);
-    bool feed_pending(Slot& slot, size_t n, std::atomic<uint64_t>& busy_microseconds);  // false: slot released
-    void prefill_chunk(Slot& slot);
-    void decode(Slot& slot);
+    void add_feed(Slot& slot, size_t n, bool decode);  // queues the slot's next n pending tokens for run_feeds()
+    void run_feeds();                                    // one batched feed of the queued slots, then their tokens
     void sample(Slot& slot);
     void release(Slot& slot, FinishReason reason, std::string error = {});
     void update_gauges_locked();
@@ -130,6 +132,9 @@ private:
     Metrics& metrics_;
 
     std::vector<std::unique_ptr<Slot>> slots_;
+    std::vector<RunnerFeed> feeds_;   // loop thread only: the batched feed being built (capacity: slots)
+    std::vector<Slot*> feeding_;      // [feeds_] their slots
+    std::vector<Slot*> prefilling_;   // loop thread only (capacity: slots)
     std::mutex mu_;  // guards queue_ and stopping_
     std::condition_variable cv_;
     std::deque<std::shared_ptr<RequestState>> queue_;
