@@ -150,7 +150,7 @@ TEST_F(OfficialOpsModel, LogitsCommandWritesNpy) {
         std::error_code ec;
         bin = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "apps/dsv4/dsv4";
     }
-    if (!std::filesystem::exists(bin)) GTEST_SKIP() << "no dsv4 binary at " << bin << " (set DSV4_BINARY)";
+    ASSERT_TRUE(std::filesystem::exists(bin)) << "no dsv4 binary at " << bin << " (set DSV4_BINARY)";
     testing::TempDir tmp;
     const auto out = tmp.path() / "logits.npy";
     const std::string cmd = bin.string() + " logits -m " + (fixture_dir() / "ds").string() + " --tokens-file " +
