@@ -1,10 +1,10 @@
-// dsv4 inspect -m DIR: validates a checkpoint like the loader does and describes it (model/inspect.h).
+// dsv4 inspect -m DIR: validates a checkpoint like the loader does and describes it (dsv4/checkpoint_tools.h).
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "command_registry.h"
-#include "model/inspect.h"
+#include "dsv4/checkpoint_tools.h"
 
 namespace dsv4::cli {
 namespace {
@@ -15,10 +15,9 @@ struct InspectFlags {
 };
 
 int run_inspect(const InspectFlags& f) {
-    auto report = model::inspect_checkpoint(f.model);
-    if (!report.is_ok()) return report_error(report.status());
-    const std::string text = f.json ? model::format_report_json(*report) : model::format_report_text(*report);
-    std::fwrite(text.data(), 1, text.size(), stdout);
+    auto text = describe_checkpoint(f.model, f.json);
+    if (!text.is_ok()) return report_error(text.status());
+    std::fwrite(text->data(), 1, text->size(), stdout);
     return 0;
 }
 

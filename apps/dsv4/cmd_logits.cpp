@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "command_registry.h"
-#include "core/thread_pool.h"
 #include "dsv4/engine.h"
+#include "dsv4/npy.h"
 #include "dsv4/session.h"
-#include "io/npy.h"
+#include "dsv4/threads.h"
 
 namespace dsv4::cli {
 namespace {
@@ -123,7 +123,7 @@ int run_logits(const LogitsArgs& a) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     const int64_t shape[2] = {n, vocab};
-    Status st = io::write_npy_f32(a.out, logits, shape);
+    Status st = write_npy_f32(a.out, logits, shape);
     if (!st) return report_error(st);
     const unsigned threads = a.threads > 0 ? unsigned(a.threads) : unsigned(dsv4::default_thread_count());
     std::fprintf(stderr,

@@ -1,4 +1,4 @@
-// dsv4 make-model: writes a random DeepSeek-V4 checkpoint of a preset's shapes (model/make_model.h).
+// dsv4 make-model: writes a random DeepSeek-V4 checkpoint of a preset's shapes (dsv4/checkpoint_tools.h).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -7,15 +7,13 @@
 #include <unistd.h>
 
 #include "command_registry.h"
-#include "model/make_model.h"
+#include "dsv4/checkpoint_tools.h"
 
 namespace dsv4::cli {
 namespace {
 
 struct MakeModelFlags {
-    model::MakeModelOptions options;
-    int64_t layers = 0, experts = 0;  // 0 = the preset's
-    std::string layout = "official", expert_format;
+    RandomCheckpointOptions options;
     std::string out;
 };
 
@@ -26,14 +24,8 @@ std::string gigabytes(uint64_t bytes) {
 }
 
 int run_make_model(MakeModelFlags& f) {
-    model::MakeModelOptions& o = f.options;
+    RandomCheckpointOptions& o = f.options;
     o.out = f.out;
-    if (f.layers != 0) o.layers = f.layers;
-    if (f.experts != 0) o.experts = f.experts;
-    o.layout = f.layout == "transformers" ? model::Layout::kTransformers : model::Layout::kOfficial;
-    if (f.expert_format == "mxfp4") o.expert_format = model::ExpertFormat::kMXFP4;
-    else if (f.expert_format == "nvfp4") o.expert_format = model::ExpertFormat::kNVFP4;
-    else if (f.expert_format == "fp8") o.expert_format = model::ExpertFormat::kFP8;
 
     // One progress line on stderr: rewritten in place a few times a second on a terminal, one line per finished
     // shard otherwise (logs stay short).
@@ -41,7 +33,7 @@ int run_make_model(MakeModelFlags& f) {
     auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
     bool printed = false;
     int last_shard_reported = 0;
-    auto progress = [&](const model::MakeModelProgress& p) {
+    auto progress = [&](const CheckpointWriteProgress& p) {
         const bool all_done = p.bytes_done == p.bytes_total;
         if (tty) {
             const auto now = std::chrono::steady_clock::now();
@@ -56,19 +48,18 @@ int run_make_model(MakeModelFlags& f) {
                      p.shards, gigabytes(p.bytes_done).c_str(), gigabytes(p.bytes_total).c_str(), tty ? "  " : "\n");
         printed = true;
     };
-    auto result = model::make_model(o, progress);
+    auto result = make_random_checkpoint(o, progress);
     if (printed && tty) std::fprintf(stderr, "\n");
     if (!result.is_ok()) return report_error(result.status());
-    const model::ModelConfig& c = result->config;
+    const RandomCheckpointSummary& s = *result;
     std::printf("wrote %s: preset %s, %lld layers + %lld MTP, %lld experts (%s), %s layout%s, seed %llu\n",
-                o.out.string().c_str(), o.preset.c_str(), static_cast<long long>(c.num_layers),
-                static_cast<long long>(o.layout == model::Layout::kOfficial ? c.num_mtp_layers : 0),
-                static_cast<long long>(c.n_routed_experts), model::expert_format_name(c.expert_format),
-                model::layout_name(o.layout), o.header_only ? ", header only (sparse files)" : "",
+                o.out.string().c_str(), o.preset.c_str(), static_cast<long long>(s.layers),
+                static_cast<long long>(s.mtp_layers), static_cast<long long>(s.experts), s.expert_format.c_str(),
+                s.layout.c_str(), o.header_only ? ", header only (sparse files)" : "",
                 static_cast<unsigned long long>(o.seed));
     std::printf("%lld tensors, %lld parameters, %llu bytes in %zu files\n",
-                static_cast<long long>(result->totals.tensors), static_cast<long long>(result->totals.logical_params),
-                static_cast<unsigned long long>(result->totals.bytes), result->files.size());
+                static_cast<long long>(s.tensors), static_cast<long long>(s.params),
+                static_cast<unsigned long long>(s.bytes), s.files.size());
     return 0;
 }
 
@@ -82,13 +73,13 @@ const CommandRegistration kRegistration("make-model", [](CLI::App& app, int& exi
     cmd->add_option("--preset", f->options.preset, "tiny, flash or pro")
         ->check(CLI::IsMember({"tiny", "flash", "pro"}))
         ->default_str("tiny");
-    cmd->add_option("--layers", f->layers, "keep only the first N main layers (default: the preset's)");
-    cmd->add_option("--experts", f->experts, "routed experts per layer (default: the preset's)");
+    cmd->add_option("--layers", f->options.layers, "keep only the first N main layers (default: the preset's)");
+    cmd->add_option("--experts", f->options.experts, "routed experts per layer (default: the preset's)");
     cmd->add_option("--seed", f->options.seed, "random seed")->default_str("0");
-    cmd->add_option("--layout", f->layout, "tensor naming: official (DeepSeek's) or transformers")
+    cmd->add_option("--layout", f->options.layout, "tensor naming: official (DeepSeek's) or transformers")
         ->check(CLI::IsMember({"official", "transformers"}))
         ->default_str("official");
-    cmd->add_option("--expert-format", f->expert_format, "routed-expert encoding: mxfp4 (default), nvfp4 or fp8")
+    cmd->add_option("--expert-format", f->options.expert_format, "routed-expert encoding: mxfp4 (default), nvfp4 or fp8")
         ->check(CLI::IsMember({"mxfp4", "nvfp4", "fp8"}));
     cmd->add_flag("--header-only", f->options.header_only,
                   "write full-size sparse files with no tensor data (for shape and size checks at real sizes)");

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "command_registry.h"
-#include "core/thread_pool.h"
-#include "engine/default_model.h"
+#include "dsv4/default_model.h"
+#include "dsv4/threads.h"
 #include "progress.h"
 
 namespace dsv4::cli {

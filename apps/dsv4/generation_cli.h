@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "dsv4/generation.h"
 #include "dsv4/session.h"
 #include "dsv4/tokenizer.h"
-#include "engine/generation.h"
 
 namespace dsv4::cli {
 

@@ -11,11 +11,9 @@
 #include <type_traits>
 #include <vector>
 
-namespace dsv4 {
+#include "dsv4/threads.h"  // default_thread_count(): the pool's default size, public for callers that print it
 
-// CPUs this process may run on (its affinity mask, so `taskset` and container CPU sets are respected; falls
-// back to std::thread::hardware_concurrency()). The default thread count everywhere.
-int default_thread_count();
+namespace dsv4 {
 
 class ThreadPool {
 public:
