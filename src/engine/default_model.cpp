@@ -1,4 +1,4 @@
-#include "engine/default_model.h"
+#include "dsv4/default_model.h"
 
 #include <unistd.h>
 

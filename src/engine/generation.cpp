@@ -1,4 +1,4 @@
-#include "engine/generation.h"
+#include "dsv4/generation.h"
 
 #include <algorithm>
 

@@ -26,7 +26,7 @@
 #include "dsv4/chat.h"
 #include "dsv4/sampling.h"
 #include "dsv4/tokenizer.h"
-#include "engine/generation.h"
+#include "dsv4/generation.h"
 #include "server/metrics.h"
 #include "server/model_backend.h"
 

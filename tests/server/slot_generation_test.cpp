@@ -12,7 +12,7 @@
 #include "dsv4/chat.h"
 #include "dsv4/sampling.h"
 #include "dsv4/tokenizer.h"
-#include "engine/generation.h"
+#include "dsv4/generation.h"
 #include "testing/testing.h"
 
 namespace dsv4::server {

@@ -1,7 +1,7 @@
 // The embedded default model (created atomically in a cache folder, tokenizer carried in the binary) and
 // run_generation over a real Session: chunking does not change what is generated, and the session must hold the
 // generation's cached prefix.
-#include "engine/default_model.h"
+#include "dsv4/default_model.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
 #include "dsv4/tokenizer.h"
-#include "engine/generation.h"
+#include "dsv4/generation.h"
 #include "testing/testing.h"
 
 namespace dsv4::engine {

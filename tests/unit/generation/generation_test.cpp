@@ -1,7 +1,7 @@
 // The generation state machine with scripted logits (each step puts all mass on the next scripted token), over
 // the real DeepSeek-V4 tokenizer: stop strings (across tokens, across UTF-8 bytes, never emitted), EOS, limits,
 // the pending/fed protocol, seeds, the reasoning/content split and timings.
-#include "engine/generation.h"
+#include "dsv4/generation.h"
 
 #include <gtest/gtest.h>
 
