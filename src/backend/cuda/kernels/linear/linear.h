@@ -1,0 +1,39 @@
+// y = W·x on the GPU for every weight format and both numerics modes: the CUDA side of backend::cpu::linear
+// (backend/ops.h LinearParams, MODEL_SPEC §7.1).
+//
+// kReference (activations bf16 on the GPU):
+//   FP8 weight   W8A8: sm90_act_quant_e4m3 (128) then sm90_fp8_gemm_block128; bf16 result (also for
+//                LinearOut::kF32, as the CPU: its quantised path always rounds; then written as f32 values).
+//   MXFP4 weight W4A8: act_quant (128) then per 32-K block acc_b = Σ qa·e2m1 (f32, in the CPU's order),
+//                y = Σ_b acc_b·(sa·sw), bf16 result (f32 array for LinearOut::kF32).
+//   BF16 weight: f32 accumulation of bf16 x and W (cuBLASLt), kBF16 → bf16(y), kF32 → f32 y.
+//   F32 weight:  f32 GEMM, output per LinearOut.
+// kF32 (activations f32): W dequantised exactly, f32 products and sums (no TF32), f32 out. BF16 weights go through
+//   sm90_bf16_gemm_f32's exact three-term split; the other formats through a shared-memory tiled kernel that adds
+//   the products in the CPU's order (bit-identical to backend::cpu::linear).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/common/weights.h"
+#include "backend/ops.h"
+
+namespace dsv4::cuda {
+
+struct LinearArgs {
+    const void* x = nullptr;       // [T, in] bf16 (kReference) or f32 (kF32), 16-byte aligned
+    int64_t tokens = 0;            // T, 0..any
+    DeviceWeightView w;            // [out, in]; in % 32 == 0 (kReference FP8 / MXFP4: in % 128 == 0)
+    backend::LinearOut out = backend::LinearOut::kBF16;
+    void* y = nullptr;             // [T, out]: kReference+kBF16 bf16, otherwise f32
+    void* workspace = nullptr;     // sm90_linear_workspace_bytes() bytes, 256-byte aligned (may be null when 0)
+    size_t workspace_bytes = 0;
+};
+
+size_t sm90_linear_workspace_bytes(backend::Precision p, int64_t tokens, const DeviceWeightView& w,
+                                   backend::LinearOut out);
+Status sm90_linear(backend::Precision p, const LinearArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda
