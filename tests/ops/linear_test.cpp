@@ -115,7 +115,13 @@ void run_case(Precision prec, const HostWeight& hw, const DeviceWeight& dw, Line
     LinearArgs a{dx->data(), T, dw.view(), out, dy->data(), ws->data(), ws_bytes};
     DSV4_ASSERT_OK(sm90_linear(prec, a, nullptr));
     const auto got = y_bf16 ? from_bf16_bits(to_host<uint16_t>(*dy, want.size())) : to_host<float>(*dy, want.size());
-    DSV4_EXPECT_CLOSE(got, want, bf16_valued ? 2e-3 : 1e-5);
+    // f32 outputs: exact sums in another order (reference BF16 on tensor cores, whose f32 accumulation aligns
+    // addends without rounding to nearest) or the CPU's own order (everything else)
+    const bool tensor_core_f32 = ref && hw.format == WeightFormat::kBF16;
+    DSV4_EXPECT_CLOSE(got, want, bf16_valued ? 2e-3 : tensor_core_f32 ? 5e-5 : 1e-5);
+    if (!ref) {
+        EXPECT_EQ(count_bit_differences(got, want), 0u) << "f32 numerics add in the CPU's order";
+    }
     if (bf16_valued) {
         bits.same += got.size() - count_bit_differences(got, want);
         bits.total += got.size();
@@ -158,7 +164,8 @@ TEST_P(CudaLinear, MatchesCpuLinear) {
         ASSERT_TRUE(dw.is_ok()) << dw.status().to_string();
         for (const int64_t T : s.tokens)
             for (const LinearOut out : {LinearOut::kBF16, LinearOut::kF32}) {
-                if (T > 300 && out == LinearOut::kF32) continue;
+                // f32 output (compressor / router / head projections): every tiny case, the large shapes at T <= 16
+                if (out == LinearOut::kF32 && (T > 300 || (s.in * s.out > 65536 && T > 16))) continue;
                 run_case(prm.prec, hw, *dw, out, T, rng, bits);
                 if (::testing::Test::HasFatalFailure()) return;
             }

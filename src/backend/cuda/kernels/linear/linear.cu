@@ -108,11 +108,9 @@ size_t sm90_linear_workspace_bytes(Precision p, int64_t tokens, const DeviceWeig
         }
         return b;
     }
-    if (w.format == WeightFormat::kBF16) {
-        const bool f32_then_round = p == Precision::kReference && out == LinearOut::kBF16;
+    if (w.format == WeightFormat::kBF16 && p == Precision::kReference)
         return align256(sm90_bf16_gemm_f32_workspace_bytes(p, tokens, w.cols)) +
-               (f32_then_round ? align256(T * N * sizeof(float)) : 0);
-    }
+               (out == LinearOut::kBF16 ? align256(T * N * sizeof(float)) : 0);  // f32 GEMM result before rounding
     return 0;
 }
 
@@ -154,10 +152,12 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
         return launch_status("sm90_linear_bf16_to_f32");
     }
 
-    if (w.format == WeightFormat::kBF16 && aligned(a.y, 16)) {
+    // Reference BF16: cuBLASLt (f32 accumulation on tensor cores, which align addends without rounding to nearest:
+    // f32 results differ from the CPU's in the last bits). f32 numerics take the tiled kernel for every format.
+    if (p == Precision::kReference && w.format == WeightFormat::kBF16 && aligned(a.y, 16)) {
         const size_t lt_bytes = sm90_bf16_gemm_f32_workspace_bytes(p, T, K);
         void* lt_ws = ws.take<void>(lt_bytes);
-        const bool round = p == Precision::kReference && a.out == LinearOut::kBF16;
+        const bool round = a.out == LinearOut::kBF16;
         float* y32 = round ? ws.take<float>(size_t(T * N) * sizeof(float)) : static_cast<float*>(a.y);
         const Status st = sm90_bf16_gemm_f32(p, {a.x, T, w, y32, lt_ws, lt_bytes}, stream);
         if (st.code() == StatusCode::kUnsupported) return launch_plain(p, a, stream);  // no cuBLASLt algorithm

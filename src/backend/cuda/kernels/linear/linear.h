@@ -8,9 +8,10 @@
 //                y = Σ_b acc_b·(sa·sw), bf16 result (f32 array for LinearOut::kF32).
 //   BF16 weight: f32 accumulation of bf16 x and W (cuBLASLt), kBF16 → bf16(y), kF32 → f32 y.
 //   F32 weight:  f32 GEMM, output per LinearOut.
-// kF32 (activations f32): W dequantised exactly, f32 products and sums (no TF32), f32 out. BF16 weights go through
-//   sm90_bf16_gemm_f32's exact three-term split; the other formats through a shared-memory tiled kernel that adds
-//   the products in the CPU's order (bit-identical to backend::cpu::linear).
+// kF32 (activations f32): W dequantised exactly, f32 products and sums (no TF32, no tensor cores), f32 out, by a
+//   shared-memory tiled kernel that adds each output's products in the CPU's order with separately rounded multiply
+//   and add: bit-identical to backend::cpu::linear for every format. (The tiled kernel also serves reference F32
+//   weights, MXFP4, and BF16 / FP8 where the tensor-core GEMMs do not fit.)
 #pragma once
 
 #include <cstddef>
