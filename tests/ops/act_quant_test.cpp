@@ -49,7 +49,9 @@ TEST(CudaActQuant, E4m3BitExactAtModelShapes) {
     };
     // GEMM inputs (D = 4096 / 7168, q_lora 1024 / 1536, wo_b in 8192 / 16384); KV nope 448 at block 64; 1 token.
     const Case cases[] = {{1, 4096, 128},  {37, 7168, 128}, {130, 1024, 128}, {3, 16384, 128},
-                          {1, 448, 64},    {99, 448, 64},   {5, 1536, 128},   {1, 128, 128}};
+                          {1, 448, 64},    {99, 448, 64},   {5, 1536, 128},   {1, 128, 128},
+                          // the test models' GEMM inputs (hidden 128, wo_b in 256) at a 300-token prefill
+                          {300, 128, 128}, {300, 256, 128}, {300, 448, 64}};
     for (const Case& c : cases) {
         SCOPED_TRACE("rows " + std::to_string(c.rows) + " cols " + std::to_string(c.cols) + " block " +
                      std::to_string(c.block));

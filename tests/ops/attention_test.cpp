@@ -1,8 +1,10 @@
 // sm90_sparse_attn (with the fused output de-rotation) and sm90_wo_a against the CPU ops (sparse_attn then rope
-// with inverse; wo_a) at V4-Flash (64 heads, 8 groups) and V4-Pro (128 heads, 16 groups) shapes and edge shapes,
-// both precisions.
+// with inverse; wo_a) at V4-Flash (64 heads, 8 groups) and V4-Pro (128 heads, 16 groups) shapes, the 4-head test
+// models (tests/data/goldens/*/official/config.json: window 128 + top-k 16 / 8, HCA 128 + n entries) and edge
+// shapes, both precisions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
@@ -28,10 +30,17 @@ TEST_P(SparseAttnTest, MatchesCpu) {
         int64_t tokens, heads, n_kv, topk;
         bool derotate;
         int padding;  // every padding-th candidate is -1 (0: none)
+        int64_t valid = -1;  // only the first `valid` candidates of a row are real, the rest -1 (-1: all)
     };
     // window 128 + top-k 512 (Flash CSA), 128 + 1024 (Pro CSA), an HCA-like 128 + 2100, odd counts, empty rows
     const Case cases[] = {{1, 64, 2000, 640, true, 0},  {3, 64, 2000, 640, false, 7}, {1, 128, 3000, 1152, true, 5},
-                          {2, 128, 9000, 2228, true, 0}, {5, 16, 300, 77, false, 3},  {1, 16, 100, 1, true, 0}};
+                          {2, 128, 9000, 2228, true, 0}, {5, 16, 300, 77, false, 3},  {1, 16, 100, 1, true, 0},
+                          // the 4-head test models: first token (window 1 + 0 compressed), window 128 + top-k 16
+                          // (Flash-like) / 8 (Pro-like) with a partly filled window, HCA 128 + entries, a 300-token
+                          // prefill; then head counts off the 16-row tile (20, 1) and an empty candidate list
+                          {1, 4, 1, 1, true, 0},          {7, 4, 200, 144, true, 0, 37}, {3, 4, 150, 136, false, 2},
+                          {5, 4, 140, 130, true, 0, 129}, {300, 4, 450, 144, true, 3},   {3, 20, 500, 100, true, 4},
+                          {2, 1, 64, 65, false, 0, 3},    {2, 4, 10, 0, true, 0}};
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads) + " topk " +
@@ -43,8 +52,12 @@ TEST_P(SparseAttnTest, MatchesCpu) {
         std::vector<float> sink(static_cast<size_t>(H));
         for (auto& v : sink) v = ds(rng);
         std::uniform_int_distribution<int32_t> pick(0, int32_t(c.n_kv - 1));
-        std::vector<int32_t> idx(size_t(T * c.topk));
-        for (size_t i = 0; i < idx.size(); ++i) idx[i] = c.padding && i % size_t(c.padding) == 1 ? -1 : pick(rng);
+        // at least one element: the CPU op refuses a null index pointer even when topk is 0
+        std::vector<int32_t> idx(size_t(std::max<int64_t>(T * c.topk, 1)), -1);
+        for (size_t i = 0; i < size_t(T * c.topk); ++i)
+            idx[i] = (c.padding && i % size_t(c.padding) == 1) || (c.valid >= 0 && int64_t(i) % c.topk >= c.valid)
+                         ? -1
+                         : pick(rng);
         if (T > 1)  // a token with no candidate at all: output 0
             std::fill(idx.begin() + c.topk, idx.begin() + 2 * c.topk, -1);
         std::vector<int64_t> pos(static_cast<size_t>(T));
@@ -90,7 +103,9 @@ TEST_P(WoATest, MatchesCpu) {
         bool fp8;
     };
     const Case cases[] = {{1, 64, 8, 1024, true},  {5, 64, 8, 1024, true},   {33, 128, 16, 1024, true},
-                          {1, 128, 16, 1024, true}, {70, 16, 2, 128, false}, {3, 32, 4, 64, true}};
+                          {1, 128, 16, 1024, true}, {70, 16, 2, 128, false}, {3, 32, 4, 64, true},
+                          // the test models: 4 heads, 2 groups, rank 128 (FP8 as shipped), 1 and 300 tokens
+                          {1, 4, 2, 128, true},     {300, 4, 2, 128, true},  {7, 4, 2, 128, false}};
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads) + " groups " +
                      std::to_string(c.groups) + (c.fp8 ? " fp8" : " bf16"));
@@ -133,11 +148,11 @@ TEST(AttentionValidation, BadShapesAreClearErrors) {
     DSV4_REQUIRE_GPU();
     auto buf = DeviceBuffer::allocate(1 << 16);
     ASSERT_TRUE(buf.is_ok());
-    SparseAttnArgs a{buf->data(), buf->data(), buf->as<int32_t>(), 1, 20, 10, 10, buf->as<float>(), 0.04f};
+    SparseAttnArgs a{buf->data(), buf->data(), buf->as<int32_t>(), 1, 0, 10, 10, buf->as<float>(), 0.04f};
     a.out = buf->data();
     Status s = sm90_sparse_attn(Precision::kReference, a, nullptr);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("multiple of 16"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("heads 0"), std::string::npos) << s.message();
     WoAArgs w{buf->data(), 1, 64, 8, 1000, {}, buf->data()};
     s = sm90_wo_a(Precision::kReference, w, nullptr);
     EXPECT_NE(s.message().find("multiple of 64"), std::string::npos) << s.message();

@@ -36,7 +36,7 @@ TEST(CudaEmbedding, GathersRowsAndReportsBadIds) {
     DSV4_REQUIRE_GPU();
     std::mt19937_64 rng(fresh_seed());
     for (const Precision prec : {Precision::kReference, Precision::kF32}) {
-        for (const int64_t D : {int64_t(4096), int64_t(7168)}) {
+        for (const int64_t D : {int64_t(4096), int64_t(7168), int64_t(128)}) {  // Flash, Pro, test models
             const int64_t V = 129280;
             SCOPED_TRACE(std::string(backend::precision_name(prec)) + " D " + std::to_string(D));
             auto table = fast_bf16(rng(), size_t(V * D), 1.0f);
@@ -84,7 +84,10 @@ TEST_P(Bf16GemmF32Test, MatchesCpuLinearF32Out) {
     const GemmCase cases[] = {{"head flash", 1, 129280, 4096}, {"head flash", 5, 129280, 4096},
                               {"head pro", 1, 129280, 7168},   {"gate flash", 64, 256, 4096},
                               {"gate pro", 9, 384, 7168},      {"edge", 7, 1001, 136},
-                              {"edge prefill", 300, 520, 512}};
+                              {"edge prefill", 300, 520, 512},
+                              // the test models: head 512 x 128, gate 4 experts x 128, compressor wkv 1024 x 128
+                              {"head tiny", 1, 512, 128},      {"head tiny", 300, 512, 128},
+                              {"gate tiny", 300, 4, 128},      {"compressor tiny", 300, 1024, 128}};
     for (const GemmCase& c : cases) {
         SCOPED_TRACE(std::string(c.name) + " T " + std::to_string(c.tokens) + " N " + std::to_string(c.n) + " K " +
                      std::to_string(c.k));
@@ -117,12 +120,15 @@ TEST_P(RouterTest, ScoreAndHashRoutingMatchCpu) {
         int64_t tokens, experts, dim;
         float scale;
         bool hash;
+        int64_t k = 6;
     };
     const Case cases[] = {{1, 256, 4096, 1.5f, false}, {64, 256, 4096, 1.5f, false}, {9, 384, 7168, 2.5f, false},
-                          {1, 384, 7168, 2.5f, true},  {33, 256, 4096, 1.5f, true},  {5, 72, 512, 1.0f, false}};
+                          {1, 384, 7168, 2.5f, true},  {33, 256, 4096, 1.5f, true},  {5, 72, 512, 1.0f, false},
+                          // the test models: 4 experts, top-2, hidden 128, score and hash routing, 1 and 300 tokens
+                          {1, 4, 128, 1.5f, false, 2}, {300, 4, 128, 2.5f, false, 2}, {300, 4, 128, 1.5f, true, 2}};
     for (const Case& c : cases) {
         SCOPED_TRACE("T " + std::to_string(c.tokens) + " E " + std::to_string(c.experts) + (c.hash ? " hash" : ""));
-        const int64_t T = c.tokens, E = c.experts, D = c.dim, K = 6, vocab = 1000;
+        const int64_t T = c.tokens, E = c.experts, D = c.dim, K = c.k, vocab = 1000;
         auto gate = fast_bf16(rng(), size_t(E * D), 0.03f);
         backend::WeightView gv{WeightFormat::kBF16, E, D, gate.data(), nullptr};
         std::normal_distribution<float> nd(0.0f, 0.1f);

@@ -106,6 +106,17 @@ TEST(CudaFp8Gemm, EdgeShapes) {
     for (const GemmCase& c : cases) run_case(rng, c);
 }
 
+TEST(CudaFp8Gemm, MatchesCpuLinearAtTestModelShapes) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    // tests/data/goldens/*/official: hidden 128, q_lora 128, 4 heads x 512, o_groups 2 x o_lora 128, indexer 4 x 128,
+    // shared expert 128; 1 token, a few, and a 300-token prefill
+    const GemmCase cases[] = {{"wq_a", 1, 128, 128},        {"wq_a", 300, 128, 128},   {"wq_b", 1, 2048, 128},
+                              {"wq_b", 300, 2048, 128},     {"wkv", 3, 512, 128},      {"wo_b", 1, 128, 256},
+                              {"wo_b", 300, 128, 256},      {"shared_w1", 7, 128, 128}, {"indexer.wq_b", 300, 512, 128}};
+    for (const GemmCase& c : cases) run_case(rng, c);
+}
+
 TEST(CudaFp8Gemm, RejectsWrongFormatAndMissingWorkspace) {
     DSV4_REQUIRE_GPU();
     auto buf = DeviceBuffer::allocate(1 << 20);

@@ -1,5 +1,6 @@
 // sm90_indexer_scores and sm90_topk against the CPU ops (indexer_scores, topk) at V4 shapes (64 indexer heads x 128,
-// keys up to 262,144 = 1M context / 4, top-k 512 Flash / 1024 Pro) and edge shapes, both precisions. Top-k is
+// keys up to 262,144 = 1M context / 4, top-k 512 Flash / 1024 Pro), the test models' 4 heads with top-k 16 / 8 over
+// a few keys, and edge shapes, both precisions. Top-k is
 // exact: the same scores in, the same index lists out (ties by lower index on both sides).
 #include <gtest/gtest.h>
 
@@ -24,18 +25,22 @@ TEST_P(IndexerScoresTest, MatchesCpu) {
     const Precision prec = GetParam();
     std::mt19937_64 rng(fresh_seed());
     struct Case {
-        int64_t tokens, n, first_pos;
+        int64_t tokens, n, first_pos, heads = 64, step = 7;  // position of token t: first_pos + step·t
     };
-    // decode at 32k context (n 8192 keys), a prefill chunk whose later tokens see more keys (masked tail), odd n
-    const Case cases[] = {{1, 8192, 32767}, {3, 2000, 7990}, {17, 130, 100}, {64, 1024, 4000}, {1, 1, 3}};
+    // decode at 32k context (n 8192 keys), a prefill chunk whose later tokens see more keys (masked tail), odd n;
+    // the test models' 4 heads (first key, a 300-token prefill from position 0), head counts off the 16-row tile
+    const Case cases[] = {{1, 8192, 32767}, {3, 2000, 7990}, {17, 130, 100},  {64, 1024, 4000},  {1, 1, 3},
+                          {1, 1, 3, 4},     {300, 75, 0, 4, 1}, {9, 40, 120, 4}, {5, 300, 1000, 20}, {2, 70, 260, 1},
+                          {3, 64, 250, 48}};
     for (const Case& c : cases) {
-        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " n " + std::to_string(c.n));
-        const int64_t T = c.tokens, H = 64, n = c.n;
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " n " + std::to_string(c.n) + " heads " +
+                     std::to_string(c.heads));
+        const int64_t T = c.tokens, H = c.heads, n = c.n;
         auto q = random_act(prec, rng, size_t(T * H * 128), 1.0f);
         auto keys = random_act(prec, rng, size_t(n * 128), 1.0f);
         auto w = random_act(prec, rng, size_t(T * H), 0.02f);
         std::vector<int64_t> pos(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = c.first_pos + 7 * t;
+        for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = c.first_pos + c.step * t;
         std::vector<float> want(size_t(T * n));
         backend::IndexerScoresParams cp{q.data(), keys.data(), w.data(), T, H, 128, n, 4, pos.data(), want.data()};
         DSV4_ASSERT_OK(backend::cpu::indexer_scores({prec, &pool()}, cp));
@@ -74,7 +79,11 @@ TEST_P(TopKTest, ExactIncludingTies) {
     };
     const Case cases[] = {{1, 262144, 1024, 0, 0},  {2, 262144, 512, 64, 1000}, {5, 4096, 512, 0, 100},
                           {3, 4096, 1024, 16, 3500}, {4, 300, 512, 0, 0},       {7, 1000, 1, 3, 0},
-                          {2, 1500, 1024, 0, 1500},  {64, 1024, 512, 200, 200}};
+                          {2, 1500, 1024, 0, 1500},  {64, 1024, 512, 200, 200},
+                          // the test models: top-k 16 / 8 over fewer keys than k, a 300-token prefill whose rows
+                          // are mostly masked, one key
+                          {300, 75, 16, 0, 40},      {300, 37, 8, 4, 30},       {1, 1, 16, 0, 0},
+                          {3, 5, 8, 2, 3},           {2, 20, 16, 0, 20}};
     for (const Case& c : cases) {
         SCOPED_TRACE("rows " + std::to_string(c.rows) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
                      " distinct " + std::to_string(c.distinct));
@@ -110,9 +119,9 @@ TEST(IndexerValidation, BadShapesAreClearErrors) {
     Status s = sm90_topk(Precision::kReference, {buf->data(), 1, 4096, 2048, buf->as<int32_t>()}, nullptr);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("above the supported 1024"), std::string::npos) << s.message();
-    IndexerScoresArgs a{buf->data(), buf->data(), buf->data(), 1, 48 + 1, 10, 4, buf->as<int64_t>(), buf->data()};
+    IndexerScoresArgs a{buf->data(), buf->data(), buf->data(), 1, 65, 10, 4, buf->as<int64_t>(), buf->data()};
     s = sm90_indexer_scores(Precision::kReference, a, nullptr);
-    EXPECT_NE(s.message().find("multiple of 16"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("[1, 64]"), std::string::npos) << s.message();
 }
 
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);

@@ -79,7 +79,9 @@ TEST_P(CompressorPoolTest, MatchesCpu) {
     // CSA main (m 4, 2x512) and indexer (m 4, 2x128) with and without a previous window; HCA (m 128, 512)
     const Case cases[] = {{1, 4, 512, true, false},   {1, 4, 512, true, true},     {33, 4, 512, true, true},
                           {7, 4, 128, true, false},   {1, 128, 512, false, false}, {5, 128, 512, false, true},
-                          {1024, 4, 512, true, false}};
+                          {1024, 4, 512, true, false},
+                          // a 300-token prefill of the test models: 75 CSA windows (main and indexer), 2 HCA windows
+                          {75, 4, 512, true, true},   {75, 4, 128, true, false},   {2, 128, 512, false, false}};
     for (const Case& c : cases) {
         SCOPED_TRACE("windows " + std::to_string(c.windows) + " m " + std::to_string(c.ratio) + " c " +
                      std::to_string(c.head_dim) + (c.prev ? " prev" : ""));
@@ -141,7 +143,10 @@ TEST_P(CompressorFinishTest, MatchesCpu) {
     const Case cases[] = {
         {1, 4, 0, backend::CompressedKind::kMain},       {65, 4, 3, backend::CompressedKind::kMain},
         {7, 128, 1000, backend::CompressedKind::kMain},  {1, 4, 0, backend::CompressedKind::kIndexer},
-        {130, 4, 77, backend::CompressedKind::kIndexer}, {1024, 4, 0, backend::CompressedKind::kIndexer}};
+        {130, 4, 77, backend::CompressedKind::kIndexer}, {1024, 4, 0, backend::CompressedKind::kIndexer},
+        // the test models' 300-token prefill: 75 CSA windows, 2 HCA windows
+        {75, 4, 0, backend::CompressedKind::kMain},      {75, 4, 0, backend::CompressedKind::kIndexer},
+        {2, 128, 0, backend::CompressedKind::kMain}};
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
     for (const Case& c : cases) {
         const bool main = c.kind == backend::CompressedKind::kMain;

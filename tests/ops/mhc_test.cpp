@@ -32,8 +32,8 @@ double act_tol(Precision p) { return p == Precision::kReference ? 2e-3 : 1e-6; }
 struct HcCase {
     int64_t tokens, dim;
 };
-// Flash D 4096, Pro D 7168; 1 token, odd counts; a small D
-const HcCase kCases[] = {{1, 4096}, {7, 4096}, {1, 7168}, {3, 7168}, {5, 128}, {33, 1024}};
+// Flash D 4096, Pro D 7168; 1 token, odd counts; the test models' D 128 (1 and 300 tokens); a small D
+const HcCase kCases[] = {{1, 4096}, {7, 4096}, {1, 7168}, {3, 7168}, {5, 128}, {33, 1024}, {1, 128}, {300, 128}};
 
 class HcPreTest : public ::testing::TestWithParam<Precision> {};
 

@@ -50,8 +50,9 @@ TEST_P(RmsNormTest, MatchesCpuAtModelShapes) {
     const Precision prec = GetParam();
     std::mt19937_64 rng(fresh_seed());
     // attn/ffn norm (D = 4096 Flash, 7168 Pro), q_norm (1024, 1536), kv_norm (512), indexer 128; 1 token, odd counts
+    // the test models (hidden 128, q_lora 128, kv 512, indexer 128) at 1 and 300 tokens
     const NormCase cases[] = {{1, 4096}, {33, 4096}, {1, 7168}, {19, 7168}, {5, 1024}, {130, 1536}, {7, 512}, {3, 128},
-                              {257, 4096}};
+                              {257, 4096}, {1, 128}, {300, 128}, {300, 512}};
     for (const NormCase& c : cases) {
         for (const bool weighted : {true, false}) {
             SCOPED_TRACE("rows " + std::to_string(c.rows) + " dim " + std::to_string(c.dim) +
@@ -92,8 +93,10 @@ TEST_P(QHeadNormRopeTest, FusedMatchesCpuNormThenRope) {
         bool rope, yarn;
     };
     // Flash 64 heads, Pro 128 heads, 512-d; rope off (the norm alone), plain and YaRN tables.
+    // the test models' 4 heads (1 and 300 tokens); head counts off the 4-head warp group (1, 6)
     const Case cases[] = {{1, 64, true, true}, {37, 64, true, false}, {1, 128, true, true},
-                          {9, 128, false, true}, {65, 64, true, true}};
+                          {9, 128, false, true}, {65, 64, true, true}, {1, 4, true, true},
+                          {300, 4, true, false}, {7, 1, true, true},   {3, 6, false, true}};
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads));
         const int64_t n = c.tokens * c.heads * 512;
@@ -133,7 +136,10 @@ TEST_P(RopeTest, MatchesCpuForKvIndexerAndDerotation) {
     // window kv [T, 512] at 448; indexer q [T, 64, 128] at 64; attention output de-rotation [T, 128, 512].
     const Case cases[] = {{1, 1, 512, 448, false, true},  {77, 1, 512, 448, false, false},
                           {5, 64, 128, 64, false, true},  {1, 128, 512, 448, true, true},
-                          {13, 64, 512, 448, true, false}};
+                          {13, 64, 512, 448, true, false},
+                          // the test models: indexer q [T, 4, 128], de-rotation [T, 4, 512], 300-token prefill
+                          {1, 4, 128, 64, false, true},   {300, 4, 128, 64, false, false},
+                          {300, 4, 512, 448, true, true}};
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " vecs " + std::to_string(c.vecs));
         const int64_t n = c.tokens * c.vecs * c.stride;

@@ -29,8 +29,8 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
     const std::string op = "sm90_sparse_attn";
     if (!a.q || !a.kv || !a.idx || !a.sink || !a.out || a.tokens < 0 || a.topk < 0 || a.n_kv < 0)
         return invalid_argument(op + ": null pointer or bad shape");
-    if (a.heads <= 0 || a.heads % Cfg::kHeads != 0)
-        return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be a multiple of 16");
+    if (a.heads <= 0 || a.heads > 65535 * Cfg::kHeads)
+        return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be in [1, 1048560]");
     if (a.derotate && !a.positions) return invalid_argument(op + ": derotate needs positions");
     if (!aligned16(a.q) || !aligned16(a.kv) || !aligned16(a.out)) return invalid_argument(op + ": not 16-byte aligned");
     if (a.topk > 0x7fffffff || a.tokens > 65535) return invalid_argument(op + ": too many tokens or candidates");
@@ -40,7 +40,7 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
         DSV4_CUDA_TRY(
             cudaFuncSetAttribute(sm90_sparse_attn_ref_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
             op + ": shared memory opt-in");
-        const dim3 grid(unsigned(a.heads / Cfg::kHeads), unsigned(a.tokens));
+        const dim3 grid(unsigned((a.heads + Cfg::kHeads - 1) / Cfg::kHeads), unsigned(a.tokens));
         sm90_sparse_attn_ref_kernel<<<grid, Cfg::kThreads, smem, stream>>>(
             static_cast<const __nv_bfloat16*>(a.q), static_cast<const __nv_bfloat16*>(a.kv), a.idx, int(a.heads),
             a.n_kv, int(a.topk), a.sink, a.scale, a.derotate, a.positions, a.freqs, static_cast<__nv_bfloat16*>(a.out));

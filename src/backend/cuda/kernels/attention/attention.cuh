@@ -1,6 +1,7 @@
 // Kernels of the attention family (sm_90).
 //
-// sparse attention, kReference: block = one token x 16 heads (4 warps, ~90 KB shared memory). Per block of 64
+// sparse attention, kReference: block = one token x 16 heads (4 warps, ~90 KB shared memory); a head count that is
+// not a multiple of 16 (the 4-head test models) fills the last tile with zero q rows that are never stored. Per block of 64
 // candidates: the kv rows are gathered by cp.async (zero-filled for -1), S = Q·Kᵀ on mma.m16n8k16 (warp w: keys
 // 16w..16w+15, K = 512), then the reference's online softmax — per head the running max and rescale (16 threads),
 // P = exp(l - M) for all 64x16 entries in parallel (P rounded to bf16 for P·V), the block sum in candidate order —
@@ -41,7 +42,8 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
 
-// grid: (heads / 16, tokens); dynamic shared memory AttnConfig::smem_bytes().
+// grid: (ceil(heads / 16), tokens); dynamic shared memory AttnConfig::smem_bytes(). Rows h0 + r >= heads of the
+// last head tile are padding: q zero-filled (logits 0, a finite softmax), sink not read, output not stored.
 __global__ void __launch_bounds__(AttnConfig::kThreads)
     sm90_sparse_attn_ref_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                                 const int32_t* __restrict__ idx, int heads, int64_t n_kv, int topk,
@@ -62,10 +64,12 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int64_t t = blockIdx.y;
     const int h0 = blockIdx.x * Cfg::kHeads;
+    const int h_valid = min(Cfg::kHeads, heads - h0);  // rows of this tile that are real heads
     const __nv_bfloat16* qt = q + (t * heads + h0) * Cfg::kDim;
     for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += Cfg::kThreads) {
         const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
-        cp_async16_zfill(q_s + r * Cfg::kLd + c, qt + r * Cfg::kDim + c, true);
+        const bool valid = r < h_valid;
+        cp_async16_zfill(q_s + r * Cfg::kLd + c, qt + (valid ? r : 0) * Cfg::kDim + c, valid);
     }
     if (tid < Cfg::kHeads) m_s[tid] = -INFINITY, sum_s[tid] = 0;
     float acc[16][4] = {};  // O rows g, g+8 x channels 128·warp + 8·nt + 2qd (+1)
@@ -145,10 +149,12 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
         }
         __syncthreads();  // kv_s, p_s and the softmax state are rewritten by the next block
     }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);  // the q copies when topk == 0
     if (tid < Cfg::kHeads) {
         // final denominator (0 marks "no valid candidate": the output is 0)
         const float mx = m_s[tid];
-        sum_s[tid] = mx == -INFINITY ? 0.0f : __fadd_rn(sum_s[tid], exp_f32(__fsub_rn(sink[h0 + tid], mx)));
+        const float sk = tid < h_valid ? sink[h0 + tid] : 0.0f;
+        sum_s[tid] = mx == -INFINITY ? 0.0f : __fadd_rn(sum_s[tid], exp_f32(__fsub_rn(sk, mx)));
     }
     __syncthreads();
     const int64_t pos = derotate ? positions[t] : 0;
@@ -161,6 +167,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int h = g + 8 * half;
+            if (h >= h_valid) continue;
             const float den = sum_s[h];
             float a = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[nt][2 * half], den));
             float b = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[nt][2 * half + 1], den));

@@ -20,7 +20,7 @@ struct SparseAttnArgs {
     const void* q = nullptr;       // [T, H, 512]
     const void* kv = nullptr;      // [n_kv, 512]
     const int32_t* idx = nullptr;  // [T, topk]
-    int64_t tokens = 0, heads = 0, n_kv = 0, topk = 0;  // heads % 16 == 0
+    int64_t tokens = 0, heads = 0, n_kv = 0, topk = 0;  // any heads >= 1 (padded to 16 inside); topk >= 0
     const float* sink = nullptr;   // device [H]
     float scale = 0;               // 512^-½
     bool derotate = false;

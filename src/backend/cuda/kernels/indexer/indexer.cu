@@ -13,8 +13,8 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
     const std::string op = "sm90_indexer_scores";
     if (!a.q || !a.keys || !a.w || !a.positions || !a.scores || a.tokens < 0 || a.n < 0 || a.ratio <= 0)
         return invalid_argument(op + ": null pointer or bad shape");
-    if (a.heads <= 0 || a.heads % 16 != 0 || a.heads > IndexerConfig::kHeads)
-        return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be a multiple of 16, at most 64");
+    if (a.heads <= 0 || a.heads > IndexerConfig::kHeads)
+        return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be in [1, 64]");
     if ((reinterpret_cast<uintptr_t>(a.q) | reinterpret_cast<uintptr_t>(a.keys)) & 15)
         return invalid_argument(op + ": q and keys must be 16-byte aligned");
     if (a.tokens == 0 || a.n == 0) return Status::ok();

@@ -1,7 +1,9 @@
 // Kernels of the indexer family (sm_90).
 //
 // Scores: block = one token x 64 keys, 4 warps. kReference: q [IH, 128] and the key tile in shared memory (rows
-// padded to 136 bf16 so the ldmatrix rows fall on distinct banks), warp w computes heads 16w..16w+15 x 64 keys with
+// padded to 136 bf16 so the ldmatrix rows fall on distinct banks; q rows past IH are zero, so a head count that is
+// not a multiple of 16 runs its last MMA tile on padding rows that are never summed), warp w computes heads
+// 16w..16w+15 x 64 keys with
 // mma.m16n8k16 (bf16 in, f32 accumulate), rounds the dot to bf16, applies ReLU and the head weight, rounds again and
 // parks the bf16 values in shared memory; then thread s sums its key's column over the heads in head order (the
 // CPU's f32 order). kF32: the same tiling with f32 FMAs (the oracle mode has no bf16 tensor-core equivalent).
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(IndexerConfig::kThreads)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int h = warp * 16 + g + 8 * half;
-                const float wh = to_f32(wt[h]);
+                const float wh = h < heads ? to_f32(wt[h]) : 0.0f;  // padding rows: not summed, not read
 #pragma unroll
                 for (int nt = 0; nt < Cfg::kKeys / 8; ++nt)
 #pragma unroll

@@ -16,7 +16,7 @@ struct IndexerScoresArgs {
     const void* q = nullptr;     // [T, IH, 128]
     const void* keys = nullptr;  // [n, 128]
     const void* w = nullptr;     // [T, IH]
-    int64_t tokens = 0, heads = 64, n = 0, ratio = 4;  // heads % 16 == 0, heads <= 64
+    int64_t tokens = 0, heads = 64, n = 0, ratio = 4;  // 1 <= heads <= 64 (padded to 16 inside)
     const int64_t* positions = nullptr;  // device [T]
     void* scores = nullptr;      // [T, n]
 };
