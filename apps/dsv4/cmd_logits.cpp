@@ -26,7 +26,7 @@ struct LogitsArgs {
     std::string tokens_file;
     std::string out;
     std::string precision = "reference";
-    std::string backend = "cpu";
+    std::string backend = "auto";
     int64_t chunk = 0;    // 0 = the whole prompt at once
     int64_t context = 0;  // 0 = exactly the prompt length
     int threads = 0;
@@ -84,13 +84,9 @@ int run_logits(const LogitsArgs& a) {
     } else {
         return report_error(invalid_argument("--precision '" + a.precision + "': expected reference or f32"));
     }
-    if (a.backend == "cpu") {
-        eo.backend = EngineBackend::kCpu;
-    } else if (a.backend == "cuda") {
-        eo.backend = EngineBackend::kCuda;
-    } else {
-        return report_error(invalid_argument("--backend '" + a.backend + "': expected cpu or cuda"));
-    }
+    auto backend = parse_engine_backend(a.backend);
+    if (!backend.is_ok()) return report_error(backend.status());
+    eo.backend = *backend;
     eo.threads = a.threads;
     if (a.chunk < 0) return report_error(invalid_argument("--chunk must be >= 1"));
 
@@ -147,7 +143,8 @@ const CommandRegistration kRegistration("logits", [](CLI::App& app, int& exit_co
     with_env(cmd->add_option("--precision", a->precision, "numerics: reference (DeepSeek's, default) or f32")
                  ->check(CLI::IsMember({"reference", "f32"})),
              "DSV4_PRECISION");
-    with_env(cmd->add_option("--backend", a->backend, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"})),
+    with_env(cmd->add_option("--backend", a->backend, "cpu, cuda, or auto (default: cuda when a supported GPU is present)")
+                 ->check(CLI::IsMember({"auto", "cpu", "cuda"})),
              "DSV4_BACKEND");
     cmd->add_option("--chunk", a->chunk,
                     "feed the tokens N at a time through the incremental path (1 = pure decode; default: all at "

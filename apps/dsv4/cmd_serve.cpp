@@ -102,6 +102,9 @@ const CommandRegistration kRegistration("serve", [](CLI::App& app, int& exit_cod
                              "HTTP worker threads (default: slots + queue + 4, so every waiting stream has one)")
                  ->check(CLI::Range(0, 1 << 16)),
              "DSV4_HTTP_THREADS");
+    with_env(cmd->add_option("--backend", o->backend, "cpu, cuda, or auto (default: cuda when a supported GPU is present)")
+                 ->check(CLI::IsMember({"auto", "cpu", "cuda"})),
+             "DSV4_BACKEND");
     with_env(cmd->add_option("--precision", o->precision, "numerics: reference (DeepSeek's, default) or f32")
                  ->check(CLI::IsMember({"reference", "f32"})),
              "DSV4_PRECISION");

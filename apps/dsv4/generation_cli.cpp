@@ -76,6 +76,9 @@ void add_model_flags(CLI::App& cmd, ModelFlags& f) {
     with_env(cmd.add_option("--precision", f.precision, "numerics: reference (DeepSeek's, default) or f32")
                  ->check(CLI::IsMember({"reference", "f32"})),
              "DSV4_PRECISION");
+    with_env(cmd.add_option("--backend", f.backend, "cpu, cuda, or auto (default: cuda when a supported GPU is present)")
+                 ->check(CLI::IsMember({"auto", "cpu", "cuda"})),
+             "DSV4_BACKEND");
     with_env(
         cmd.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber),
         "DSV4_THREADS");
@@ -140,6 +143,7 @@ Result<LoadedModel> load_model(const ModelFlags& f) {
     EngineOptions eo;
     eo.precision = f.precision == "f32" ? EnginePrecision::kF32 : EnginePrecision::kReference;
     eo.threads = f.threads;
+    DSV4_ASSIGN_OR_RETURN(eo.backend, parse_engine_backend(f.backend));
     read_shards_with_progress(m.dir);
     DSV4_ASSIGN_OR_RETURN(m.engine, Engine::load(m.dir, eo));
     const ModelInfo& info = m.engine->info();

@@ -21,6 +21,7 @@ namespace dsv4::cli {
 struct ModelFlags {
     std::string model_dir;  // empty: the embedded default model
     std::string precision = "reference";
+    std::string backend = "auto";  // cpu, cuda, or auto (cuda when a supported GPU is present)
     int threads = 0;
     int64_t context = 0;  // 0: min(model limit, 4096)
     int64_t batch = 256;  // prompt tokens per forward pass

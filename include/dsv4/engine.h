@@ -46,6 +46,12 @@ enum class EngineBackend { kCpu, kCuda };
 const char* engine_precision_name(EnginePrecision p);  // "reference", "f32"
 const char* engine_backend_name(EngineBackend b);      // "cpu", "cuda"
 
+// Whether this build and machine can run the CUDA backend (built with CUDA, a driver, a Hopper GPU); when not and
+// `why` is given, it says what is missing.
+bool cuda_backend_available(std::string* why = nullptr);
+// "cpu", "cuda", or "auto": CUDA when cuda_backend_available(), else CPU (the command line's default).
+Result<EngineBackend> parse_engine_backend(const std::string& name);
+
 struct EngineOptions {
     EnginePrecision precision = EnginePrecision::kReference;
     EngineBackend backend = EngineBackend::kCpu;

@@ -1,4 +1,5 @@
-// The public Engine / Session API (include/dsv4/engine.h, session.h) over the CPU forward.
+// The public Engine / Session API (include/dsv4/engine.h, session.h) over the CPU forward or the GPU forward
+// (engine/cuda/gpu_model.h), chosen by EngineOptions::backend at load.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
+#include "engine/cuda/gpu_model.h"
 #include "engine/forward.h"
 #include "engine/mtp.h"
 #include "engine/sequence_state.h"
@@ -25,6 +27,8 @@ namespace {
 // chunk region of the KV pools at 512 KiB while amortising each weight read over many tokens.
 constexpr int64_t kMaxChunkRows = 256;
 constexpr int64_t kDefaultMaxContext = 4096;
+// The GPU pass: the fused MoE decode kernel serves up to 256 rows, and 256 rows already fill the tensor cores.
+constexpr int64_t kGpuMaxPassRows = 256;
 // The batched head writes through a staging buffer of this many bytes at most (whole logits rows): a real
 // vocabulary's 129K f32 logits are 0.5 MB a row, so a 512-row staging would be 256 MB.
 constexpr int64_t kHeadStagingBytes = int64_t(64) << 20;
@@ -32,6 +36,15 @@ constexpr int64_t kHeadStagingBytes = int64_t(64) << 20;
 
 const char* engine_precision_name(EnginePrecision p) { return p == EnginePrecision::kF32 ? "f32" : "reference"; }
 const char* engine_backend_name(EngineBackend b) { return b == EngineBackend::kCuda ? "cuda" : "cpu"; }
+
+bool cuda_backend_available(std::string* why) { return engine::gpu_available(why); }
+
+Result<EngineBackend> parse_engine_backend(const std::string& name) {
+    if (name == "cpu") return EngineBackend::kCpu;
+    if (name == "cuda") return EngineBackend::kCuda;
+    if (name == "auto") return cuda_backend_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
+    return invalid_argument("backend '" + name + "': expected cpu, cuda or auto");
+}
 
 struct Engine::Impl {
     EngineOptions options;
@@ -51,10 +64,19 @@ struct Engine::Impl {
     std::vector<engine::BatchSeq> pass; // the sequences of one pass
     std::vector<size_t> pass_item;      // [pass] the step item each share belongs to
     std::vector<int64_t> done;          // [items] tokens of each item already run
+    // The CUDA backend: weights and pass buffers on the GPU (null on the CPU backend).
+    std::shared_ptr<engine::GpuModel> gpu;
+    std::vector<engine::GpuBatchSeq> gpu_pass;
+    struct GpuWork {
+        Session::Impl* session;
+        std::span<const int32_t> tokens;
+        Logits* out;
+    };
+    std::vector<GpuWork> gpu_work;  // the items of the step being run
 };
 
 struct Session::Impl {
-    const Engine::Impl* engine = nullptr;
+    Engine::Impl* engine = nullptr;
     engine::ForwardContext ctx;
     engine::SequenceState state;
     engine::ForwardScratch scratch;       // feed()'s row buffers and the MTP block's
@@ -63,6 +85,10 @@ struct Session::Impl {
     std::unique_ptr<engine::MtpState> mtp;  // only with SessionOptions::mtp
     bool broken = false;  // a failed forward left the layers at different positions
     bool in_step = false; // marks the sessions of the step being validated (each at most once)
+    int64_t max_context = 0;
+    engine::GpuSequencePtr gpu;  // the CUDA backend's state (null on the CPU backend)
+    int64_t chunk_rows() const { return gpu ? engine::gpu_chunk_rows(*gpu) : scratch.rows; }
+    int64_t position() const { return gpu ? engine::gpu_position(*gpu) : state.position; }
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -71,8 +97,6 @@ const ModelInfo& Engine::info() const { return impl_->info; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 
 Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_dir, const EngineOptions& options) {
-    if (options.backend == EngineBackend::kCuda)
-        return unsupported("backend 'cuda' is not available yet in this build; use --backend cpu");
     auto impl = std::make_unique<Impl>();
     impl->options = options;
     DSV4_ASSIGN_OR_RETURN(impl->config, model::load_config(model_dir));
@@ -82,12 +106,19 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
     impl->pool = std::make_unique<ThreadPool>(options.threads);
     if (options.max_batch_rows < 1)
         return invalid_argument("max_batch_rows is " + std::to_string(options.max_batch_rows) + "; it must be >= 1");
-    {
+    const backend::Precision precision =
+        options.precision == EnginePrecision::kF32 ? backend::Precision::kF32 : backend::Precision::kReference;
+    if (options.backend == EngineBackend::kCuda) {
+        DSV4_ASSIGN_OR_RETURN(impl->gpu, engine::load_gpu_model(impl->config, impl->views, precision,
+                                                                std::min(options.max_batch_rows, kGpuMaxPassRows)));
+        impl->gpu_pass.reserve(size_t(options.max_batch_rows));
+        impl->done.reserve(size_t(options.max_batch_rows));
+        impl->pass_item.reserve(size_t(options.max_batch_rows));
+    } else {
         const model::ModelConfig& cfg = impl->config;
         const int64_t rows = options.max_batch_rows;
         backend::Exec exec;
-        exec.precision = options.precision == EnginePrecision::kF32 ? backend::Precision::kF32
-                                                                    : backend::Precision::kReference;
+        exec.precision = precision;
         exec.pool = impl->pool.get();
         // only row-wise ops run on this workspace (per-sequence ops use each session's), so the context it is
         // sized for is irrelevant: the window
@@ -116,7 +147,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
 }
 
 Result<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& options) {
-    const Impl& e = *impl_;
+    Impl& e = *impl_;
     if (options.mtp && !e.info.has_mtp)
         return unsupported("this checkpoint has no MTP block (mtp.0.*), so SessionOptions::mtp cannot be set");
     int64_t max_context = options.max_context ? options.max_context
@@ -126,6 +157,14 @@ Result<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& op
                             std::to_string(e.config.max_position) + "] (the model's max_position_embeddings)");
     auto s = std::make_unique<Session::Impl>();
     s->engine = &e;
+    s->max_context = max_context;
+    if (e.gpu) {
+        if (options.mtp)
+            return unsupported("the MTP head (SessionOptions::mtp) runs on the CPU backend only for now");
+        DSV4_ASSIGN_OR_RETURN(s->gpu, engine::make_gpu_sequence(*e.gpu, max_context,
+                                                                std::min(engine::gpu_max_rows(*e.gpu), max_context)));
+        return std::unique_ptr<Session>(new Session(std::move(s)));
+    }
     backend::Exec exec;
     exec.precision = e.options.precision == EnginePrecision::kF32 ? backend::Precision::kF32
                                                                   : backend::Precision::kReference;
@@ -144,10 +183,11 @@ Result<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& op
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
-int64_t Session::position() const { return impl_->state.position; }
-int64_t Session::max_context() const { return impl_->state.max_context; }
+int64_t Session::position() const { return impl_->position(); }
+int64_t Session::max_context() const { return impl_->max_context; }
 
 void Session::reset() {
+    if (impl_->gpu) engine::reset_gpu_sequence(*impl_->gpu);
     engine::reset_sequence_state(impl_->state);
     if (impl_->mtp) engine::reset_mtp_state(*impl_->mtp);
     impl_->broken = false;
@@ -165,10 +205,9 @@ Status check_feed(const Session::Impl& s, std::span<const int32_t> tokens, Logit
             return invalid_argument("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
                                     " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     const int64_t n = int64_t(tokens.size());
-    if (s.state.position + n > s.state.max_context)
-        return out_of_range(std::to_string(s.state.position + n) + " tokens exceed the session's max context of " +
-                            std::to_string(s.state.max_context) + " (" + std::to_string(s.state.position) +
-                            " already fed)");
+    if (s.position() + n > s.max_context)
+        return out_of_range(std::to_string(s.position() + n) + " tokens exceed the session's max context of " +
+                            std::to_string(s.max_context) + " (" + std::to_string(s.position()) + " already fed)");
     return Status::ok();
 }
 
@@ -204,6 +243,34 @@ Status run_mtp(Session::Impl& s, const engine::BatchSeq& q, Logits* out, int64_t
                              out->mtp.data() + done * vocab);
 }
 
+// The GPU form of a step's passes (e.gpu_work validated and sized, e.step_mutex held): each pass takes every item's
+// next piece that fits, exactly as the CPU passes do.
+Status run_gpu_passes(Engine::Impl& e) {
+    const int64_t vocab = e.config.vocab_size, max_rows = engine::gpu_max_rows(*e.gpu);
+    e.done.assign(e.gpu_work.size(), 0);
+    for (;;) {
+        e.gpu_pass.clear();
+        e.pass_item.clear();
+        int64_t rows = 0;
+        for (size_t i = 0; i < e.gpu_work.size(); ++i) {
+            const Engine::Impl::GpuWork& w = e.gpu_work[i];
+            const int64_t remaining = int64_t(w.tokens.size()) - e.done[i];
+            const int64_t len = std::min({remaining, w.session->chunk_rows(), max_rows});
+            if (len == 0 || rows + len > max_rows) continue;
+            e.gpu_pass.push_back({.seq = w.session->gpu.get(), .tokens = w.tokens.data() + e.done[i], .n = len,
+                                  .logits = w.out->values.data() + e.done[i] * vocab});
+            e.pass_item.push_back(i);
+            rows += len;
+        }
+        if (e.gpu_pass.empty()) return Status::ok();
+        if (Status st = engine::gpu_forward_batch(*e.gpu, e.gpu_pass); !st) {
+            for (const Engine::Impl::GpuWork& w : e.gpu_work) w.session->broken = true;
+            return st;
+        }
+        for (size_t k = 0; k < e.gpu_pass.size(); ++k) e.done[e.pass_item[k]] += e.gpu_pass[k].n;
+    }
+}
+
 }  // namespace
 
 Status Session::feed(std::span<const int32_t> tokens, Logits* out) {
@@ -212,6 +279,12 @@ Status Session::feed(std::span<const int32_t> tokens, Logits* out) {
     DSV4_RETURN_IF_ERROR(check_feed(s, tokens, out, vocab));
     const int64_t n = int64_t(tokens.size());
     size_logits(s, n, vocab, out);
+    if (s.gpu) {  // the GPU pass buffers are the engine's: one step at a time
+        Engine::Impl& e = *s.engine;
+        std::lock_guard<std::mutex> lock(e.step_mutex);
+        e.gpu_work.assign(1, {&s, tokens, out});
+        return run_gpu_passes(e);
+    }
     for (int64_t off = 0; off < n;) {  // a pass of this one sequence on its own buffers
         const int64_t len = std::min(s.scratch.rows, n - off);
         engine::BatchSeq q = share_of(s, tokens, out, off, len, vocab);
@@ -255,6 +328,11 @@ Status Engine::step(std::span<const StepItem> items) {
     if (!bad) return bad;
 
     for (const StepItem& it : items) size_logits(*it.session->impl_, int64_t(it.tokens.size()), vocab, it.out);
+    if (e.gpu) {
+        e.gpu_work.clear();
+        for (const StepItem& it : items) e.gpu_work.push_back({it.session->impl_.get(), it.tokens, it.out});
+        return run_gpu_passes(e);
+    }
     e.done.assign(items.size(), 0);
     auto fail = [&](Status st) {
         for (const StepItem& it : items) it.session->impl_->broken = true;

@@ -26,6 +26,7 @@ Result<LoadedModel> load_engine_model(const ServerOptions& o) {
     else if (o.precision == "reference") eo.precision = EnginePrecision::kReference;
     else return invalid_argument("--precision '" + o.precision + "': expected reference or f32");
     eo.threads = o.threads;
+    DSV4_ASSIGN_OR_RETURN(eo.backend, parse_engine_backend(o.backend));
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::load(o.model_dir, eo));
     const int64_t vocab = engine->info().vocab_size;
     if (vocab < m.tokenizer->vocab_size() && !o.fold_vocab)

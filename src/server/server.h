@@ -31,6 +31,7 @@ struct ServerOptions {
     int http_threads = 0;        // 0 = slots + queue + 4
     // Model loading (the engine loader only).
     std::string precision = "reference";
+    std::string backend = "auto";  // cpu, cuda, or auto (cuda when a supported GPU is present)
     int threads = 0;
     bool fold_vocab = false;
 };

@@ -1,0 +1,253 @@
+// The layer loop, the MoE sub-block and the head on the GPU (the CUDA side of engine/forward.cpp, same order).
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/kernels/embed_head/embed_head.h"
+#include "backend/cuda/kernels/experts/experts.h"
+#include "backend/cuda/kernels/glue/glue.h"
+#include "backend/cuda/kernels/linear/linear.h"
+#include "backend/cuda/kernels/mhc/mhc.h"
+#include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/norm_rope/norm_rope.h"
+#include "backend/cuda/kernels/router/router.h"
+#include "engine/cuda/gpu_internal.h"
+
+namespace dsv4::engine {
+
+using backend::LinearOut;
+using backend::Precision;
+
+namespace {
+
+Status linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y) {
+    cuda::LinearArgs a;
+    a.x = x;
+    a.tokens = rows;
+    a.w = w;
+    a.out = out;
+    a.y = y;
+    a.workspace = m.pass.workspace.data();
+    a.workspace_bytes = m.pass.workspace.bytes();
+    return cuda::sm90_linear(m.precision, a, m.stream.handle());
+}
+
+// hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled.
+Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& norm, const void* streams,
+                       int64_t rows) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    cuda::HcPreArgs hp;
+    hp.x = streams;
+    hp.tokens = rows;
+    hp.dim = c.hidden_size;
+    hp.fn = hc.fn;
+    hp.scale = hc.scale;
+    hp.base = hc.base;
+    hp.iters = int(c.hc_sinkhorn_iters);
+    hp.hc_eps = float(c.hc_eps);
+    hp.norm_eps = float(c.rms_norm_eps);
+    hp.pre = s.pre.as<float>();
+    hp.post = s.post.as<float>();
+    hp.comb = s.comb.as<float>();
+    hp.x_out = s.hc_x.data();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_hc_pre(m.precision, hp, m.stream.handle()));
+    cuda::RmsNormArgs np;
+    np.x = s.hc_x.data();
+    np.rows = rows;
+    np.dim = c.hidden_size;
+    np.weight = norm;
+    np.eps = float(c.rms_norm_eps);
+    np.y = s.normed.data();
+    return cuda::sm90_rmsnorm(m.precision, np, m.stream.handle());
+}
+
+// hc_post: pass.block_out + residual streams → out streams.
+Status leave_sub_block(GpuModel& m, const void* residual, void* out, int64_t rows) {
+    cuda::HcPostArgs hp;
+    hp.a = m.pass.block_out.data();
+    hp.residual = residual;
+    hp.post = m.pass.post.as<float>();
+    hp.comb = m.pass.comb.as<float>();
+    hp.tokens = rows;
+    hp.dim = m.cfg.hidden_size;
+    hp.out = out;
+    return cuda::sm90_hc_post(m.precision, hp, m.stream.handle());
+}
+
+// The fused W4A8 decode kernel serves reference numerics with MXFP4 experts at the shapes it supports; everything
+// else (f32 mode, bf16 experts, tiny widths, long passes) runs the generic routed-experts path.
+bool fused_moe_fits(const GpuModel& m, const GpuMoe& w, int64_t rows) {
+    const model::ModelConfig& c = m.cfg;
+    return m.precision == Precision::kReference && w.mxfp4 && rows <= 256 && c.hidden_size % 512 == 0 &&
+           c.moe_inter_dim % 512 == 0 && c.n_routed_experts <= 1024 && c.n_experts_per_token <= 16;
+}
+
+// MoE sub-block (§5.5): pass.normed → pass.block_out.
+Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    const GpuMoe& w = layer.ffn;
+    const cuda::StreamHandle st = m.stream.handle();
+    const int64_t k = c.n_experts_per_token;
+
+    DSV4_RETURN_IF_ERROR(linear(m, s.normed.data(), rows, w.gate, LinearOut::kF32, s.router_logits.data()));
+    cuda::RouterSelectArgs rp;
+    rp.logits = s.router_logits.as<float>();
+    rp.tokens = rows;
+    rp.n_experts = c.n_routed_experts;
+    rp.k = k;
+    if (layer.hash_routed) {
+        rp.tid2eid = w.tid2eid;
+        rp.vocab = c.vocab_size;
+        rp.token_ids = s.tokens;
+    } else {
+        rp.bias = w.gate_bias;
+    }
+    rp.routed_scale = float(c.routed_scaling_factor);
+    rp.idx = s.route_idx.as<int32_t>();
+    rp.weights = s.route_w.as<float>();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_router_select(rp, st));
+
+    const bool has_shared = !w.shared_w1.empty();
+    if (has_shared) {
+        cuda::ExpertArgs ea;
+        ea.x = s.normed.data();
+        ea.tokens = rows;
+        ea.w1 = w.shared_w1;
+        ea.w2 = w.shared_w2;
+        ea.w3 = w.shared_w3;
+        ea.limit = float(c.swiglu_limit);
+        ea.y = s.shared_out.data();
+        ea.workspace = s.workspace.data();
+        ea.workspace_bytes = s.workspace.bytes();
+        DSV4_RETURN_IF_ERROR(cuda::sm90_expert(m.precision, ea, st));
+    }
+    if (fused_moe_fits(m, w, rows)) {
+        cuda::MoeDecodeArgs md;
+        md.x = s.normed.data();
+        md.idx = s.route_idx.as<int32_t>();
+        md.route_w = s.route_w.as<float>();
+        md.experts = w.mxfp4;
+        md.shared = has_shared ? s.shared_out.data() : nullptr;
+        md.y = s.block_out.data();
+        md.tokens = rows;
+        md.k = k;
+        md.n_experts = c.n_routed_experts;
+        md.dim = c.hidden_size;
+        md.inter = c.moe_inter_dim;
+        md.limit = float(c.swiglu_limit);
+        md.workspace = s.workspace.data();
+        md.workspace_bytes = s.workspace.bytes();
+        return cuda::sm90_mxfp4_moe_decode(md, st);
+    }
+    cuda::RoutedExpertsArgs ra;
+    ra.x = s.normed.data();
+    ra.tokens = rows;
+    ra.k = k;
+    ra.n_experts = c.n_routed_experts;
+    ra.dim = c.hidden_size;
+    ra.inter = c.moe_inter_dim;
+    ra.experts = w.experts;
+    ra.idx = s.route_idx.as<int32_t>();
+    ra.weights = s.route_w.as<float>();
+    ra.limit = float(c.swiglu_limit);
+    ra.out = s.expert_out.as<float>();
+    ra.workspace = s.workspace.data();
+    ra.workspace_bytes = s.workspace.bytes();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_routed_experts(m.precision, ra, st));
+    cuda::MoeSumArgs ms;
+    ms.expert_out = s.expert_out.as<float>();
+    ms.idx = s.route_idx.as<int32_t>();
+    ms.shared = has_shared ? s.shared_out.data() : nullptr;
+    ms.tokens = rows;
+    ms.k = k;
+    ms.dim = c.hidden_size;
+    ms.y = s.block_out.data();
+    return cuda::sm90_moe_sum(m.precision, ms, st);
+}
+
+Status block_forward(GpuModel& m, const GpuLayer& layer, int slot, std::span<GpuBatchSeq> seqs, int64_t rows,
+                     void* streams, void* spare) {
+    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_attn, layer.attn_norm, streams, rows));
+    DSV4_RETURN_IF_ERROR(gpu_attention_block(m, layer, slot, seqs, rows));
+    DSV4_RETURN_IF_ERROR(leave_sub_block(m, streams, spare, rows));
+    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_ffn, layer.ffn_norm, spare, rows));
+    DSV4_RETURN_IF_ERROR(moe_block(m, layer, rows));
+    return leave_sub_block(m, spare, streams, rows);
+}
+
+// The head (§5.6): hc_head collapse, RMSNorm, f32 logits [rows, vocab] into pass.logits.
+Status head_forward(GpuModel& m, const void* streams, int64_t rows) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    cuda::HcHeadArgs hp;
+    hp.x = streams;
+    hp.tokens = rows;
+    hp.dim = c.hidden_size;
+    hp.fn = m.hc_head.fn;
+    hp.scale = m.hc_head.scale;
+    hp.base = m.hc_head.base;
+    hp.hc_eps = float(c.hc_eps);
+    hp.norm_eps = float(c.rms_norm_eps);
+    hp.y = s.hc_x.data();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_hc_head(m.precision, hp, m.stream.handle()));
+    cuda::RmsNormArgs np;
+    np.x = s.hc_x.data();
+    np.rows = rows;
+    np.dim = c.hidden_size;
+    np.weight = m.norm;
+    np.eps = float(c.rms_norm_eps);
+    np.y = s.normed.data();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(m.precision, np, m.stream.handle()));
+    return linear(m, s.normed.data(), rows, m.head, LinearOut::kF32, s.logits.data());
+}
+
+}  // namespace
+
+Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    const cuda::StreamHandle st = m.stream.handle();
+    if (seqs.empty()) return internal_error("gpu_forward_batch: no sequences");
+    int64_t rows = 0;
+    int64_t* positions = s.plan_host.as<int64_t>();
+    int32_t* tokens = reinterpret_cast<int32_t*>(s.plan_host.as<uint8_t>() + s.rows * 8);
+    for (GpuBatchSeq& q : seqs) {
+        if (q.n <= 0 || q.n > q.seq->chunk_rows || rows + q.n > s.rows)
+            return internal_error("gpu_forward_batch: a share of " + std::to_string(q.n) + " tokens at row " +
+                                  std::to_string(rows) + " does not fit (sequence chunk " +
+                                  std::to_string(q.seq->chunk_rows) + ", pass " + std::to_string(s.rows) + ")");
+        q.row0 = rows;
+        for (int64_t i = 0; i < q.n; ++i) {
+            positions[rows + i] = q.seq->position + i;
+            tokens[rows + i] = q.tokens[i];
+        }
+        rows += q.n;
+    }
+    // the plan: one upload (positions, then tokens, in the device buffer's layout)
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(s.plan.data(), s.plan_host.data(), s.plan_host.bytes(), st));
+
+    cuda::EmbeddingArgs ep;
+    ep.tokens = s.tokens;
+    ep.n = rows;
+    ep.table = m.embed;
+    ep.out = s.hc_x.data();
+    ep.bad_position = s.bad_token.as<int32_t>();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_embedding(m.precision, ep, st));
+    DSV4_RETURN_IF_ERROR(cuda::sm90_broadcast_streams(
+        m.precision, {.x = s.hc_x.data(), .rows = rows, .dim = c.hidden_size, .hc = c.hc_mult, .streams = s.streams_a.data()},
+        st));
+    for (size_t li = 0; li < m.layers.size(); ++li)
+        DSV4_RETURN_IF_ERROR(
+            block_forward(m, m.layers[li], int(li), seqs, rows, s.streams_a.data(), s.streams_b.data()));
+    DSV4_RETURN_IF_ERROR(head_forward(m, s.streams_a.data(), rows));
+    for (const GpuBatchSeq& q : seqs)
+        DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits, at(s.logits, q.row0 * c.vocab_size * 4),
+                                              size_t(q.n * c.vocab_size) * 4, st));
+    DSV4_RETURN_IF_ERROR(m.stream.synchronize());
+    for (GpuBatchSeq& q : seqs) q.seq->position += q.n;
+    return Status::ok();
+}
+
+}  // namespace dsv4::engine

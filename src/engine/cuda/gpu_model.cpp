@@ -1,0 +1,336 @@
+// Loading the GPU model (weights in their shipped formats, pass buffers) and creating sequence states.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/device.h"
+#include "backend/cuda/kernels/linear/linear.h"
+#include "core/formats.h"
+#include "engine/cuda/gpu_internal.h"
+
+namespace dsv4::engine {
+
+using backend::LinearOut;
+using backend::Precision;
+using backend::WeightFormat;
+
+namespace {
+
+std::string layer_name(int layer, const char* what) { return "layer " + std::to_string(layer) + " " + what; }
+
+uint64_t host_weight_bytes(const WeightView& w) {
+    return w.empty() ? 0 : cuda::weight_data_bytes(w) + cuda::weight_scale_bytes(w);
+}
+
+// Uploads one weight as shipped; an absent optional weight stays an empty view.
+Result<DeviceWeightView> put(GpuModel& m, const WeightView& w, const std::string& name) {
+    if (w.empty()) return DeviceWeightView{};
+    DSV4_ASSIGN_OR_RETURN(cuda::DeviceWeight d, cuda::upload_weight(w, name.c_str()));
+    m.weight_bytes += d.bytes();
+    m.owned.push_back(std::move(d));
+    return m.owned.back().view();
+}
+
+// Uploads a small table as f32 (sinks, router bias), dequantised exactly; returns the device pointer.
+Result<const float*> put_f32_table(GpuModel& m, const WeightView& w, const std::string& name) {
+    if (w.empty()) return static_cast<const float*>(nullptr);
+    std::vector<float> host(size_t(w.numel()));
+    for (int64_t r = 0; r < w.rows; ++r) backend::dequantize_weight_row(w, r, host.data() + r * w.cols);
+    DSV4_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(host.size() * 4, name.c_str()));
+    DSV4_RETURN_IF_ERROR(b.upload(host.data(), host.size() * 4));
+    m.weight_bytes += b.bytes();
+    m.tables.push_back(std::move(b));
+    return m.tables.back().as<const float>();
+}
+
+Result<DeviceWeightView> put_f32(GpuModel& m, const WeightView& w, const std::string& name) {
+    if (w.empty()) return DeviceWeightView{};
+    DSV4_ASSIGN_OR_RETURN(const float* p, put_f32_table(m, w, name));
+    return DeviceWeightView{WeightFormat::kF32, w.rows, w.cols, p, nullptr};
+}
+
+// Norm weights as bf16 (the K=V finishing kernels read bf16 norms): an f32 norm is accepted when every value is a
+// bf16 value (a transformers-layout checkpoint keeps bf16-trained norms in f32), since converting it is exact.
+Result<DeviceWeightView> put_norm(GpuModel& m, const WeightView& w, const std::string& name) {
+    if (w.empty() || w.format == WeightFormat::kBF16) return put(m, w, name);
+    if (w.format != WeightFormat::kF32) return unsupported(name + ": norm weight in an unexpected format");
+    std::vector<uint16_t> bits(size_t(w.numel()));
+    for (int64_t i = 0; i < w.numel(); ++i) {
+        const float v = w.at(i);
+        bits[size_t(i)] = f32_to_bf16(v);
+        if (bf16_to_f32(bits[size_t(i)]) != v)
+            return unsupported(name + ": an f32 norm weight that is not bf16-exact (value " + std::to_string(v) +
+                               ") is not supported by the CUDA backend; use --backend cpu");
+    }
+    const WeightView as_bf16{WeightFormat::kBF16, w.rows, w.cols, bits.data(), nullptr};
+    return put(m, as_bf16, name);
+}
+
+Result<GpuHc> put_hc(GpuModel& m, const HcViews& v, const std::string& name) {
+    GpuHc h;
+    DSV4_ASSIGN_OR_RETURN(h.fn, put_f32(m, v.fn, name + " hc fn"));
+    DSV4_ASSIGN_OR_RETURN(h.base, put_f32(m, v.base, name + " hc base"));
+    DSV4_ASSIGN_OR_RETURN(h.scale, put_f32(m, v.scale, name + " hc scale"));
+    return h;
+}
+
+Result<GpuCompressor> put_compressor(GpuModel& m, const CompressorViews& v, const std::string& name) {
+    GpuCompressor c;
+    DSV4_ASSIGN_OR_RETURN(c.wkv, put(m, v.wkv, name + " wkv"));
+    DSV4_ASSIGN_OR_RETURN(c.wgate, put(m, v.wgate, name + " wgate"));
+    DSV4_ASSIGN_OR_RETURN(c.ape, put(m, v.ape, name + " ape"));
+    DSV4_ASSIGN_OR_RETURN(c.norm, put_norm(m, v.norm, name + " norm"));
+    return c;
+}
+
+template <typename T>
+Result<const T*> put_table(GpuModel& m, const std::vector<T>& host, const std::string& name) {
+    DSV4_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(std::max<size_t>(host.size(), 1) * sizeof(T),
+                                                                 name.c_str()));
+    DSV4_RETURN_IF_ERROR(b.upload(host.data(), host.size() * sizeof(T)));
+    m.tables.push_back(std::move(b));
+    return m.tables.back().as<const T>();
+}
+
+Result<GpuMoe> put_moe(GpuModel& m, const MoeViews& v, int layer) {
+    GpuMoe g;
+    DSV4_ASSIGN_OR_RETURN(g.gate, put(m, v.gate, layer_name(layer, "ffn.gate")));
+    DSV4_ASSIGN_OR_RETURN(g.gate_bias, put_f32(m, v.gate_bias, layer_name(layer, "ffn.gate.bias")));
+    if (!v.tid2eid.empty()) {
+        DSV4_ASSIGN_OR_RETURN(g.tid2eid, put_table(m, v.tid2eid, layer_name(layer, "tid2eid")));
+    }
+    DSV4_ASSIGN_OR_RETURN(g.shared_w1, put(m, v.shared.w1, layer_name(layer, "shared w1")));
+    DSV4_ASSIGN_OR_RETURN(g.shared_w2, put(m, v.shared.w2, layer_name(layer, "shared w2")));
+    DSV4_ASSIGN_OR_RETURN(g.shared_w3, put(m, v.shared.w3, layer_name(layer, "shared w3")));
+    std::vector<cuda::DeviceExpertWeights> experts(v.experts.size());
+    std::vector<cuda::Mxfp4ExpertPtrs> mxfp4(v.experts.size());
+    bool all_mxfp4 = !v.experts.empty();
+    for (size_t e = 0; e < v.experts.size(); ++e) {
+        const std::string name = layer_name(layer, "expert ") + std::to_string(e);
+        DSV4_ASSIGN_OR_RETURN(experts[e].w1, put(m, v.experts[e].w1, name + " w1"));
+        DSV4_ASSIGN_OR_RETURN(experts[e].w2, put(m, v.experts[e].w2, name + " w2"));
+        DSV4_ASSIGN_OR_RETURN(experts[e].w3, put(m, v.experts[e].w3, name + " w3"));
+        const auto& x = experts[e];
+        all_mxfp4 &= x.w1.format == WeightFormat::kMXFP4 && x.w2.format == WeightFormat::kMXFP4 &&
+                     x.w3.format == WeightFormat::kMXFP4;
+        mxfp4[e] = {static_cast<const uint8_t*>(x.w1.data), x.w1.scale, static_cast<const uint8_t*>(x.w3.data),
+                    x.w3.scale, static_cast<const uint8_t*>(x.w2.data), x.w2.scale};
+    }
+    DSV4_ASSIGN_OR_RETURN(g.experts, put_table(m, experts, layer_name(layer, "expert table")));
+    if (all_mxfp4) {
+        DSV4_ASSIGN_OR_RETURN(g.mxfp4, put_table(m, mxfp4, layer_name(layer, "MXFP4 expert table")));
+    }
+    return g;
+}
+
+Result<GpuLayer> put_layer(GpuModel& m, const LayerViews& v) {
+    GpuLayer l;
+    l.index = v.index;
+    l.kind = v.attn_kind;
+    l.hash_routed = v.hash_routed;
+    l.ratio = v.ratio;
+    const int i = v.index;
+    DSV4_ASSIGN_OR_RETURN(l.attn_norm, put_norm(m, v.attn_norm, layer_name(i, "attn_norm")));
+    DSV4_ASSIGN_OR_RETURN(l.ffn_norm, put_norm(m, v.ffn_norm, layer_name(i, "ffn_norm")));
+    DSV4_ASSIGN_OR_RETURN(l.hc_attn, put_hc(m, v.hc_attn, layer_name(i, "attn")));
+    DSV4_ASSIGN_OR_RETURN(l.hc_ffn, put_hc(m, v.hc_ffn, layer_name(i, "ffn")));
+    const AttentionViews& a = v.attn;
+    GpuAttention& g = l.attn;
+    DSV4_ASSIGN_OR_RETURN(g.wq_a, put(m, a.wq_a, layer_name(i, "attn.wq_a")));
+    DSV4_ASSIGN_OR_RETURN(g.q_norm, put_norm(m, a.q_norm, layer_name(i, "attn.q_norm")));
+    DSV4_ASSIGN_OR_RETURN(g.wq_b, put(m, a.wq_b, layer_name(i, "attn.wq_b")));
+    DSV4_ASSIGN_OR_RETURN(g.wkv, put(m, a.wkv, layer_name(i, "attn.wkv")));
+    DSV4_ASSIGN_OR_RETURN(g.kv_norm, put_norm(m, a.kv_norm, layer_name(i, "attn.kv_norm")));
+    DSV4_ASSIGN_OR_RETURN(g.wo_a, put(m, a.wo_a, layer_name(i, "attn.wo_a")));
+    DSV4_ASSIGN_OR_RETURN(g.wo_b, put(m, a.wo_b, layer_name(i, "attn.wo_b")));
+    DSV4_ASSIGN_OR_RETURN(g.sink, put_f32_table(m, a.sink, layer_name(i, "attn.attn_sink")));
+    if (v.ratio) {
+        DSV4_ASSIGN_OR_RETURN(g.compressor, put_compressor(m, a.compressor, layer_name(i, "compressor")));
+    }
+    if (v.attn_kind == model::AttnKind::kCSA) {
+        DSV4_ASSIGN_OR_RETURN(g.index_compressor,
+                              put_compressor(m, a.index_compressor, layer_name(i, "indexer.compressor")));
+        DSV4_ASSIGN_OR_RETURN(g.index_wq_b, put(m, a.index_wq_b, layer_name(i, "indexer.wq_b")));
+        DSV4_ASSIGN_OR_RETURN(g.index_weights_proj,
+                              put(m, a.index_weights_proj, layer_name(i, "indexer.weights_proj")));
+    }
+    DSV4_ASSIGN_OR_RETURN(l.ffn, put_moe(m, v.ffn, i));
+    return l;
+}
+
+uint64_t model_bytes(const ModelViews& v) {
+    uint64_t n = host_weight_bytes(v.embed) + host_weight_bytes(v.head);
+    for (const LayerViews& l : v.layers) {
+        for (const WeightView* w : {&l.attn.wq_a, &l.attn.wq_b, &l.attn.wkv, &l.attn.wo_a, &l.attn.wo_b,
+                                    &l.attn.compressor.wkv, &l.attn.compressor.wgate, &l.attn.index_wq_b,
+                                    &l.attn.index_compressor.wkv, &l.attn.index_compressor.wgate, &l.ffn.gate,
+                                    &l.ffn.shared.w1, &l.ffn.shared.w2, &l.ffn.shared.w3})
+            n += host_weight_bytes(*w);
+        for (const backend::ExpertWeights& e : l.ffn.experts)
+            n += host_weight_bytes(e.w1) + host_weight_bytes(e.w2) + host_weight_bytes(e.w3);
+    }
+    return n;
+}
+
+// The largest workspace any op of a pass of `rows` rows asks for.
+size_t workspace_bytes(const GpuModel& m, int64_t rows) {
+    const model::ModelConfig& c = m.cfg;
+    const Precision p = m.precision;
+    size_t n = 0;
+    auto lin = [&](const DeviceWeightView& w, LinearOut out) {
+        if (!w.empty()) n = std::max(n, cuda::sm90_linear_workspace_bytes(p, rows, w, out));
+    };
+    lin(m.head, LinearOut::kF32);
+    for (const GpuLayer& l : m.layers) {
+        const GpuAttention& a = l.attn;
+        for (const DeviceWeightView* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b, &a.index_wq_b, &a.index_weights_proj})
+            lin(*w, LinearOut::kBF16);
+        for (const DeviceWeightView* w : {&a.compressor.wkv, &a.compressor.wgate, &a.index_compressor.wkv,
+                                          &a.index_compressor.wgate, &l.ffn.gate})
+            lin(*w, LinearOut::kF32);
+        if (!l.ffn.shared_w1.empty())
+            n = std::max(n, cuda::sm90_expert_workspace_bytes(p, rows, l.ffn.shared_w1, l.ffn.shared_w2));
+    }
+    const int64_t k = c.n_experts_per_token;
+    n = std::max(n, cuda::sm90_routed_experts_workspace_bytes(p, rows, k, c.hidden_size, c.moe_inter_dim));
+    if (p == Precision::kReference && rows <= 256)
+        n = std::max(n, cuda::sm90_mxfp4_moe_decode_workspace_bytes(rows, k, c.n_routed_experts, c.hidden_size,
+                                                                    c.moe_inter_dim));
+    return n;
+}
+
+Status alloc(DeviceBuffer& b, int64_t bytes, const char* what) {
+    DSV4_ASSIGN_OR_RETURN(b, DeviceBuffer::allocate(size_t(std::max<int64_t>(bytes, 16)), what));
+    return Status::ok();
+}
+
+Status make_pass(GpuModel& m, int64_t R) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    const int64_t a = int64_t(m.act_bytes), D = c.hidden_size, hc = c.hc_mult, H = c.num_heads, hd = c.head_dim;
+    s.rows = R;
+    const int64_t plan_bytes = R * 8 + R * 4;
+    DSV4_RETURN_IF_ERROR(alloc(s.plan, plan_bytes, "step plan"));
+    DSV4_ASSIGN_OR_RETURN(s.plan_host, cuda::PinnedBuffer::allocate(size_t(plan_bytes), "step plan"));
+    s.positions = s.plan.as<int64_t>();
+    s.tokens = reinterpret_cast<int32_t*>(s.plan.as<uint8_t>() + R * 8);
+    DSV4_RETURN_IF_ERROR(alloc(s.streams_a, R * hc * D * a, "hc streams"));
+    DSV4_RETURN_IF_ERROR(alloc(s.streams_b, R * hc * D * a, "hc streams"));
+    DSV4_RETURN_IF_ERROR(alloc(s.hc_x, R * D * a, "activations"));
+    DSV4_RETURN_IF_ERROR(alloc(s.normed, R * D * a, "activations"));
+    DSV4_RETURN_IF_ERROR(alloc(s.block_out, R * D * a, "activations"));
+    DSV4_RETURN_IF_ERROR(alloc(s.pre, R * hc * 4, "hc pre"));
+    DSV4_RETURN_IF_ERROR(alloc(s.post, R * hc * 4, "hc post"));
+    DSV4_RETURN_IF_ERROR(alloc(s.comb, R * hc * hc * 4, "hc comb"));
+    DSV4_RETURN_IF_ERROR(alloc(s.qr, R * c.q_lora_rank * a, "q lora"));
+    DSV4_RETURN_IF_ERROR(alloc(s.q, R * H * hd * a, "queries"));
+    DSV4_RETURN_IF_ERROR(alloc(s.attn, R * H * hd * a, "attention output"));
+    DSV4_RETURN_IF_ERROR(alloc(s.z, R * c.o_groups * c.o_lora_rank * a, "wo_a output"));
+    DSV4_RETURN_IF_ERROR(alloc(s.window_kv, R * hd * a, "window K=V"));
+    DSV4_RETURN_IF_ERROR(alloc(s.proj_kv, R * 2 * hd * 4, "compressor projections"));
+    DSV4_RETURN_IF_ERROR(alloc(s.proj_score, R * 2 * hd * 4, "compressor projections"));
+    DSV4_RETURN_IF_ERROR(alloc(s.index_proj_kv, R * 2 * c.index_head_dim * 4, "indexer projections"));
+    DSV4_RETURN_IF_ERROR(alloc(s.index_proj_score, R * 2 * c.index_head_dim * 4, "indexer projections"));
+    DSV4_RETURN_IF_ERROR(alloc(s.index_q, R * c.index_n_heads * c.index_head_dim * a, "indexer queries"));
+    DSV4_RETURN_IF_ERROR(alloc(s.index_w, R * c.index_n_heads * a, "indexer weights"));
+    DSV4_RETURN_IF_ERROR(alloc(s.router_logits, R * c.n_routed_experts * 4, "router logits"));
+    DSV4_RETURN_IF_ERROR(alloc(s.route_idx, R * c.n_experts_per_token * 4, "routes"));
+    DSV4_RETURN_IF_ERROR(alloc(s.route_w, R * c.n_experts_per_token * 4, "routes"));
+    DSV4_RETURN_IF_ERROR(alloc(s.expert_out, R * c.n_experts_per_token * D * 4, "expert outputs"));
+    DSV4_RETURN_IF_ERROR(alloc(s.shared_out, R * D * a, "shared expert output"));
+    DSV4_RETURN_IF_ERROR(alloc(s.logits, R * c.vocab_size * 4, "logits"));
+    DSV4_RETURN_IF_ERROR(alloc(s.bad_token, 4, "token check"));
+    DSV4_RETURN_IF_ERROR(alloc(s.workspace, int64_t(workspace_bytes(m, R)), "op workspace"));
+    return Status::ok();
+}
+
+}  // namespace
+
+bool gpu_available(std::string* why) {
+    Status st = []() -> Status {
+        DSV4_ASSIGN_OR_RETURN(int count, cuda::device_count());
+        if (count < 1) return unsupported("no CUDA GPU is visible");
+        return cuda::check_device_supported(0, 0);
+    }();
+    if (!st && why) *why = st.message();
+    return st.is_ok();
+}
+
+void GpuSequenceDeleter::operator()(GpuSequence* s) const { delete s; }
+
+Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
+                                                 Precision precision, int64_t max_rows) {
+    DSV4_ASSIGN_OR_RETURN(int count, cuda::device_count());
+    if (count < 1) return unsupported("no CUDA GPU is visible; use --backend cpu");
+    DSV4_RETURN_IF_ERROR(cuda::check_device_supported(0, model_bytes(views)));
+    if (max_rows < 1) return invalid_argument("GPU pass rows must be >= 1");
+    auto m = std::make_shared<GpuModel>();
+    m->cfg = cfg;
+    m->precision = precision;
+    m->act_bytes = precision == Precision::kReference ? 2 : 4;
+    DSV4_ASSIGN_OR_RETURN(m->stream, cuda::Stream::create());
+    DSV4_ASSIGN_OR_RETURN(m->embed, put(*m, views.embed, "embed"));
+    DSV4_ASSIGN_OR_RETURN(m->head, put(*m, views.head, "head"));
+    DSV4_ASSIGN_OR_RETURN(m->norm, put_norm(*m, views.norm, "norm"));
+    DSV4_ASSIGN_OR_RETURN(m->hc_head, put_hc(*m, views.hc_head, "head"));
+    m->owned.reserve(m->owned.size() + 64 * views.layers.size());
+    for (const LayerViews& l : views.layers) {
+        DSV4_ASSIGN_OR_RETURN(GpuLayer g, put_layer(*m, l));
+        m->layers.push_back(g);
+    }
+    m->freqs_window = backend::rope_freqs(cfg.rope_theta, 1.0, cfg.original_max_position, cfg.beta_fast,
+                                          cfg.beta_slow, int(cfg.rope_head_dim));
+    m->freqs_compress = backend::rope_freqs(cfg.compress_rope_theta, cfg.rope_factor, cfg.original_max_position,
+                                            cfg.beta_fast, cfg.beta_slow, int(cfg.rope_head_dim));
+    DSV4_RETURN_IF_ERROR(make_pass(*m, max_rows));
+    return m;
+}
+
+int64_t gpu_max_rows(const GpuModel& m) { return m.pass.rows; }
+uint64_t gpu_weight_bytes(const GpuModel& m) { return m.weight_bytes; }
+
+Result<GpuSequencePtr> make_gpu_sequence(const GpuModel& m, int64_t max_context, int64_t chunk_rows) {
+    const model::ModelConfig& c = m.cfg;
+    const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, S = chunk_rows, ihd = c.index_head_dim;
+    GpuSequencePtr s(new GpuSequence);
+    s->max_context = max_context;
+    s->chunk_rows = S;
+    s->window = c.window;
+    for (const GpuLayer& l : m.layers) {
+        GpuLayerState ls;
+        ls.kind = l.kind;
+        ls.ratio = l.ratio;
+        ls.max_entries = l.ratio ? max_context / l.ratio : 0;
+        DSV4_RETURN_IF_ERROR(alloc(ls.pool, (S + c.window + ls.max_entries) * hd * a, "K=V pool"));
+        auto comp = [&](GpuCompressorState& cs, int64_t dim) -> Status {
+            cs.ratio = l.ratio;
+            cs.overlap = l.kind == model::AttnKind::kCSA;
+            cs.width = (cs.overlap ? 2 : 1) * dim;
+            const int64_t bytes = cs.ratio * cs.width * 4;
+            DSV4_RETURN_IF_ERROR(alloc(cs.open_kv, bytes, "compressor state"));
+            DSV4_RETURN_IF_ERROR(alloc(cs.open_score, bytes, "compressor state"));
+            DSV4_RETURN_IF_ERROR(alloc(cs.prev_kv, bytes, "compressor state"));
+            return alloc(cs.prev_score, bytes, "compressor state");
+        };
+        if (l.ratio) DSV4_RETURN_IF_ERROR(comp(ls.compressor, hd));
+        if (l.kind == model::AttnKind::kCSA) {
+            DSV4_RETURN_IF_ERROR(comp(ls.index_compressor, ihd));
+            DSV4_RETURN_IF_ERROR(alloc(ls.index_keys, ls.max_entries * ihd * a, "indexer keys"));
+        }
+        s->layers.push_back(std::move(ls));
+    }
+    const int64_t series = std::max((128 - 1 + S) * hd, (4 - 1 + S) * 2 * hd);
+    DSV4_RETURN_IF_ERROR(alloc(s->series_kv, series * 4, "compressor series"));
+    DSV4_RETURN_IF_ERROR(alloc(s->series_score, series * 4, "compressor series"));
+    DSV4_RETURN_IF_ERROR(alloc(s->pooled, (S / 4 + 2) * hd * a, "pooled entries"));
+    const int64_t idx_width = c.window + std::max<int64_t>(c.index_topk, max_context / 128);
+    DSV4_RETURN_IF_ERROR(alloc(s->idx, S * idx_width * 4, "attention index lists"));
+    DSV4_RETURN_IF_ERROR(alloc(s->index_scores, S * std::max<int64_t>(max_context / 4, 1) * a, "indexer scores"));
+    DSV4_RETURN_IF_ERROR(alloc(s->index_topk, S * c.index_topk * 4, "indexer top-k"));
+    return s;
+}
+
+int64_t gpu_position(const GpuSequence& s) { return s.position; }
+int64_t gpu_chunk_rows(const GpuSequence& s) { return s.chunk_rows; }
+void reset_gpu_sequence(GpuSequence& s) { s.position = 0; }
+
+}  // namespace dsv4::engine

@@ -1,0 +1,68 @@
+// The CUDA forward of DeepSeek-V4 (MODEL_SPEC §5, §6, §8.2): the same schedule as the CPU forward
+// (engine/forward.h, attention_block.cpp) with every op on the GPU, one stream, nothing allocated per step.
+//
+//   GpuModel     the checkpoint's weights resident on the GPU in their shipped formats (FP8 blocks, MXFP4, BF16,
+//                F32: no dequantised copies), the pass buffers for up to max_rows token rows, the step's plan
+//                (token ids and positions) uploaded once per pass from pinned memory.
+//   GpuSequence  one sequence's decode state on the GPU (the CPU's SequenceState layout: per attention layer a
+//                pool of [chunk rows | 128-row window ring | compressed entries] K=V rows, indexer keys, compressor
+//                running states) and its per-sequence work buffers.
+//
+// Activations are bf16 in reference numerics and f32 in f32 mode (backend/cuda's convention); compressor
+// projections and states are f32 in both, as on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "dsv4/status.h"
+#include "engine/weight_views.h"
+#include "model/config.h"
+
+namespace dsv4::engine {
+
+struct GpuModel;     // gpu_internal.h
+struct GpuSequence;  // gpu_internal.h
+struct GpuSequenceDeleter {
+    void operator()(GpuSequence* s) const;
+};
+using GpuSequencePtr = std::unique_ptr<GpuSequence, GpuSequenceDeleter>;
+
+// Whether a GPU this build can use is present; otherwise *why (if given) says what is missing.
+bool gpu_available(std::string* why);
+
+// Uploads every weight of `views` (the MTP block is not run on the GPU and is left out) and sizes the pass
+// buffers for up to `max_rows` rows. Checks the device first: a missing driver, no GPU, a GPU that is not sm_90 or
+// too little memory each give one clear Status.
+Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
+                                                 backend::Precision precision, int64_t max_rows);
+// Rows of the largest pass (the pass buffers' size).
+int64_t gpu_max_rows(const GpuModel& m);
+// Bytes of weights resident on the GPU.
+uint64_t gpu_weight_bytes(const GpuModel& m);
+
+// A sequence state for `max_context` tokens and shares of at most `chunk_rows` tokens per pass.
+Result<GpuSequencePtr> make_gpu_sequence(const GpuModel& m, int64_t max_context, int64_t chunk_rows);
+int64_t gpu_position(const GpuSequence& s);
+int64_t gpu_chunk_rows(const GpuSequence& s);
+void reset_gpu_sequence(GpuSequence& s);
+
+// One sequence's share of a GPU pass (the GPU form of BatchSeq).
+struct GpuBatchSeq {
+    GpuSequence* seq = nullptr;
+    const int32_t* tokens = nullptr;  // host [n], ids already range-checked
+    int64_t n = 0;                    // 1 <= n <= chunk rows
+    float* logits = nullptr;          // host [n, vocab]
+    int64_t row0 = 0;                 // filled by gpu_forward_batch
+};
+
+// Runs every share in one pass (sum of n <= gpu_max_rows), copies each share's logits to its host buffer and
+// advances each sequence by its n. Waits for the GPU once, at the end (to hand back the logits). On error the
+// sequences are unusable until reset.
+Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs);
+
+}  // namespace dsv4::engine

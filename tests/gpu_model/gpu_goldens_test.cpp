@@ -1,0 +1,188 @@
+// The whole model on the GPU (label gpu): the CUDA backend against transformers' goldens (tests/data/goldens, as
+// tests/model does for the CPU) and against itself across chunkings and batch compositions.
+//
+// * f32 mode vs transformers' f32 forward: rel_l2 <= 1e-4 and the same top-1 at every position, both layouts.
+// * f32 mode chunked prefill (any chunk size, down to pure decode) equals one pass: rel_l2 <= 1e-5.
+// * reference numerics: within the CPU reference's band of transformers' bf16-vs-f32 distance.
+// * batched steps: sequences of different lengths advancing together get the logits each gets alone (<= 1e-5).
+// Without a GPU every test skips with the reason, except the one that checks the error a CUDA load gives there.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/device.h"
+#include "dsv4/engine.h"
+#include "dsv4/session.h"
+#include "io/npy.h"
+#include "model/model_test_util.h"
+#include "testing/testing.h"
+
+namespace dsv4::model_tests {
+namespace {
+
+// Skips when no usable GPU is present, with the reason in the output.
+#define DSV4_REQUIRE_GPU()                                                                              \
+    do {                                                                                                \
+        auto dsv4_n_ = ::dsv4::cuda::device_count();                                                   \
+        if (!dsv4_n_.is_ok()) GTEST_SKIP() << "no usable CUDA driver: " << dsv4_n_.status().to_string(); \
+        if (*dsv4_n_ == 0) GTEST_SKIP() << "no CUDA GPU on this machine";                               \
+    } while (0)
+
+bool gpu_present() {
+    auto n = cuda::device_count();
+    return n.is_ok() && *n > 0;
+}
+
+std::unique_ptr<Engine> load_gpu_engine(const std::filesystem::path& dir, EnginePrecision precision) {
+    EngineOptions o;
+    o.precision = precision;
+    o.backend = EngineBackend::kCuda;
+    o.threads = kTestThreads;
+    auto e = Engine::load(dir, o);
+    EXPECT_TRUE(e.is_ok()) << dir << ": " << e.status().to_string();
+    if (!e.is_ok()) return nullptr;
+    return std::move(e).value();
+}
+
+struct GoldenCase {
+    std::string name;    // flash_like, pro_like
+    std::string layout;  // official, transformers
+};
+
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name << "/" << c.layout; }
+
+std::string case_label(const ::testing::TestParamInfo<GoldenCase>& info) {
+    return info.param.name + "_" + info.param.layout;
+}
+
+class GpuGoldens : public ::testing::TestWithParam<GoldenCase> {
+protected:
+    void SetUp() override {
+        DSV4_REQUIRE_GPU();
+        dir_ = testing::test_data_dir() / "goldens" / GetParam().name;
+        ASSERT_TRUE(std::filesystem::exists(dir_ / "meta.json")) << "missing committed fixture " << dir_;
+        tokens_ = read_token_file(dir_ / "tokens.txt");
+        ASSERT_FALSE(tokens_.empty());
+        auto arr = io::read_npy(dir_ / "logits_f32.npy");
+        ASSERT_TRUE(arr.is_ok()) << arr.status().to_string();
+        vocab_ = arr->shape[1];
+        golden_ = arr->to_f32();
+        std::ifstream meta(dir_ / "meta.json");
+        bf16_rel_ = nlohmann::json::parse(meta).at("rel_l2").at("transformers_bf16_vs_f32").get<double>();
+    }
+    std::filesystem::path model_dir() const { return dir_ / GetParam().layout; }
+
+    std::filesystem::path dir_;
+    std::vector<int32_t> tokens_;
+    std::vector<float> golden_;
+    int64_t vocab_ = 0;
+    double bf16_rel_ = 0;
+};
+
+TEST_P(GpuGoldens, F32MatchesTransformersAndEveryChunkingMatchesOnePass) {
+    auto engine = load_gpu_engine(model_dir(), EnginePrecision::kF32);
+    ASSERT_NE(engine, nullptr);
+    const int64_t n = int64_t(tokens_.size());
+    const auto whole = run_logits(*engine, tokens_, n);
+    auto cmp = testing::compare(whole, golden_);
+    const double top1 = top1_agreement(whole, golden_, vocab_);
+    std::printf("gpu %s/%s f32: rel_l2 %.3g vs transformers, top-1 %.4f\n", GetParam().name.c_str(),
+                GetParam().layout.c_str(), cmp.rel_l2, top1);
+    EXPECT_TRUE(cmp.nonfinite == 0 && cmp.rel_l2 <= 1e-4) << cmp.report;
+    EXPECT_EQ(top1, 1.0);
+    for (int64_t chunk : {int64_t(1), int64_t(3), int64_t(4), int64_t(5), int64_t(64), int64_t(127), int64_t(128),
+                          int64_t(129)}) {
+        const auto logits = run_logits(*engine, tokens_, chunk);
+        const double rel = rel_l2(logits, whole);
+        std::printf("gpu %s/%s f32 chunk %lld: rel_l2 %.3g vs one pass\n", GetParam().name.c_str(),
+                    GetParam().layout.c_str(), static_cast<long long>(chunk), rel);
+        EXPECT_LE(rel, 1e-5) << "chunk " << chunk;
+    }
+}
+
+TEST_P(GpuGoldens, ReferenceWithinTheCpuReferenceBand) {
+    auto engine = load_gpu_engine(model_dir(), EnginePrecision::kReference);
+    ASSERT_NE(engine, nullptr);
+    // the CPU reference's band (tests/model/goldens_model_test.cpp)
+    const double low = GetParam().layout == "official" ? 1.9 : 0.5, high = 12.0;
+    const int64_t n = int64_t(tokens_.size());
+    for (int64_t chunk : {n, int64_t(1), int64_t(129)}) {
+        const auto logits = run_logits(*engine, tokens_, chunk);
+        const double rel = rel_l2(logits, golden_), top1 = top1_agreement(logits, golden_, vocab_);
+        std::printf("gpu %s/%s reference chunk %lld: rel_l2 %.4f = %.3fx transformers bf16, top-1 %.3f\n",
+                    GetParam().name.c_str(), GetParam().layout.c_str(), static_cast<long long>(chunk), rel,
+                    rel / bf16_rel_, top1);
+        EXPECT_GE(rel, low * bf16_rel_) << "chunk " << chunk;
+        EXPECT_LE(rel, high * bf16_rel_) << "chunk " << chunk;
+        EXPECT_GE(top1, 0.80) << "chunk " << chunk;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuGoldens,
+                         ::testing::Values(GoldenCase{"flash_like", "official"},
+                                           GoldenCase{"flash_like", "transformers"},
+                                           GoldenCase{"pro_like", "official"}),
+                         case_label);
+
+// Sequences of different lengths in one batched step, then decoding together: each gets the logits it gets alone.
+TEST(GpuBatchedSteps, EachSequenceGetsItsSoloLogits) {
+    DSV4_REQUIRE_GPU();
+    const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
+    auto engine = load_gpu_engine(dir / "official", EnginePrecision::kF32);
+    ASSERT_NE(engine, nullptr);
+    const auto tokens = read_token_file(dir / "tokens.txt");
+    const int64_t vocab = engine->info().vocab_size;
+    struct Seq {
+        int64_t offset, prompt, decode;
+    };
+    const std::vector<Seq> seqs = {{0, 37, 20}, {11, 130, 20}, {50, 3, 20}, {7, 200, 20}};
+    std::vector<std::vector<float>> solo;
+    for (const Seq& q : seqs) {
+        const std::vector<int32_t> t(tokens.begin() + q.offset, tokens.begin() + q.offset + q.prompt + q.decode);
+        solo.push_back(run_logits(*engine, t, q.prompt));
+    }
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        auto s = engine->create_session({.max_context = 512});
+        ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+        sessions.push_back(std::move(s).value());
+    }
+    std::vector<std::vector<float>> got(seqs.size());
+    std::vector<Logits> outs(seqs.size());
+    std::vector<StepItem> items(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i)
+        items[i] = {sessions[i].get(), {tokens.data() + seqs[i].offset, size_t(seqs[i].prompt)}, &outs[i]};
+    ASSERT_TRUE(engine->step(items).is_ok());
+    for (size_t i = 0; i < seqs.size(); ++i) got[i] = outs[i].values;
+    for (int64_t d = 0; d < 20; ++d) {
+        for (size_t i = 0; i < seqs.size(); ++i)
+            items[i] = {sessions[i].get(), {tokens.data() + seqs[i].offset + seqs[i].prompt + d, 1}, &outs[i]};
+        Status st = engine->step(items);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        for (size_t i = 0; i < seqs.size(); ++i)
+            got[i].insert(got[i].end(), outs[i].values.begin(), outs[i].values.end());
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        ASSERT_EQ(got[i].size(), solo[i].size());
+        const double rel = rel_l2(got[i], solo[i]);
+        std::printf("gpu batched sequence %zu (%lld + %lld tokens): rel_l2 %.3g vs alone\n", i,
+                    static_cast<long long>(seqs[i].prompt), static_cast<long long>(seqs[i].decode), rel);
+        EXPECT_LE(rel, 1e-5) << "sequence " << i;
+        EXPECT_EQ(top1_agreement(got[i], solo[i], vocab), 1.0) << "sequence " << i;
+    }
+}
+
+// Where no GPU is present, asking for the CUDA backend is a clear error, not a crash.
+TEST(GpuBackendAvailability, NoGpuGivesAClearError) {
+    if (gpu_present()) GTEST_SKIP() << "a GPU is present: the no-GPU message cannot be observed here";
+    EngineOptions o;
+    o.backend = EngineBackend::kCuda;
+    auto e = Engine::load(testing::test_data_dir() / "goldens" / "pro_like" / "official", o);
+    ASSERT_FALSE(e.is_ok());
+    EXPECT_NE(e.status().message().find("--backend cpu"), std::string::npos) << e.status().to_string();
+}
+
+}  // namespace
+}  // namespace dsv4::model_tests
