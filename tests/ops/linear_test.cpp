@@ -115,6 +115,17 @@ void run_case(Precision prec, const HostWeight& hw, const DeviceWeight& dw, Line
     LinearArgs a{dx->data(), T, dw.view(), out, dy->data(), ws->data(), ws_bytes};
     DSV4_ASSERT_OK(sm90_linear(prec, a, nullptr));
     const auto got = y_bf16 ? from_bf16_bits(to_host<uint16_t>(*dy, want.size())) : to_host<float>(*dy, want.size());
+    if (N * K >= (int64_t(1) << 22) && out == LinearOut::kBF16) {  // large shapes: time a second, warm call
+        auto timer = EventTimer::create();
+        ASSERT_TRUE(timer.is_ok());
+        DSV4_ASSERT_OK(timer->start(nullptr));
+        DSV4_ASSERT_OK(sm90_linear(prec, a, nullptr));
+        DSV4_ASSERT_OK(timer->stop(nullptr));
+        auto ms = timer->elapsed_ms();
+        ASSERT_TRUE(ms.is_ok());
+        std::printf("  linear %-9s %-12s T %4lld N %6lld K %5lld: %9.1f us\n", backend::precision_name(prec),
+                    backend::weight_format_name(hw.format), (long long)T, (long long)N, (long long)K, 1000.0 * *ms);
+    }
     // f32 outputs: exact sums in another order (reference BF16 on tensor cores, whose f32 accumulation aligns
     // addends without rounding to nearest) or the CPU's own order (everything else)
     const bool tensor_core_f32 = ref && hw.format == WeightFormat::kBF16;
