@@ -106,6 +106,49 @@ DeviceBuffer zeros(size_t bytes) {
     return std::move(*b);
 }
 
+// mHC at hidden size D: hc_pre (24 mixes + Sinkhorn), hc_post, hc_head; reference numerics. fn stays in L2 across
+// launches as in the forward (one layer's fn is read by every token); the streams are rotated.
+void bench_mhc(StreamHandle s, std::mt19937_64& rng, int64_t T, int64_t D) {
+    using backend::Precision;
+    using backend::WeightFormat;
+    const Precision ref = Precision::kReference;
+    auto f32w = [&](int64_t rows, int64_t cols, float v) {
+        return device_copy(std::vector<float>(size_t(rows * cols), v));
+    };
+    const std::string shape_s = "[T,4," + std::to_string(D) + "] bf16";
+    const char* shape = shape_s.c_str();
+    DeviceBuffer fn = f32w(24, 4 * D, 0.001f), sc = f32w(1, 3, 1.0f), base = f32w(1, 24, 0.0f);
+    DeviceBuffer fnh = f32w(4, 4 * D, 0.001f), sch = f32w(1, 1, 1.0f), baseh = f32w(1, 4, 0.0f);
+    const size_t xbytes = size_t(T * 4 * D) * 2;
+    const int n = copies_for(xbytes);
+    std::vector<DeviceBuffer> x;
+    for (int i = 0; i < n; ++i) x.push_back(random_buffer(rng, xbytes, true));
+    DeviceBuffer pre = zeros(size_t(T) * 16), post = zeros(size_t(T) * 16), comb = zeros(size_t(T) * 64);
+    DeviceBuffer y = zeros(size_t(T * D) * 2), out = zeros(xbytes);
+    auto fv = [&](const DeviceBuffer& b, int64_t r, int64_t c) {
+        return DeviceWeightView{WeightFormat::kF32, r, c, b.data(), nullptr};
+    };
+    double us = time_us(s, n, [&](int i) {
+        return sm90_hc_pre(ref,
+                           {x[size_t(i)].data(), T, D, fv(fn, 24, 4 * D), fv(sc, 1, 3), fv(base, 1, 24), 20, 1e-6f,
+                            1e-6f, nullptr, pre.as<float>(), post.as<float>(), comb.as<float>(), y.data()},
+                           s);
+    });
+    row("sm90_hc_pre", shape, T, us, double(xbytes + T * D * 2 + 24 * 4 * D * 4), 0);
+    us = time_us(s, n, [&](int i) {
+        return sm90_hc_post(
+            ref, {y.data(), x[size_t(i)].data(), post.as<float>(), comb.as<float>(), T, D, out.data()}, s);
+    });
+    row("sm90_hc_post", shape, T, us, double(2 * xbytes + T * D * 2), 0);
+    us = time_us(s, n, [&](int i) {
+        return sm90_hc_head(ref,
+                            {x[size_t(i)].data(), T, D, fv(fnh, 4, 4 * D), fv(sch, 1, 1), fv(baseh, 1, 4), 1e-6f,
+                             1e-6f, nullptr, y.data()},
+                            s);
+    });
+    row("sm90_hc_head", shape, T, us, double(xbytes + T * D * 2 + 4 * 4 * D * 4), 0);
+}
+
 // The forward ops past the GEMMs at V4-Flash shapes (D 4096, 64 heads, 8 groups, vocab 129280), reference
 // numerics. Inputs that the kernel reads once are rotated over copies like the kernels above.
 void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
@@ -120,39 +163,7 @@ void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
     auto f32w = [&](int64_t rows, int64_t cols, float v) {
         return device_copy(std::vector<float>(size_t(rows * cols), v));
     };
-    // mHC: hc_pre (24 mixes + Sinkhorn), hc_post, hc_head
-    {
-        DeviceBuffer fn = f32w(24, 4 * D, 0.001f), sc = f32w(1, 3, 1.0f), base = f32w(1, 24, 0.0f);
-        DeviceBuffer fnh = f32w(4, 4 * D, 0.001f), sch = f32w(1, 1, 1.0f), baseh = f32w(1, 4, 0.0f);
-        const size_t xbytes = size_t(T * 4 * D) * 2;
-        const int n = copies_for(xbytes);
-        std::vector<DeviceBuffer> x;
-        for (int i = 0; i < n; ++i) x.push_back(random_buffer(rng, xbytes, true));
-        DeviceBuffer pre = zeros(size_t(T) * 16), post = zeros(size_t(T) * 16), comb = zeros(size_t(T) * 64);
-        DeviceBuffer y = zeros(size_t(T * D) * 2), out = zeros(xbytes);
-        auto fv = [&](const DeviceBuffer& b, int64_t r, int64_t c) {
-            return DeviceWeightView{WeightFormat::kF32, r, c, b.data(), nullptr};
-        };
-        double us = time_us(s, n, [&](int i) {
-            return sm90_hc_pre(ref,
-                               {x[size_t(i)].data(), T, D, fv(fn, 24, 4 * D), fv(sc, 1, 3), fv(base, 1, 24), 20, 1e-6f,
-                                1e-6f, nullptr, pre.as<float>(), post.as<float>(), comb.as<float>(), y.data()},
-                               s);
-        });
-        row("sm90_hc_pre", "[T,4,4096] bf16", T, us, double(xbytes + T * D * 2 + 24 * 4 * D * 4), 0);
-        us = time_us(s, n, [&](int i) {
-            return sm90_hc_post(
-                ref, {y.data(), x[size_t(i)].data(), post.as<float>(), comb.as<float>(), T, D, out.data()}, s);
-        });
-        row("sm90_hc_post", "[T,4,4096] bf16", T, us, double(2 * xbytes + T * D * 2), 0);
-        us = time_us(s, n, [&](int i) {
-            return sm90_hc_head(ref,
-                                {x[size_t(i)].data(), T, D, fv(fnh, 4, 4 * D), fv(sch, 1, 1), fv(baseh, 1, 4), 1e-6f,
-                                 1e-6f, nullptr, y.data()},
-                                s);
-        });
-        row("sm90_hc_head", "[T,4,4096] bf16", T, us, double(xbytes + T * D * 2 + 4 * 4 * D * 4), 0);
-    }
+    bench_mhc(s, rng, T, D);
     // embedding gather and the f32 lm head [129280, 4096] (cuBLASLt)
     {
         // constant bf16 bytes (0x3c3c = 0.0115): GEMM and gather speed do not depend on the values, and 1 GB of
@@ -295,9 +306,11 @@ void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
 
 }  // namespace
 
-// `dsv4_bench_cuda_ops forward` times only the forward ops past the GEMMs.
+// `dsv4_bench_cuda_ops forward` times only the forward ops past the GEMMs; `dsv4_bench_cuda_ops mhc` only the mHC
+// kernels at V4-Flash (D 4096) and V4-Pro (D 7168) hidden sizes.
 int main(int argc, char** argv) {
     const bool forward_only = argc > 1 && std::string(argv[1]) == "forward";
+    const bool mhc_only = argc > 1 && std::string(argv[1]) == "mhc";
     auto stream_r = Stream::create();
     CHECK(stream_r.status());
     const StreamHandle s = stream_r->handle();
@@ -317,6 +330,11 @@ int main(int argc, char** argv) {
     for (const int64_t T : {int64_t(1), int64_t(8), int64_t(64), int64_t(4096)}) {
         if (forward_only) {
             bench_forward_ops(s, rng, T);
+            continue;
+        }
+        if (mhc_only) {
+            bench_mhc(s, rng, T, 4096);
+            bench_mhc(s, rng, T, 7168);
             continue;
         }
         // RMSNorm [T, 4096] bf16

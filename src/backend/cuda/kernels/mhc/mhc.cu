@@ -28,14 +28,45 @@ Status check_shape(const std::string& op, int64_t tokens, int64_t dim) {
     return Status::ok();
 }
 
+// Blocks per token (one cluster): enough for 2 blocks per SM over all tokens (a decode token's fn read is spread
+// over up to 8 SMs), never more than the token has 256-chunk tiles; 1 at prefill.
+int collapse_cluster_size(int64_t tokens, int64_t dim) {
+    const int64_t tiles = (4 * dim / 8 + MhcConfig::kThreads - 1) / MhcConfig::kThreads;
+    const int64_t want = (2 * int64_t(current_sm_count()) + tokens - 1) / tokens;
+    return int(std::clamp<int64_t>(std::min(want, tiles), 1, MhcConfig::kMaxCluster));
+}
+
 template <typename ActT, int kMix>
-void launch_collapse(const void* x, int64_t tokens, int64_t dim, const DeviceWeightView& fn,
-                     const DeviceWeightView& scale, const DeviceWeightView& base, int iters, float hc_eps,
-                     float norm_eps, float* mixes, float* pre, float* post, float* comb, void* y, cudaStream_t s) {
-    sm90_hc_collapse_kernel<ActT, kMix><<<unsigned(tokens), MhcConfig::kThreads, 0, s>>>(
-        static_cast<const ActT*>(x), int(dim), static_cast<const float*>(fn.data),
-        static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes,
-        pre, post, comb, static_cast<ActT*>(y));
+Status launch_collapse(const char* op, const void* x, int64_t tokens, int64_t dim, const DeviceWeightView& fn,
+                       const DeviceWeightView& scale, const DeviceWeightView& base, int iters, float hc_eps,
+                       float norm_eps, float* mixes, float* pre, float* post, float* comb, void* y, cudaStream_t s) {
+    const int cluster = collapse_cluster_size(tokens, dim);
+    if (tokens * cluster > 0x7fffffff) return invalid_argument(std::string(op) + ": too many tokens");
+    if (cluster == 1) {  // prefill: a plain launch (the kernel's implicit one-block cluster never synchronises)
+        sm90_hc_collapse_kernel<ActT, kMix, false><<<unsigned(tokens), MhcConfig::kThreads, 0, s>>>(
+            static_cast<const ActT*>(x), int(dim), static_cast<const float*>(fn.data),
+            static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes,
+            pre, post, comb, static_cast<ActT*>(y));
+        return launch_status(op);
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(tokens * cluster));
+    cfg.blockDim = dim3(MhcConfig::kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = s;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(cluster);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sm90_hc_collapse_kernel<ActT, kMix, true>, static_cast<const ActT*>(x), int(dim),
+                                     static_cast<const float*>(fn.data), static_cast<const float*>(scale.data),
+                                     static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes, pre, post,
+                                     comb, static_cast<ActT*>(y)),
+                  std::string(op) + ": cluster launch");
+    return launch_status(op);
 }
 
 }  // namespace
@@ -52,12 +83,11 @@ Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream)
         return invalid_argument(op + ": x, x_out and fn must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     if (precision == Precision::kReference)
-        launch_collapse<__nv_bfloat16, 24>(a.x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters, a.hc_eps,
-                                           a.norm_eps, a.mixes, a.pre, a.post, a.comb, a.x_out, stream);
-    else
-        launch_collapse<float, 24>(a.x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters, a.hc_eps, a.norm_eps,
-                                   a.mixes, a.pre, a.post, a.comb, a.x_out, stream);
-    return launch_status(op.c_str());
+        return launch_collapse<__nv_bfloat16, 24>(op.c_str(), a.x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters,
+                                                  a.hc_eps, a.norm_eps, a.mixes, a.pre, a.post, a.comb, a.x_out,
+                                                  stream);
+    return launch_collapse<float, 24>(op.c_str(), a.x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters, a.hc_eps,
+                                      a.norm_eps, a.mixes, a.pre, a.post, a.comb, a.x_out, stream);
 }
 
 Status sm90_hc_head(Precision precision, const HcHeadArgs& a, StreamHandle stream) {
@@ -71,12 +101,10 @@ Status sm90_hc_head(Precision precision, const HcHeadArgs& a, StreamHandle strea
         return invalid_argument(op + ": x, y and fn must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     if (precision == Precision::kReference)
-        launch_collapse<__nv_bfloat16, 4>(a.x, a.tokens, a.dim, a.fn, a.scale, a.base, 1, a.hc_eps, a.norm_eps,
-                                          nullptr, a.pre, nullptr, nullptr, a.y, stream);
-    else
-        launch_collapse<float, 4>(a.x, a.tokens, a.dim, a.fn, a.scale, a.base, 1, a.hc_eps, a.norm_eps, nullptr,
-                                  a.pre, nullptr, nullptr, a.y, stream);
-    return launch_status(op.c_str());
+        return launch_collapse<__nv_bfloat16, 4>(op.c_str(), a.x, a.tokens, a.dim, a.fn, a.scale, a.base, 1,
+                                                 a.hc_eps, a.norm_eps, nullptr, a.pre, nullptr, nullptr, a.y, stream);
+    return launch_collapse<float, 4>(op.c_str(), a.x, a.tokens, a.dim, a.fn, a.scale, a.base, 1, a.hc_eps,
+                                     a.norm_eps, nullptr, a.pre, nullptr, nullptr, a.y, stream);
 }
 
 Status sm90_hc_post(Precision precision, const HcPostArgs& a, StreamHandle stream) {

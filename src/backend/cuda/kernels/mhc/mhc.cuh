@@ -1,10 +1,15 @@
-// Kernels of the mHC family (sm_90). hc_pre / hc_head: one 256-thread block per token; each thread walks 8-value
-// chunks of the flattened [4·D] streams, accumulating the 24 (or 4) fn dot products and the sum of squares in f64
-// (the CPU's accumulator type, so the f32 results agree but for rare last-bit cases), then warp shuffles and one
-// shared-memory pass reduce them; thread 0 runs the split + Sinkhorn (a few hundred flops), and the block collapses
-// the streams with the pre weights. hc_post is elementwise: one thread per 8 channels of a token, all 4 outputs.
-// fn (2.75 MB for V4-Pro) is re-read by every token's block from L2; memory floor: streams read once (+ fn once).
+// Kernels of the mHC family (sm_90). hc_pre / hc_head: one thread-block cluster of S blocks (1..8, 256 threads each)
+// per token; block r walks every S-th 256-chunk tile of the flattened [4·D] streams (8 values per thread), accumulating
+// the 24 (or 4) fn dot products and the sum of squares in f64 (the CPU's accumulator type, so the f32 results agree
+// but for rare last-bit cases); warp shuffles park per-warp sums in shared memory; warp 0 of block 0 adds them over
+// the cluster (distributed shared memory, fixed warp then block order), lane r holding mix r, and runs the split +
+// Sinkhorn on 16 lanes (lane 4j+k holds comb[j][k]; row and column sums gathered by shuffles and added in the CPU's
+// order, so every value is the CPU's); then each block collapses its share of the channels with the pre weights
+// read from block 0. S > 1 spreads a decode token's fn read (1.6 MB Flash, 2.75 MB Pro) over S SMs.
+// hc_post is elementwise: one thread per 8 channels of a token, all 4 outputs.
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include "backend/cuda/common/numerics.cuh"
 
@@ -14,48 +19,11 @@ struct MhcConfig {
     static constexpr int kThreads = 256;
     static constexpr int kHc = 4;
     static constexpr int kMixMax = 24;
+    static constexpr int kMaxCluster = 8;  // portable cluster size
 };
 
 // sigmoid as the CPU computes it: 1 / (1 + exp(-x)), each step rounded in f32.
 __device__ __forceinline__ float sigmoid_f32(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_f32(-x))); }
-
-// m[24] → pre, post, comb exactly in the order of backend/cpu/mhc.cpp split_sinkhorn_one.
-__device__ void hc_split_sinkhorn(const float* m, const float* scale, const float* base, int iters, float eps,
-                                  float* pre, float* post, float* comb) {
-    constexpr int kHc = MhcConfig::kHc;
-    const float s0 = scale[0], s1 = scale[1], s2 = scale[2];
-    for (int j = 0; j < kHc; ++j) {
-        pre[j] = __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m[j], s0), base[j])), eps);
-        post[j] = __fmul_rn(2.0f, sigmoid_f32(__fadd_rn(__fmul_rn(m[kHc + j], s1), base[kHc + j])));
-    }
-    float c[kHc][kHc];
-    for (int j = 0; j < kHc; ++j) {
-        float mx = -INFINITY;
-        for (int k = 0; k < kHc; ++k) {
-            c[j][k] = __fadd_rn(__fmul_rn(m[2 * kHc + kHc * j + k], s2), base[2 * kHc + kHc * j + k]);
-            mx = fmaxf(mx, c[j][k]);
-        }
-        float sum = 0;
-        for (int k = 0; k < kHc; ++k) sum = __fadd_rn(sum, c[j][k] = exp_f32(__fsub_rn(c[j][k], mx)));
-        for (int k = 0; k < kHc; ++k) c[j][k] = __fadd_rn(__fdiv_rn(c[j][k], sum), eps);
-    }
-    for (int it = 0; it < iters; ++it) {
-        if (it > 0) {  // row normalisation (the first pass only normalises columns)
-            for (int j = 0; j < kHc; ++j) {
-                float sum = 0;
-                for (int k = 0; k < kHc; ++k) sum = __fadd_rn(sum, c[j][k]);
-                for (int k = 0; k < kHc; ++k) c[j][k] = __fdiv_rn(c[j][k], __fadd_rn(sum, eps));
-            }
-        }
-        for (int k = 0; k < kHc; ++k) {
-            float sum = 0;
-            for (int j = 0; j < kHc; ++j) sum = __fadd_rn(sum, c[j][k]);
-            for (int j = 0; j < kHc; ++j) c[j][k] = __fdiv_rn(c[j][k], __fadd_rn(sum, eps));
-        }
-    }
-    for (int j = 0; j < kHc; ++j)
-        for (int k = 0; k < kHc; ++k) comb[kHc * j + k] = c[j][k];
-}
 
 __device__ __forceinline__ double warp_sum_f64(double v) {
 #pragma unroll
@@ -63,21 +31,64 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
     return v;
 }
 
-// grid: tokens; block: kThreads. kMix = 24 (hc_pre: split + Sinkhorn) or 4 (hc_head: pre only).
-template <typename ActT, int kMix>
-__global__ void __launch_bounds__(MhcConfig::kThreads)
+// The split + Sinkhorn of backend/cpu/mhc.cpp split_sinkhorn_one on one warp, every value the CPU's: lane 4j+k (and
+// its mirror 16 lanes up) holds c[j][k]; a row or column sum is gathered by shuffles and added in the CPU's order
+// (from 0, k or j ascending), each division and addition rounded as there. m: this lane's mix (lanes 0..23).
+// Lanes 0..3 return pre[lane] / post[lane]; lanes 0..15 comb[lane].
+__device__ __forceinline__ void hc_split_sinkhorn_warp(float m, const float* __restrict__ scale,
+                                                       const float* __restrict__ base, int iters, float eps,
+                                                       float& pre, float& post, float& comb) {
+    constexpr unsigned kAll = 0xffffffffu;
+    const int lane = threadIdx.x & 31, q = lane & 3, row0 = lane & 12, e = lane & 15;
+    const float s0 = scale[0], s1 = scale[1], s2 = scale[2];
+    const float m_pre = __shfl_sync(kAll, m, q), m_post = __shfl_sync(kAll, m, 4 + q), m_c = __shfl_sync(kAll, m, 8 + e);
+    pre = __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m_pre, s0), base[q])), eps);
+    post = __fmul_rn(2.0f, sigmoid_f32(__fadd_rn(__fmul_rn(m_post, s1), base[4 + q])));
+    float c = __fadd_rn(__fmul_rn(m_c, s2), base[8 + e]);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mx = fmaxf(mx, __shfl_sync(kAll, c, row0 + k));
+    c = exp_f32(__fsub_rn(c, mx));
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sum = __fadd_rn(sum, __shfl_sync(kAll, c, row0 + k));
+    c = __fadd_rn(__fdiv_rn(c, sum), eps);
+    for (int it = 0; it < iters; ++it) {
+        if (it > 0) {  // row normalisation (the first pass only normalises columns)
+            sum = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) sum = __fadd_rn(sum, __shfl_sync(kAll, c, row0 + k));
+            c = __fdiv_rn(c, __fadd_rn(sum, eps));
+        }
+        sum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) sum = __fadd_rn(sum, __shfl_sync(kAll, c, 4 * j + q));
+        c = __fdiv_rn(c, __fadd_rn(sum, eps));
+    }
+    comb = c;
+}
+
+// grid: S·tokens blocks in clusters of S (block rank r of cluster t works on token t); block: kThreads.
+// kMix = 24 (hc_pre: split + Sinkhorn) or 4 (hc_head: pre only). kCluster false: S = 1 at compile time (prefill; a
+// plain launch, the chunk stride a constant as in the one-block kernel, so its loads batch the same way).
+template <typename ActT, int kMix, bool kCluster>
+__global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at prefill: <= 128 registers
     sm90_hc_collapse_kernel(const ActT* __restrict__ x, int dim, const float* __restrict__ fn,
                             const float* __restrict__ scale, const float* __restrict__ base, int iters, float hc_eps,
                             float norm_eps, float* __restrict__ mixes, float* __restrict__ pre,
                             float* __restrict__ post, float* __restrict__ comb, ActT* __restrict__ y) {
-    constexpr int kT = MhcConfig::kThreads, kHc = MhcConfig::kHc;
-    const int64_t t = blockIdx.x;
+    namespace cg = cooperative_groups;
+    constexpr int kT = MhcConfig::kThreads, kHc = MhcConfig::kHc, kWarps = kT / 32;
+    static_assert(kMix + 1 <= 32, "one lane per mix and one for the sum of squares");
+    cg::cluster_group cluster = cg::this_cluster();
+    const int S = kCluster ? int(cluster.num_blocks()) : 1, rank = kCluster ? int(cluster.block_rank()) : 0;
+    const int64_t t = blockIdx.x / S;
     const int n = kHc * dim;
     const ActT* xt = x + t * n;
     double acc[kMix + 1];  // [0, kMix): fn rows · x; kMix: Σ x²
 #pragma unroll
     for (int r = 0; r <= kMix; ++r) acc[r] = 0;
-    for (int c = threadIdx.x * 8; c < n; c += kT * 8) {
+    for (int c = (rank * kT + threadIdx.x) * 8; c < n; c += S * kT * 8) {
         float v[8];
         load8(xt + c, v);
 #pragma unroll
@@ -90,7 +101,8 @@ __global__ void __launch_bounds__(MhcConfig::kThreads)
             for (int i = 0; i < 8; ++i) acc[r] += double(w[i]) * double(v[i]);
         }
     }
-    __shared__ double partial[kT / 32][kMix + 1];
+    __shared__ double partial[kWarps][kMix + 1];
+    __shared__ double block_sum[kMix + 1];
     __shared__ float pre_s[kHc];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -99,32 +111,53 @@ __global__ void __launch_bounds__(MhcConfig::kThreads)
         if (lane == 0) partial[warp][r] = s;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double tot[kMix + 1];
-        for (int r = 0; r <= kMix; ++r) {
-            tot[r] = 0;
-            for (int w = 0; w < kT / 32; ++w) tot[r] += partial[w][r];
+    // lane r of warp 0: mix r (r < kMix) or Σx² (r == kMix), summed over this block's warps in order (with S = 1 the
+    // additions of the one-block kernel), then over the cluster's blocks in rank order
+    if (warp == 0 && lane <= kMix) {
+        double b = 0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) b += partial[w][lane];
+        block_sum[lane] = b;
+    }
+    if (S > 1) cluster.sync();  // every block's sums are visible cluster-wide
+    if (rank == 0 && warp == 0) {
+        double tot = 0;
+        if (lane <= kMix) {
+            if (S == 1) {
+                tot = block_sum[lane];
+            } else {
+                double v[MhcConfig::kMaxCluster];
+#pragma unroll
+                for (int b = 0; b < MhcConfig::kMaxCluster; ++b)  // loads in flight together, added in rank order
+                    v[b] = b < S ? cluster.map_shared_rank(block_sum, b)[lane] : 0.0;
+#pragma unroll
+                for (int b = 0; b < MhcConfig::kMaxCluster; ++b)
+                    if (b < S) tot += v[b];
+            }
         }
-        const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(tot[kMix] / double(n)), norm_eps)));
-        float m[kMix];
-        for (int r = 0; r < kMix; ++r) m[r] = __fmul_rn(float(tot[r]), rs);
-        if (mixes)
-            for (int r = 0; r < kMix; ++r) mixes[t * kMix + r] = m[r];
-        float p[kHc];
+        const double ss = __shfl_sync(0xffffffffu, tot, kMix);
+        const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(ss / double(n)), norm_eps)));
+        const float m = __fmul_rn(float(tot), rs);
+        if (mixes && lane < kMix) mixes[t * kMix + lane] = m;
+        float p;
         if constexpr (kMix == 24) {
-            hc_split_sinkhorn(m, scale, base, iters, hc_eps, p, post + t * kHc, comb + t * kHc * kHc);
+            float po, cb;
+            hc_split_sinkhorn_warp(m, scale, base, iters, hc_eps, p, po, cb);
+            if (lane < kHc) post[t * kHc + lane] = po;
+            if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
         } else {
-            for (int j = 0; j < kHc; ++j)
-                p[j] = __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m[j], scale[0]), base[j])), hc_eps);
+            p = __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m, scale[0]), base[lane & 3])), hc_eps);
         }
-        for (int j = 0; j < kHc; ++j) {
-            pre_s[j] = p[j];
-            if (pre) pre[t * kHc + j] = p[j];
+        if (lane < kHc) {
+            pre_s[lane] = p;
+            if (pre) pre[t * kHc + lane] = p;
         }
     }
-    __syncthreads();
-    const float p0 = pre_s[0], p1 = pre_s[1], p2 = pre_s[2], p3 = pre_s[3];
-    for (int c = threadIdx.x * 8; c < dim; c += kT * 8) {
+    if (S > 1) cluster.sync();  // pre is ready in block 0
+    else __syncthreads();
+    const float* pre0 = S > 1 ? cluster.map_shared_rank(pre_s, 0) : pre_s;
+    const float p0 = pre0[0], p1 = pre0[1], p2 = pre0[2], p3 = pre0[3];
+    for (int c = (rank * kT + threadIdx.x) * 8; c < dim; c += S * kT * 8) {
         float v[kHc][8], out[8];
 #pragma unroll
         for (int j = 0; j < kHc; ++j) load8(xt + j * dim + c, v[j]);
@@ -137,6 +170,7 @@ __global__ void __launch_bounds__(MhcConfig::kThreads)
         }
         store8(y + t * dim + c, out);  // bf16 store rounds (RNE) in kReference
     }
+    if (S > 1) cluster.sync();  // block 0's shared memory stays alive until every block has read pre
 }
 
 // grid-stride over tokens · dim/8 chunks.
