@@ -19,6 +19,9 @@ struct IndexerScoresArgs {
     int64_t tokens = 0, heads = 64, n = 0, ratio = 4;  // 1 <= heads <= 64 (padded to 16 inside)
     const int64_t* positions = nullptr;  // device [T]
     void* scores = nullptr;      // [T, n]
+    // When set, key blocks entirely at or beyond row t's visible count (pos_t + 1) / ratio are neither computed nor
+    // written (n may then be the cache's capacity; read the scores through TopKArgs::positions).
+    bool visible_only = false;
 };
 Status sm90_indexer_scores(backend::Precision precision, const IndexerScoresArgs& a, StreamHandle stream);
 
@@ -28,6 +31,10 @@ struct TopKArgs {
     const void* scores = nullptr;  // [rows, n]
     int64_t rows = 0, n = 0, k = 0;
     int32_t* idx = nullptr;        // [rows, k]
+    // When set, row t reads only its first min(n, (positions[t] + 1) / ratio) scores: picks are exactly those of
+    // a call with n = that count (the rest of the row is never read).
+    const int64_t* positions = nullptr;  // device [rows] or null
+    int64_t ratio = 0;                   // > 0 when positions is set
 };
 Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
 

@@ -35,6 +35,12 @@ struct CompressorPoolArgs {
     int64_t n_windows = 0, ratio = 4, head_dim = 512;
     bool overlap = true;                // CSA: width = 2·head_dim
     void* out = nullptr;                // [n_windows, head_dim]
+    // Decode mode (graph-capturable: nothing depends on the host's view of the position). When set, the token at
+    // *decode_position has already been written to slot pos % ratio of the open window and kv/score are that
+    // window's [ratio, width] rows; n_windows must be 1. The kernel pools only when pos % ratio == ratio - 1 (the
+    // window closed), using prev_kv/prev_score (non-null in this mode) iff overlap && pos / ratio > 0; otherwise
+    // it writes nothing.
+    const int64_t* decode_position = nullptr;  // device [1] or null (host-driven windows)
 };
 Status sm90_compressor_pool(backend::Precision precision, const CompressorPoolArgs& a, StreamHandle stream);
 
@@ -49,6 +55,10 @@ struct CompressorFinishArgs {
     float eps = 1e-6f;
     void* normed = nullptr;        // [n, c] after the norm (may be null)
     void* out = nullptr;           // [n, c] (may alias pooled)
+    // Decode mode (see CompressorPoolArgs): n must be 1; acts only when pos % ratio == ratio - 1, with
+    // first_window = pos / ratio read on the device (the field above is ignored); out is then the entries array's
+    // entry 0 and the kernel writes entry first_window (out + first_window·c; normed stays [1, c]).
+    const int64_t* decode_position = nullptr;  // device [1] or null
 };
 Status sm90_compressor_finish(backend::Precision precision, const CompressorFinishArgs& a, StreamHandle stream);
 
