@@ -8,7 +8,8 @@
 // and O += P·V on mma (warp w: channels 128w..128w+127, 64 f32 accumulators per thread, V through the transposing
 // ldmatrix). Rows are padded to 520 bf16 so ldmatrix rows hit distinct banks. Epilogue: o / (sum + e^{sink-M}),
 // bf16, optional conjugate RoPE on 448..511 (warp 3 holds those channels as (even, odd) pairs).
-// kF32: one warp per (token, head), lane = 16 channels; pass 1 the max, pass 2 exp, sum and the weighted rows.
+// kF32: one warp per (token, head), lane = 16 channels; pass 1 the max, pass 2 exp, sum and the weighted rows; the
+// indices are read 32 at a time (one per lane) and only the valid ones visited, in list order.
 //
 // wo_a: swap-AB tile of 64 weight rows x 32 tokens x K 64, 4 warps x 16 rows; FP8 weights are dequantised to bf16
 // while staged (e4m3 · 2^k is exact in bf16), the next tile prefetched into registers during the MMAs.
@@ -81,7 +82,10 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
             if (s >= n_kv) s = -1;
             idx_s[tid] = s;
         }
-        __syncthreads();
+        // A block without a valid candidate is skipped whole: running max, sum and accumulators stay exactly as
+        // they are, so a list padded with -1 (a capacity-wide decode list) gives the unpadded list's bits, and
+        // costs only this index read.
+        if (!__syncthreads_or(tid < Cfg::kBlock && idx_s[tid] >= 0)) continue;
         for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += Cfg::kThreads) {
             const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
             const int32_t s = idx_s[r];
@@ -209,24 +213,31 @@ __global__ void __launch_bounds__(AttnConfig::kF32Warps * 32)
         }
         return warp_sum(d) * scale;
     };
+    // visit(s) for every valid candidate s in list order
+    auto for_each_valid = [&](auto&& visit) {
+        for (int j0 = 0; j0 < topk; j0 += 32) {
+            const int32_t mine = j0 + lane < topk ? it[j0 + lane] : -1;
+            unsigned valid = __ballot_sync(0xffffffffu, mine >= 0 && mine < n_kv);
+            while (valid) {
+                const int b = __ffs(valid) - 1;
+                valid &= valid - 1;
+                visit(__shfl_sync(0xffffffffu, mine, b));
+            }
+        }
+    };
     float mx = -INFINITY;
-    for (int j = 0; j < topk; ++j) {
-        const int32_t s = it[j];
-        if (s >= 0 && s < n_kv) mx = fmaxf(mx, logit(s));
-    }
+    for_each_valid([&](int32_t s) { mx = fmaxf(mx, logit(s)); });
     float o[16] = {};
     float den = 0;
     if (mx != -INFINITY) {
         den = expf(sink[h] - mx);
-        for (int j = 0; j < topk; ++j) {
-            const int32_t s = it[j];
-            if (s < 0 || s >= n_kv) continue;
+        for_each_valid([&](int32_t s) {
             const float w = expf(logit(s) - mx);
             den += w;
             const float* row = kv + int64_t(s) * Cfg::kDim + 16 * lane;
 #pragma unroll
             for (int i = 0; i < 16; ++i) o[i] = fmaf(w, row[i], o[i]);
-        }
+        });
     }
 #pragma unroll
     for (int i = 0; i < 16; ++i) o[i] = den == 0.0f ? 0.0f : o[i] / den;

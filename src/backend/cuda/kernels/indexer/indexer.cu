@@ -24,11 +24,11 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
         sm90_indexer_scores_kernel<__nv_bfloat16><<<grid, IndexerConfig::kThreads, 0, stream>>>(
             static_cast<const __nv_bfloat16*>(a.q), static_cast<const __nv_bfloat16*>(a.keys),
             static_cast<const __nv_bfloat16*>(a.w), int(a.heads), a.n, a.ratio, a.positions,
-            static_cast<__nv_bfloat16*>(a.scores));
+            static_cast<__nv_bfloat16*>(a.scores), a.visible_only);
     else
         sm90_indexer_scores_kernel<float><<<grid, IndexerConfig::kThreads, 0, stream>>>(
             static_cast<const float*>(a.q), static_cast<const float*>(a.keys), static_cast<const float*>(a.w),
-            int(a.heads), a.n, a.ratio, a.positions, static_cast<float*>(a.scores));
+            int(a.heads), a.n, a.ratio, a.positions, static_cast<float*>(a.scores), a.visible_only);
     return launch_status(op.c_str());
 }
 
@@ -38,14 +38,16 @@ Status sm90_topk(Precision precision, const TopKArgs& a, StreamHandle stream) {
         return invalid_argument(op + ": null pointer or bad shape");
     if (a.k > IndexerConfig::kTopkMax)
         return invalid_argument(op + ": k " + std::to_string(a.k) + " above the supported 1024");
+    if (a.positions && a.ratio <= 0)
+        return invalid_argument(op + ": positions need the compression ratio (got " + std::to_string(a.ratio) + ")");
     if (a.rows == 0 || a.k == 0) return Status::ok();
     if (a.rows > 0x7fffffff) return invalid_argument(op + ": too many rows");
     if (precision == Precision::kReference)
         sm90_topk_kernel<__nv_bfloat16><<<unsigned(a.rows), IndexerConfig::kTopkThreads, 0, stream>>>(
-            static_cast<const __nv_bfloat16*>(a.scores), a.n, int(a.k), a.idx);
+            static_cast<const __nv_bfloat16*>(a.scores), a.n, int(a.k), a.positions, a.ratio, a.idx);
     else
         sm90_topk_kernel<float><<<unsigned(a.rows), IndexerConfig::kTopkThreads, 0, stream>>>(
-            static_cast<const float*>(a.scores), a.n, int(a.k), a.idx);
+            static_cast<const float*>(a.scores), a.n, int(a.k), a.positions, a.ratio, a.idx);
     return launch_status(op.c_str());
 }
 

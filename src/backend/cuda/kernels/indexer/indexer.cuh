@@ -7,12 +7,14 @@
 // mma.m16n8k16 (bf16 in, f32 accumulate), rounds the dot to bf16, applies ReLU and the head weight, rounds again and
 // parks the bf16 values in shared memory; then thread s sums its key's column over the heads in head order (the
 // CPU's f32 order). kF32: the same tiling with f32 FMAs (the oracle mode has no bf16 tensor-core equivalent).
-// Key tiles past the token's visible range are written as -inf without loading anything.
+// Key tiles past the token's visible range are written as -inf without loading anything, or (visible_only: the
+// decode step's capacity-wide call, whose readers stop at the visible count) left untouched.
 //
 // Top-k: one 1024-thread block per row. Scores map to order-preserving uint32 keys (NaN lowest); a 4-pass 8-bit
 // radix select finds the k-th largest key and how many of its ties to keep; a pass in index order (block scan)
 // collects every key above it and the first ties by index; a bitonic sort of (key, ~index) orders the picks. The
 // row is read 5 times: a simple, correct version (the single-pass fast one is a separate kernel to come).
+// positions (decode): row t is cut to its first min(n, (positions[t] + 1) / ratio) scores, the row stride stays n.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -36,7 +38,7 @@ template <typename ActT>
 __global__ void __launch_bounds__(IndexerConfig::kThreads)
     sm90_indexer_scores_kernel(const ActT* __restrict__ q, const ActT* __restrict__ keys, const ActT* __restrict__ w,
                                int heads, int64_t n, int64_t ratio, const int64_t* __restrict__ positions,
-                               ActT* __restrict__ scores) {
+                               ActT* __restrict__ scores, bool visible_only) {
     using Cfg = IndexerConfig;
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     const int64_t t = blockIdx.y;
@@ -45,6 +47,7 @@ __global__ void __launch_bounds__(IndexerConfig::kThreads)
     const int tid = threadIdx.x;
     ActT* out = scores + t * n;
     if (s0 >= visible) {
+        if (visible_only) return;
         for (int i = tid; i < Cfg::kKeys; i += Cfg::kThreads)
             if (s0 + i < n) out[s0 + i] = from_f32<ActT>(-INFINITY);
         return;
@@ -149,7 +152,8 @@ constexpr uint32_t kTopkNegInfKey = 0x007fffffu;  // topk_key(-inf)
 
 template <typename ActT>
 __global__ void __launch_bounds__(IndexerConfig::kTopkThreads)
-    sm90_topk_kernel(const ActT* __restrict__ scores, int64_t n, int k, int32_t* __restrict__ idx) {
+    sm90_topk_kernel(const ActT* __restrict__ scores, int64_t stride, int k, const int64_t* __restrict__ positions,
+                     int64_t ratio, int32_t* __restrict__ idx) {
     constexpr int kT = IndexerConfig::kTopkThreads;
     using Scan = cub::BlockScan<int, kT>;
     __shared__ typename Scan::TempStorage scan_tmp;
@@ -157,7 +161,12 @@ __global__ void __launch_bounds__(IndexerConfig::kTopkThreads)
     __shared__ uint32_t sel_prefix;
     __shared__ int sel_remaining, n_gt, eq_taken;
     __shared__ unsigned long long picks[IndexerConfig::kTopkMax];
-    const ActT* row = scores + int64_t(blockIdx.x) * n;
+    const ActT* row = scores + int64_t(blockIdx.x) * stride;
+    int64_t n = stride;
+    if (positions) {
+        const int64_t visible = (positions[blockIdx.x] + 1) / ratio;
+        n = visible < n ? (visible > 0 ? visible : 0) : n;
+    }
     const int tid = threadIdx.x;
     const int kk = int(n < int64_t(k) ? n : int64_t(k));
     // radix select of the kk-th largest key

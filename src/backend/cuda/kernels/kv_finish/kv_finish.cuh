@@ -21,18 +21,27 @@ struct KvFinishConfig {
 enum class FinishSim { kNone, kFp8Nope, kHadamardFp4 };
 
 // One warp per row. kDim 512 (sim kNone / kFp8Nope) or 128 (kNone / kHadamardFp4). Position of row r:
-// positions ? positions[r] : (first_window + r)·ratio.
+// positions ? positions[r] : (first_window + r)·ratio. decode_position (rows = 1): the row is finished only when
+// that position closes a window, with first_window = pos / ratio read here and y moved to entry first_window, so
+// the host never needs the position (a captured graph replays with the step's position).
 template <typename ActT, int kDim>
 __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     sm90_kv_row_finish_kernel(const ActT* x, int64_t rows, const __nv_bfloat16* __restrict__ norm, float eps,
                               const int64_t* __restrict__ positions, int64_t first_window, int64_t ratio,
-                              backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y) {
+                              backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y,
+                              const int64_t* __restrict__ decode_position) {
     static_assert(kDim == 512 || kDim == 128);
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     constexpr int kChunks = kDim == 512 ? 2 : 1, kW = kDim == 512 ? 8 : 4;  // per lane: kChunks x kW channels
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * KvFinishConfig::kWarps + (threadIdx.x >> 5);
     if (r >= rows) return;  // whole warps leave together
+    if (decode_position) {
+        const int64_t dp = *decode_position;
+        if (dp % ratio != ratio - 1) return;  // the open window did not close: nothing to finish
+        first_window = dp / ratio;
+        y += first_window * kDim;
+    }
     auto channel = [&](int j) { return kDim == 512 ? 8 * (lane + 32 * j) : 4 * lane; };
     const ActT* xr = x + r * kDim;
     float v[kChunks][8];
@@ -139,9 +148,16 @@ template <typename ActT>
 __global__ void __launch_bounds__(KvFinishConfig::kPoolThreads)
     sm90_compressor_pool_kernel(const float* __restrict__ kv, const float* __restrict__ score,
                                 const float* __restrict__ prev_kv, const float* __restrict__ prev_score,
-                                int64_t n_windows, int m, int c, bool overlap, ActT* __restrict__ out) {
+                                int64_t n_windows, int m, int c, bool overlap, ActT* __restrict__ out,
+                                const int64_t* __restrict__ decode_position) {
     const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (g >= n_windows * c) return;
+    bool first_of_sequence = false;  // decode: the closing window is the sequence's first (no previous window)
+    if (decode_position) {
+        const int64_t dp = *decode_position;
+        if (dp % m != m - 1) return;  // the open window did not close: nothing to pool
+        first_of_sequence = dp / m == 0;
+    }
     const int64_t w = g / c;
     const int ch = int(g % c);
     const int width = overlap ? 2 * c : c;
@@ -149,7 +165,7 @@ __global__ void __launch_bounds__(KvFinishConfig::kPoolThreads)
     const float* sw = score + w * m * width;
     const float* pkv = w > 0 ? kw - int64_t(m) * width : prev_kv;
     const float* psc = w > 0 ? sw - int64_t(m) * width : prev_score;
-    const bool with_prev = overlap && pkv != nullptr;
+    const bool with_prev = overlap && pkv != nullptr && !first_of_sequence;
     const int cur = overlap ? c + ch : ch;
     // two passes over the (L1/L2-resident) candidates instead of a local array: max, then the sums
     float mx = -INFINITY;
