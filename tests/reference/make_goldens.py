@@ -110,13 +110,16 @@ CASES = {
                    "index_topk": 16, "routed_scaling_factor": 1.5, "num_nextn_predict_layers": 1},
     },
     # V4-Pro-like: HCA, HCA, CSA, HCA (+ SWA MTP slot), no MTP tensors, hash routing in layers 0-1 only.
-    # 100 tokens, shorter than the window:
-    # 25 CSA entries (index_topk 8 selects from t = 35 on), no HCA entry is ever complete. Single-file layout,
-    # and no transformers layout: the fixtures must stay small (the GPU test machine gets a size-capped copy of the
-    # tree), and flash_like already covers that layout.
+    # 384 tokens: 96 CSA entries (index_topk 8 selects from t = 35 on), 3 HCA entries (visible from t = 127, 255,
+    # 383). Long enough that rel_l2 over all logits is a statistic over many positions, not one routing flip.
+    # Its first 100 tokens are the prompt shorter than the window: causal, so the golden rows [0, 100) are that
+    # prompt's logits (checked by a separate transformers run of the prefix, recorded as meta.json -> short_prompt).
+    # Single-file layout, and no transformers layout: the fixtures must stay small (the GPU test machine gets a
+    # size-capped copy of the tree), and flash_like already covers that layout.
     "pro_like": {
         "seed": 2002,
-        "tokens": 100,
+        "tokens": 384,
+        "short_prompt": 100,
         "shards": 1,
         "transformers_layout": False,
         "config": {"vocab_size": 512, "num_hidden_layers": 4, "compress_ratios": [128, 128, 4, 128, 0],
@@ -729,6 +732,24 @@ def folder_bytes(folder):
     return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files)
 
 
+def short_prompt_check(model, case, ocfg, tokens, logits, logits16):
+    """A case may name a prefix shorter than the sliding window as its short prompt: the forward is causal, so the
+    golden rows [0, P) are that prompt's logits. Proven by a separate prefill of the prefix alone (equal up to
+    float32 summation order, same top-1 everywhere). -> meta.json `short_prompt`, or None."""
+    p = case.get("short_prompt")
+    if not p:
+        return None
+    assert p < ocfg["sliding_window"] and p < len(tokens), f"short_prompt {p} must be shorter than the window"
+    alone = logits_of(model, tokens[:p])
+    rel, max_abs = rel_l2(alone, logits[:p]), float((alone - logits[:p]).abs().max())
+    assert rel <= 1e-5 and torch.equal(alone.argmax(-1), logits[:p].argmax(-1)), \
+        f"prefix of {p} tokens run alone differs from the golden rows: rel_l2 {rel}, max |d| {max_abs}"
+    print(f"  short prompt: {p} tokens run alone vs golden rows rel_l2 {rel:.2e}")
+    return {"tokens": p, "rows": [0, p],
+            "alone_vs_golden_rows": {"rel_l2": rel, "max_abs": max_abs},
+            "transformers_bf16_vs_f32": rel_l2(logits16[:p], logits[:p])}
+
+
 def make_case(name, case, out_root):
     print(f"[{name}] building")
     out = os.path.join(out_root, name)
@@ -746,6 +767,7 @@ def make_case(name, case, out_root):
     rel_bf16 = rel_l2(logits16, logits)
     rel_bf16_rows = [rel_l2(logits16[t], logits[t]) for t in range(len(tokens))]
     print(f"  rel_l2 bf16 vs f32 {rel_bf16:.3e}; without the SwiGLU clamp {rel_no_clamp:.3e}")
+    short = short_prompt_check(model, case, ocfg, tokens, logits, logits16)
 
     # transformers layout: written from the bf16 model (every bf16 parameter is bf16-exact, float32-kept modules
     # stay float32); config dtype float32 so a plain from_pretrained builds the float32 model.
@@ -799,6 +821,7 @@ def make_case(name, case, out_root):
                          "indexer": {str(k): v for k, v in margin_detail["indexer"].items()},
                          "router": {str(k): v for k, v in margin_detail["router"].items()}},
         "swiglu_clamp_activity": clamp,
+        "short_prompt": short,
         "official_layout": official_summary,
         "layouts": ["official"] + (["transformers"] if case["transformers_layout"] else []),
         "bytes": {"official": folder_bytes(odir), "transformers": folder_bytes(tdir) if case["transformers_layout"]
