@@ -1,7 +1,7 @@
 // sm90_sparse_attn (with the fused output de-rotation) and sm90_wo_a against the CPU ops (sparse_attn then rope
 // with inverse; wo_a) at V4-Flash (64 heads, 8 groups) and V4-Pro (128 heads, 16 groups) shapes, the 4-head test
 // models (tests/data/goldens/*/official/config.json: window 128 + top-k 16 / 8, HCA 128 + n entries) and edge
-// shapes, both precisions.
+// shapes, both precisions; -1-padded capacity-wide candidate lists against the unpadded ones, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,6 +144,85 @@ TEST_P(WoATest, MatchesCpu) {
     }
 }
 
+// The decode step's capacity-wide candidate lists: the window's 128 slots then the compressed picks, padded with -1
+// to a fixed width (128 + 8192) whose tail is whole 64-blocks of -1, over a kv array larger than the rows referenced.
+// The output must be bit-identical to the unpadded list (128 + 3 columns) over exactly the referenced rows, in both
+// precisions: a fully masked block may not move the running max, the sum or the rounding of P.
+class SparseAttnPaddingTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(SparseAttnPaddingTest, TrailingMinusOneBlocksChangeNoBit) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const size_t act_bytes = prec == Precision::kReference ? 2 : 4;
+    constexpr int64_t kWindow = 128, kValidCompressed = 3, kPaddedWidth = 128 + 8192, kUsedRows = 300;
+    constexpr int64_t kUnpadded = kWindow + kValidCompressed;
+    struct Case {
+        int64_t tokens, heads, n_kv_padded;
+        bool derotate;
+    };
+    // Flash (64 heads), Pro (128 heads), the test models (4 heads); the padded call sees a kv array of 4096 + 128
+    // rows, the unpadded one exactly the 300 rows referenced
+    const Case cases[] = {{3, 64, 4096 + 128, true}, {2, 128, 4096 + 128, false}, {4, 4, 4096 + 128, true},
+                          {1, 4, kUsedRows, false}};
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    for (const Case& c : cases) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads));
+        const int64_t T = c.tokens, H = c.heads, D = 512;
+        auto q = random_act(prec, rng, size_t(T * H * D), 1.0f);
+        auto kv = random_act(prec, rng, size_t(c.n_kv_padded * D), 1.0f);
+        std::normal_distribution<float> ds(0.0f, 1.0f);
+        std::vector<float> sink(static_cast<size_t>(H));
+        for (auto& v : sink) v = ds(rng);
+        std::uniform_int_distribution<int32_t> pick(0, int32_t(kUsedRows - 1));
+        std::vector<int32_t> unpadded(size_t(T * kUnpadded)), padded(size_t(T * kPaddedWidth), -1);
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < kUnpadded; ++j) {
+                // token 1: a partly filled window (slots 37..127 empty, so block 64..127 is all -1 mid-list)
+                const bool empty_slot = t == 1 && j >= 37 && j < kWindow;
+                const int32_t v = empty_slot ? -1 : pick(rng);
+                unpadded[size_t(t * kUnpadded + j)] = v;
+                padded[size_t(t * kPaddedWidth + j)] = v;
+            }
+        std::vector<int64_t> pos(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 5000 + 131 * t;
+        auto dq = act_to_device(prec, q);
+        auto dkv = act_to_device(prec, kv);
+        auto du = to_device(unpadded);
+        auto dp = to_device(padded);
+        auto dsink = to_device(sink);
+        auto dpos = to_device(pos);
+        auto out_u = act_poisoned(prec, size_t(T * H * D));
+        auto out_p = act_poisoned(prec, size_t(T * H * D));
+        ASSERT_TRUE(dq.is_ok() && dkv.is_ok() && du.is_ok() && dp.is_ok() && dsink.is_ok() && dpos.is_ok() &&
+                    out_u.is_ok() && out_p.is_ok());
+        const float scale = 1.0f / std::sqrt(512.0f);
+        SparseAttnArgs a{dq->data(), dkv->data(), du->as<int32_t>(), T, H, kUsedRows, kUnpadded, dsink->as<float>(),
+                         scale, c.derotate, dpos->as<int64_t>(), freqs, out_u->data()};
+        DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
+        a.idx = dp->as<int32_t>();
+        a.n_kv = c.n_kv_padded;
+        a.topk = kPaddedWidth;
+        a.out = out_p->data();
+        DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
+        const auto got_u = to_host<uint8_t>(*out_u, size_t(T * H * D) * act_bytes);
+        const auto got_p = to_host<uint8_t>(*out_p, size_t(T * H * D) * act_bytes);
+        size_t diff = 0;
+        for (size_t i = 0; i < got_u.size(); ++i) diff += got_u[i] != got_p[i];
+        EXPECT_EQ(diff, 0u) << "padding the list with -1 blocks changed " << diff << " output bytes";
+        // and the unpadded result is the CPU's (so equal outputs cannot both be wrong)
+        std::vector<float> want(size_t(T * H * D));
+        backend::WeightView sv{WeightFormat::kF32, 1, H, sink.data(), nullptr};
+        const backend::Exec ex{prec, &pool()};
+        DSV4_ASSERT_OK(backend::cpu::sparse_attn(ex, {q.data(), kv.data(), unpadded.data(), T, H, D, kUsedRows,
+                                                      kUnpadded, sv, scale, want.data()}));
+        if (c.derotate) {
+            DSV4_ASSERT_OK(backend::cpu::rope(ex, {want.data(), T, H, D, 448, pos.data(), &freqs, true}));
+        }
+        DSV4_EXPECT_CLOSE(act_to_host(prec, *out_p, want.size()), want, prec == Precision::kReference ? 2e-3 : 1e-5);
+    }
+}
+
 TEST(AttentionValidation, BadShapesAreClearErrors) {
     DSV4_REQUIRE_GPU();
     auto buf = DeviceBuffer::allocate(1 << 16);
@@ -161,6 +240,7 @@ TEST(AttentionValidation, BadShapesAreClearErrors) {
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
 INSTANTIATE_TEST_SUITE_P(Cuda, SparseAttnTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, SparseAttnPaddingTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, WoATest, kPrecisions, precision_label);
 
 }  // namespace

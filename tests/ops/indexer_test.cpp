@@ -1,9 +1,11 @@
 // sm90_indexer_scores and sm90_topk against the CPU ops (indexer_scores, topk) at V4 shapes (64 indexer heads x 128,
 // keys up to 262,144 = 1M context / 4, top-k 512 Flash / 1024 Pro), the test models' 4 heads with top-k 16 / 8 over
 // a few keys, and edge shapes, both precisions. Top-k is
-// exact: the same scores in, the same index lists out (ties by lower index on both sides).
+// exact: the same scores in, the same index lists out (ties by lower index on both sides). The decode mode
+// (capacity-wide scores with visible_only, top-k cut by positions) against per-row host-driven calls.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
@@ -124,10 +126,101 @@ TEST(IndexerValidation, BadShapesAreClearErrors) {
     EXPECT_NE(s.message().find("[1, 64]"), std::string::npos) << s.message();
 }
 
+// Decode mode against the host-driven calls on the same inputs: one scores call over the cache's capacity with
+// visible_only, then top-k cut per row by positions, must give every row exactly the picks of a host call with
+// n = that row's visible count; visible scores are bit-identical, key blocks past the visible count stay untouched.
+class IndexerDecodeTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(IndexerDecodeTest, CapacityWideCallMatchesPerRowHostCalls) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const size_t act_bytes = prec == Precision::kReference ? 2 : 4;
+    struct Case {
+        int64_t heads, k, capacity;
+        std::vector<int64_t> pos;  // one row per sequence
+    };
+    // Flash (64 heads, top-k 512) and Pro (64 heads, top-k 1024) at capacity 4096 (16k context): rows with no
+    // visible entry, one, fewer than k, a partial last key block, and the full cache; the test models (4 heads,
+    // top-k 16 / 8) over a small cache
+    const Case cases[] = {{64, 512, 4096, {0, 3, 257, 1001, 2050, 16383, 5000}},
+                          {64, 1024, 4096, {16383, 7, 4099, 2, 8191, 700}},
+                          {4, 16, 128, {3, 63, 200, 511, 0}},
+                          {4, 8, 128, {299, 30, 1, 511}}};
+    constexpr int64_t kRatio = 4, kKeyBlock = 64;
+    for (const Case& c : cases) {
+        const int64_t T = int64_t(c.pos.size()), H = c.heads, n = c.capacity;
+        SCOPED_TRACE("heads " + std::to_string(H) + " k " + std::to_string(c.k) + " capacity " + std::to_string(n));
+        auto q = random_act(prec, rng, size_t(T * H * 128), 1.0f);
+        auto keys = random_act(prec, rng, size_t(n * 128), 1.0f);
+        auto w = random_act(prec, rng, size_t(T * H), 0.02f);
+        auto dq = act_to_device(prec, q);
+        auto dk = act_to_device(prec, keys);
+        auto dw = act_to_device(prec, w);
+        auto dpos = to_device(c.pos);
+        auto ds = act_poisoned(prec, size_t(T * n));
+        auto didx = poisoned<int32_t>(size_t(T * c.k));
+        ASSERT_TRUE(dq.is_ok() && dk.is_ok() && dw.is_ok() && dpos.is_ok() && ds.is_ok() && didx.is_ok());
+        IndexerScoresArgs a{dq->data(), dk->data(), dw->data(), T, H, n, kRatio, dpos->as<int64_t>(), ds->data()};
+        a.visible_only = true;
+        DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
+        TopKArgs tk{ds->data(), T, n, c.k, didx->as<int32_t>()};
+        tk.positions = dpos->as<int64_t>();
+        tk.ratio = kRatio;
+        DSV4_ASSERT_OK(sm90_topk(prec, tk, nullptr));
+        const auto scores = to_host<uint8_t>(*ds, size_t(T * n) * act_bytes);
+        const auto picks = to_host<int32_t>(*didx, size_t(T * c.k));
+        for (int64_t t = 0; t < T; ++t) {
+            const int64_t visible = std::min(n, (c.pos[size_t(t)] + 1) / kRatio);
+            SCOPED_TRACE("row " + std::to_string(t) + " pos " + std::to_string(c.pos[size_t(t)]) + " visible " +
+                         std::to_string(visible));
+            // the host-driven pair for this row alone, n = visible
+            auto hs = act_poisoned(prec, size_t(std::max<int64_t>(visible, 1)));
+            auto hidx = poisoned<int32_t>(size_t(c.k));
+            ASSERT_TRUE(hs.is_ok() && hidx.is_ok());
+            const auto* qb = static_cast<const uint8_t*>(dq->data()) + size_t(t * H * 128) * act_bytes;
+            const auto* wb = static_cast<const uint8_t*>(dw->data()) + size_t(t * H) * act_bytes;
+            IndexerScoresArgs ha{qb, dk->data(), wb, 1, H, visible, kRatio, dpos->as<int64_t>() + t, hs->data()};
+            DSV4_ASSERT_OK(sm90_indexer_scores(prec, ha, nullptr));
+            DSV4_ASSERT_OK(sm90_topk(prec, {hs->data(), 1, visible, c.k, hidx->as<int32_t>()}, nullptr));
+            const auto want_idx = to_host<int32_t>(*hidx, size_t(c.k));
+            const std::vector<int32_t> got_idx(picks.begin() + t * c.k, picks.begin() + (t + 1) * c.k);
+            EXPECT_EQ(got_idx, want_idx) << "top-k picks differ from the host-driven call";
+            const size_t row0 = size_t(t * n) * act_bytes;
+            if (visible > 0) {
+                const auto want_scores = to_host<uint8_t>(*hs, size_t(visible) * act_bytes);
+                EXPECT_TRUE(std::equal(want_scores.begin(), want_scores.end(), scores.begin() + row0))
+                    << "visible scores differ from the host-driven call";
+            }
+            // whole key blocks at or past the visible count are never written
+            const int64_t untouched = (visible + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+            const auto first_written = std::find_if(scores.begin() + row0 + size_t(std::min(untouched, n)) * act_bytes,
+                                                    scores.begin() + row0 + size_t(n) * act_bytes,
+                                                    [](uint8_t b) { return b != 0xff; });
+            EXPECT_EQ(first_written, scores.begin() + row0 + size_t(n) * act_bytes)
+                << "a score written in an invisible key block";
+        }
+        // a test that can fail: the full rows must pick something
+        EXPECT_GT(std::count_if(picks.begin(), picks.end(), [](int32_t v) { return v >= 0; }), 0);
+    }
+}
+
+TEST(IndexerDecodeValidation, PositionsNeedTheRatio) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 16);
+    ASSERT_TRUE(buf.is_ok());
+    TopKArgs tk{buf->data(), 1, 100, 16, buf->as<int32_t>()};
+    tk.positions = buf->as<int64_t>();
+    Status s = sm90_topk(Precision::kReference, tk, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("compression ratio"), std::string::npos) << s.message();
+}
+
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
 INSTANTIATE_TEST_SUITE_P(Cuda, IndexerScoresTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, TopKTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, IndexerDecodeTest, kPrecisions, precision_label);
 
 }  // namespace
 }  // namespace dsv4::cuda

@@ -1,9 +1,13 @@
 // sm90_window_kv_finish, sm90_compressor_pool and sm90_compressor_finish against the CPU ops (rmsnorm + rope +
 // kv_fp8_sim as window_kv runs them after its linear; compressor_pool; compressor_finish) at V4 shapes (512-d
-// main entries, 128-d indexer keys, CSA ratio 4 with overlap, HCA ratio 128) and edge shapes, both precisions.
+// main entries, 128-d indexer keys, CSA ratio 4 with overlap, HCA ratio 128) and edge shapes, both precisions; the
+// decode-position mode against the host-driven calls.
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/thread_pool.h"
@@ -182,11 +186,123 @@ TEST_P(CompressorFinishTest, MatchesCpu) {
     }
 }
 
+// Decode-position mode (one token per step, the position only on the device) against the host-driven mode on the
+// same inputs: the open window's ratio rows are pooled and finished into entry pos / ratio exactly when pos closes
+// the window (bit for bit what the host-driven calls give), and nothing at all is written when it does not.
+class CompressorDecodeTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(CompressorDecodeTest, MatchesHostDrivenAndWritesNothingUntilTheWindowCloses) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const size_t act_bytes = prec == Precision::kReference ? 2 : 4;
+    struct Case {
+        int64_t ratio, pos;
+        backend::CompressedKind kind;
+    };
+    using K = backend::CompressedKind;
+    // CSA (ratio 4, overlap): first window (pos 3, no previous window), with a previous window (7), deep in the
+    // sequence (4099), open windows (5, 4, 0); CSA indexer keys (128-d) alike; HCA (ratio 128): 127, 255, 300, 0
+    const Case cases[] = {{4, 3, K::kMain},      {4, 7, K::kMain},      {4, 4099, K::kMain},   {4, 5, K::kMain},
+                          {4, 4, K::kMain},      {4, 0, K::kMain},      {4, 3, K::kIndexer},   {4, 7, K::kIndexer},
+                          {4, 1023, K::kIndexer}, {4, 6, K::kIndexer},  {128, 127, K::kMain},  {128, 255, K::kMain},
+                          {128, 300, K::kMain},  {128, 0, K::kMain}};
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    for (const Case& c : cases) {
+        const bool main = c.kind == K::kMain, overlap = c.ratio == 4;
+        const int64_t dim = main ? 512 : 128, width = overlap ? 2 * dim : dim, m = c.ratio;
+        const bool closes = c.pos % m == m - 1;
+        const int64_t entry = c.pos / m, capacity = entry + 3;
+        SCOPED_TRACE(std::string(main ? "main" : "indexer") + " ratio " + std::to_string(m) + " pos " +
+                     std::to_string(c.pos));
+        std::normal_distribution<float> dkv(0.0f, 1.0f), dsc(0.0f, 2.0f);
+        std::vector<float> kv(size_t(m * width)), sc(kv.size()), pkv(kv.size()), psc(kv.size());
+        for (auto& v : kv) v = dkv(rng);
+        for (auto& v : sc) v = dsc(rng);
+        for (auto& v : pkv) v = dkv(rng);
+        for (auto& v : psc) v = dsc(rng);
+        auto w = random_bf16(rng, size_t(dim), 0.5f);
+        auto wbits = to_bf16_bits(w);
+        backend::WeightView wv{WeightFormat::kBF16, 1, dim, wbits.data(), nullptr};
+        auto d_kv = to_device(kv);
+        auto d_sc = to_device(sc);
+        auto d_pkv = to_device(pkv);
+        auto d_psc = to_device(psc);
+        auto dw = upload_weight(wv, "compressor.norm");
+        auto dpos = to_device(std::vector<int64_t>{c.pos});
+        auto host_pooled = act_poisoned(prec, size_t(dim));
+        auto host_normed = act_poisoned(prec, size_t(dim));
+        auto host_entry = act_poisoned(prec, size_t(dim));
+        auto dec_pooled = act_poisoned(prec, size_t(dim));
+        auto dec_normed = act_poisoned(prec, size_t(dim));
+        auto dec_entries = act_poisoned(prec, size_t(capacity * dim));
+        ASSERT_TRUE(d_kv.is_ok() && d_sc.is_ok() && d_pkv.is_ok() && d_psc.is_ok() && dw.is_ok() && dpos.is_ok() &&
+                    host_pooled.is_ok() && host_normed.is_ok() && host_entry.is_ok() && dec_pooled.is_ok() &&
+                    dec_normed.is_ok() && dec_entries.is_ok());
+        // host-driven: the host knows the window closed and whether a previous one exists
+        const bool with_prev = overlap && entry > 0;
+        CompressorPoolArgs hp{d_kv->as<float>(), d_sc->as<float>(), with_prev ? d_pkv->as<float>() : nullptr,
+                              with_prev ? d_psc->as<float>() : nullptr, 1, m, dim, overlap, host_pooled->data()};
+        DSV4_ASSERT_OK(sm90_compressor_pool(prec, hp, nullptr));
+        CompressorFinishArgs hf{host_pooled->data(), 1,     dim,   m,  entry, c.kind, dw->view(), freqs, 1e-6f,
+                                host_normed->data(), host_entry->data()};
+        DSV4_ASSERT_OK(sm90_compressor_finish(prec, hf, nullptr));
+        // decode: the same calls for every position, the previous window always passed, first_window ignored
+        CompressorPoolArgs dp{d_kv->as<float>(), d_sc->as<float>(), d_pkv->as<float>(), d_psc->as<float>(), 1, m, dim,
+                              overlap,           dec_pooled->data()};
+        dp.decode_position = dpos->as<int64_t>();
+        DSV4_ASSERT_OK(sm90_compressor_pool(prec, dp, nullptr));
+        CompressorFinishArgs df{dec_pooled->data(), 1,     dim,   m,  12345, c.kind, dw->view(), freqs, 1e-6f,
+                                dec_normed->data(), dec_entries->data()};
+        df.decode_position = dpos->as<int64_t>();
+        DSV4_ASSERT_OK(sm90_compressor_finish(prec, df, nullptr));
+        const size_t row = size_t(dim) * act_bytes;
+        const auto pooled = to_host<uint8_t>(*dec_pooled, row);
+        const auto normed = to_host<uint8_t>(*dec_normed, row);
+        const auto entries = to_host<uint8_t>(*dec_entries, size_t(capacity) * row);
+        const std::vector<uint8_t> poison(row, 0xff);
+        if (!closes) {
+            EXPECT_EQ(pooled, poison) << "pooled written although the window is still open";
+            EXPECT_EQ(normed, poison) << "normed written although the window is still open";
+            EXPECT_EQ(entries, std::vector<uint8_t>(entries.size(), 0xff)) << "an entry written for an open window";
+            continue;
+        }
+        EXPECT_EQ(pooled, to_host<uint8_t>(*host_pooled, row)) << "pooled differs from the host-driven pool";
+        EXPECT_EQ(normed, to_host<uint8_t>(*host_normed, row)) << "normed differs from the host-driven finish";
+        const auto want_entry = to_host<uint8_t>(*host_entry, row);
+        for (int64_t e = 0; e < capacity; ++e) {
+            const std::vector<uint8_t> got(entries.begin() + e * int64_t(row), entries.begin() + (e + 1) * int64_t(row));
+            if (e == entry)
+                EXPECT_EQ(got, want_entry) << "entry " << e << " differs from the host-driven finish";
+            else
+                EXPECT_EQ(got, poison) << "entry " << e << " written (only " << entry << " may be)";
+        }
+        // the host-driven result is itself the CPU's (MatchesCpu covers it); here one sanity check that it is finite
+        const auto vals = act_to_host(prec, *host_entry, size_t(dim));
+        EXPECT_TRUE(std::all_of(vals.begin(), vals.end(), [](float v) { return std::isfinite(v); }));
+    }
+}
+
+TEST(CompressorDecodeValidation, DecodeModeShapesAreClearErrors) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 16);
+    ASSERT_TRUE(buf.is_ok());
+    CompressorPoolArgs p{buf->as<float>(), buf->as<float>(), nullptr, nullptr, 2, 4, 128, true, buf->data()};
+    p.decode_position = buf->as<int64_t>();
+    Status s = sm90_compressor_pool(Precision::kReference, p, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("n_windows must be 1"), std::string::npos) << s.message();
+    p.n_windows = 1;
+    s = sm90_compressor_pool(Precision::kReference, p, nullptr);
+    EXPECT_NE(s.message().find("needs prev_kv"), std::string::npos) << s.message();
+}
+
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
 INSTANTIATE_TEST_SUITE_P(Cuda, WindowKvFinishTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, CompressorPoolTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, CompressorFinishTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, CompressorDecodeTest, kPrecisions, precision_label);
 
 }  // namespace
 }  // namespace dsv4::cuda
