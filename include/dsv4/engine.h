@@ -59,6 +59,16 @@ struct EngineOptions {
     // Token rows of one batched forward pass of Engine::step (all items together); its buffers are allocated at
     // load. A step with more rows runs as several passes, each item keeping the chunking Session::feed uses.
     int64_t max_batch_rows = 512;
+    // CUDA backend: capture decode steps (one token per sequence) as CUDA graphs and replay them. Off: every step
+    // is queued op by op (the same arithmetic; for comparisons).
+    bool cuda_graphs = true;
+};
+
+// Counters of the CUDA backend's decode graphs (all zero on the CPU backend).
+struct EngineStats {
+    int64_t graph_captures = 0;  // decode steps captured (one per new set of sequences stepping together)
+    int64_t graph_replays = 0;   // decode steps run from a captured graph
+    int64_t graph_nodes = 0;     // kernels and copies in the largest captured decode graph
 };
 
 struct ModelInfo {
@@ -87,6 +97,7 @@ public:
 
     const ModelInfo& info() const;
     const EngineOptions& options() const;
+    EngineStats stats() const;
     Result<std::unique_ptr<Session>> create_session(const SessionOptions& options = {});
 
     // Advances every item's session by its tokens in batched forward passes. Item i's logits (and MTP logits) are

@@ -96,6 +96,16 @@ Engine::~Engine() = default;
 const ModelInfo& Engine::info() const { return impl_->info; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 
+EngineStats Engine::stats() const {
+    EngineStats s;
+    if (!impl_->gpu) return s;
+    const engine::GpuGraphStats g = engine::gpu_graph_stats(*impl_->gpu);
+    s.graph_captures = g.captures;
+    s.graph_replays = g.replays;
+    s.graph_nodes = g.nodes;
+    return s;
+}
+
 Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_dir, const EngineOptions& options) {
     auto impl = std::make_unique<Impl>();
     impl->options = options;
@@ -111,6 +121,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
     if (options.backend == EngineBackend::kCuda) {
         DSV4_ASSIGN_OR_RETURN(impl->gpu, engine::load_gpu_model(impl->config, impl->views, precision,
                                                                 std::min(options.max_batch_rows, kGpuMaxPassRows)));
+        engine::set_gpu_graphs(*impl->gpu, options.cuda_graphs);
         impl->gpu_pass.reserve(size_t(options.max_batch_rows));
         impl->done.reserve(size_t(options.max_batch_rows));
         impl->pass_item.reserve(size_t(options.max_batch_rows));

@@ -1,5 +1,6 @@
 // The GPU forward's entry points in a build without CUDA: loading says so; nothing else can be reached, since no
 // GpuModel or GpuSequence can exist.
+#include "dsv4/bench.h"
 #include "engine/cuda/gpu_model.h"
 
 #if !DSV4_HAVE_CUDA
@@ -26,6 +27,14 @@ int64_t gpu_position(const GpuSequence&) { return 0; }
 int64_t gpu_chunk_rows(const GpuSequence&) { return 0; }
 void reset_gpu_sequence(GpuSequence&) {}
 Status gpu_forward_batch(GpuModel&, std::span<GpuBatchSeq>) { return unsupported("this dsv4 was built without CUDA"); }
+void set_gpu_graphs(GpuModel&, bool) {}
+GpuGraphStats gpu_graph_stats(const GpuModel&) { return {}; }
 
 }  // namespace dsv4::engine
+
+namespace dsv4 {
+Status run_gpu_bench(const GpuBenchOptions&, std::FILE*) {
+    return unsupported("dsv4 bench runs on the GPU, and this dsv4 was built without CUDA");
+}
+}  // namespace dsv4
 #endif

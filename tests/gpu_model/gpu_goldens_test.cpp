@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -182,6 +183,45 @@ TEST(GpuBackendAvailability, NoGpuGivesAClearError) {
     auto e = Engine::load(testing::test_data_dir() / "goldens" / "pro_like" / "official", o);
     ASSERT_FALSE(e.is_ok());
     EXPECT_NE(e.status().message().find("--backend cpu"), std::string::npos) << e.status().to_string();
+}
+
+}  // namespace
+}  // namespace dsv4::model_tests
+
+namespace dsv4::model_tests {
+namespace {
+
+// Decode steps replay CUDA graphs (captured once per set of sequences; a capture fails on any host
+// synchronisation, so each captured step is proof that it has none) and give bit for bit what the same steps give
+// queued op by op, in reference numerics, where any difference would be amplified.
+TEST(GpuDecodeGraphs, ReplayedStepsEqualQueuedStepsBitForBit) {
+    DSV4_REQUIRE_GPU();
+    const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
+    const auto tokens = read_token_file(dir / "tokens.txt");
+    auto run = [&](bool graphs, EngineStats* stats) {
+        EngineOptions o;
+        o.backend = EngineBackend::kCuda;
+        o.cuda_graphs = graphs;
+        auto e = Engine::load(dir / "official", o);
+        EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+        if (!e.is_ok()) return std::vector<float>{};
+        auto logits = run_logits(**e, tokens, 1);  // a first token, then single-token decode steps
+        *stats = (*e)->stats();
+        return logits;
+    };
+    EngineStats with, without;
+    const auto a = run(true, &with), b = run(false, &without);
+    ASSERT_FALSE(a.empty());
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rel_l2 " << rel_l2(a, b);
+    const int64_t steps = int64_t(tokens.size()) - 1;
+    std::printf("decode graphs: %lld captures, %lld replays, %lld nodes per step\n",
+                static_cast<long long>(with.graph_captures), static_cast<long long>(with.graph_replays),
+                static_cast<long long>(with.graph_nodes));
+    EXPECT_EQ(with.graph_captures, 1);
+    EXPECT_EQ(with.graph_replays, steps);
+    EXPECT_GT(with.graph_nodes, 0);
+    EXPECT_EQ(without.graph_replays, 0);
 }
 
 }  // namespace

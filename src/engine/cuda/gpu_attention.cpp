@@ -244,10 +244,153 @@ Status sequence_attention(GpuModel& m, const GpuLayer& layer, GpuSequence& seq, 
     return Status::ok();
 }
 
+// Decode form of absorb_compressor (one token at the device position pos): the token joins the open window; when
+// it closes the window (pos % m == m - 1) the entry pos / m is pooled and finished, and the window becomes the
+// previous window (CSA). Every launch is the same at every position; the kernels decide from pos.
+Status decode_compressor(GpuModel& m, GpuSequence& seq, const GpuCompressor& w, GpuCompressorState& cs,
+                         CompressedKind kind, int64_t head_dim, const uint8_t* kv, const uint8_t* score,
+                         const int64_t* pos, uint8_t* entries) {
+    const cuda::StreamHandle st = m.stream.handle();
+    cuda::CompressorAppendArgs ap;
+    ap.position = pos;
+    ap.kv = reinterpret_cast<const float*>(kv);
+    ap.score = reinterpret_cast<const float*>(score);
+    ap.ratio = cs.ratio;
+    ap.width = cs.width;
+    ap.open_kv = cs.open_kv.as<float>();
+    ap.open_score = cs.open_score.as<float>();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_append(ap, st));
+    cuda::CompressorPoolArgs pl;
+    pl.kv = cs.open_kv.as<float>();
+    pl.score = cs.open_score.as<float>();
+    pl.prev_kv = cs.prev_kv.as<float>();
+    pl.prev_score = cs.prev_score.as<float>();
+    pl.n_windows = 1;
+    pl.ratio = cs.ratio;
+    pl.head_dim = head_dim;
+    pl.overlap = cs.overlap;
+    pl.out = seq.pooled.data();
+    pl.decode_position = pos;
+    DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_pool(m.precision, pl, st));
+    cuda::CompressorFinishArgs fp;
+    fp.pooled = seq.pooled.data();
+    fp.n = 1;
+    fp.head_dim = head_dim;
+    fp.ratio = cs.ratio;
+    fp.kind = kind;
+    fp.norm = w.norm;
+    fp.freqs = m.freqs_compress;
+    fp.eps = float(m.cfg.rms_norm_eps);
+    fp.out = entries;
+    fp.decode_position = pos;
+    DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_finish(m.precision, fp, st));
+    if (!cs.overlap) return Status::ok();
+    cuda::CompressorRollArgs rl;
+    rl.position = pos;
+    rl.ratio = cs.ratio;
+    rl.width = cs.width;
+    rl.open_kv = cs.open_kv.as<float>();
+    rl.open_score = cs.open_score.as<float>();
+    rl.prev_kv = cs.prev_kv.as<float>();
+    rl.prev_score = cs.prev_score.as<float>();
+    return cuda::sm90_compressor_roll(rl, st);
+}
+
+// Decode form of sequence_attention: one token at row r0, its position read from the plan. The indexer scans
+// the cache's capacity but computes only the visible entries; HCA lists every entry slot, the invisible ones -1
+// (whole blocks of -1 change nothing in the attention's sums or roundings).
+Status sequence_attention_decode(GpuModel& m, const GpuLayer& layer, GpuSequence& seq, GpuLayerState& ls,
+                                 int64_t r0) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    const cuda::StreamHandle st = m.stream.handle();
+    const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, heads = c.num_heads, row = hd * a;
+    const int64_t* pos = s.positions + r0;
+    const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
+    uint8_t* pool = ls.pool.as<uint8_t>();
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(pool, at(s.window_kv, r0 * row), size_t(row), st));
+    if (layer.ratio) {
+        const int64_t width = ls.compressor.width;
+        DSV4_RETURN_IF_ERROR(decode_compressor(m, seq, layer.attn.compressor, ls.compressor, CompressedKind::kMain,
+                                               hd, at(s.proj_kv, r0 * width * 4), at(s.proj_score, r0 * width * 4),
+                                               pos, pool + seq.entry_row(0) * row));
+    }
+    const int64_t topk = c.index_topk;
+    if (csa) {
+        const int64_t width = ls.index_compressor.width;
+        DSV4_RETURN_IF_ERROR(decode_compressor(m, seq, layer.attn.index_compressor, ls.index_compressor,
+                                               CompressedKind::kIndexer, c.index_head_dim,
+                                               at(s.index_proj_kv, r0 * width * 4),
+                                               at(s.index_proj_score, r0 * width * 4), pos,
+                                               ls.index_keys.as<uint8_t>()));
+        if (ls.max_entries == 0) {
+            DSV4_RETURN_IF_ERROR(cuda::fill_async(seq.index_topk.data(), 0xff, size_t(topk) * 4, st));
+        } else {
+            cuda::IndexerScoresArgs sp;
+            sp.q = at(s.index_q, r0 * c.index_n_heads * c.index_head_dim * a);
+            sp.keys = ls.index_keys.data();
+            sp.w = at(s.index_w, r0 * c.index_n_heads * a);
+            sp.tokens = 1;
+            sp.heads = c.index_n_heads;
+            sp.n = ls.max_entries;
+            sp.ratio = ls.ratio;
+            sp.positions = pos;
+            sp.scores = seq.index_scores.data();
+            sp.visible_only = true;
+            DSV4_RETURN_IF_ERROR(cuda::sm90_indexer_scores(m.precision, sp, st));
+            cuda::TopKArgs tp;
+            tp.scores = seq.index_scores.data();
+            tp.rows = 1;
+            tp.n = ls.max_entries;
+            tp.k = topk;
+            tp.idx = seq.index_topk.as<int32_t>();
+            tp.positions = pos;
+            tp.ratio = ls.ratio;
+            DSV4_RETURN_IF_ERROR(cuda::sm90_topk(m.precision, tp, st));
+        }
+    }
+    const int64_t width = seq.window + (csa ? topk : hca ? ls.max_entries : 0);
+    cuda::AttnIndexArgs ia;
+    ia.idx = seq.idx.as<int32_t>();
+    ia.n = 1;
+    ia.p0_device = pos;
+    ia.win_cols = seq.window;
+    ia.window = seq.window;
+    ia.chunk_rows = seq.chunk_rows;
+    ia.picks = csa ? seq.index_topk.as<int32_t>() : nullptr;
+    ia.topk = csa ? topk : 0;
+    ia.hca_entries = hca ? ls.max_entries : 0;
+    ia.ratio = layer.ratio;
+    DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
+
+    cuda::SparseAttnArgs ap;
+    ap.q = at(s.q, r0 * heads * row);
+    ap.kv = pool;
+    ap.idx = seq.idx.as<int32_t>();
+    ap.tokens = 1;
+    ap.heads = heads;
+    ap.n_kv = seq.entry_row(ls.max_entries);
+    ap.topk = width;
+    ap.sink = layer.attn.sink;
+    ap.scale = float(1.0 / std::sqrt(double(hd)));
+    ap.derotate = true;
+    ap.positions = pos;
+    ap.freqs = layer.ratio ? m.freqs_compress : m.freqs_window;
+    ap.out = at(s.attn, r0 * heads * row);
+    DSV4_RETURN_IF_ERROR(cuda::sm90_sparse_attn(m.precision, ap, st));
+    cuda::RingStoreArgs rs;
+    rs.position = pos;
+    rs.pool = pool;
+    rs.chunk_rows = seq.chunk_rows;
+    rs.window = seq.window;
+    rs.row_elems = hd;
+    return cuda::sm90_ring_store(m.precision, rs, st);
+}
+
 }  // namespace
 
 Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, std::span<GpuBatchSeq> seqs,
-                           int64_t rows) {
+                           int64_t rows, bool decode) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const GpuAttention& w = layer.attn;
@@ -288,15 +431,17 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     if (layer.kind == model::AttnKind::kCSA) {
         DSV4_RETURN_IF_ERROR(project_rows(m, w.index_compressor, layer.ratio, rows, s.index_proj_kv.data(),
                                           s.index_proj_score.data()));
-        bool any_entries = false;
+        bool any_entries = decode;  // a decode step's launches may not depend on the positions
         for (const GpuBatchSeq& q : seqs) any_entries |= (q.seq->position + q.n) / layer.ratio > 0;
         if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows));
     }
 
     // 2-4 per sequence
-    for (GpuBatchSeq& q : seqs)
-        DSV4_RETURN_IF_ERROR(
-            sequence_attention(m, layer, *q.seq, q.seq->layers[size_t(layer_slot)], q.row0, q.n));
+    for (GpuBatchSeq& q : seqs) {
+        GpuLayerState& ls = q.seq->layers[size_t(layer_slot)];
+        DSV4_RETURN_IF_ERROR(decode ? sequence_attention_decode(m, layer, *q.seq, ls, q.row0)
+                                    : sequence_attention(m, layer, *q.seq, ls, q.row0, q.n));
+    }
 
     // 5. wo_a (the de-rotation ran in the attention epilogue), wo_b
     cuda::WoAArgs oa;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cuda/common/graph.h"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
 #include "backend/cuda/kernels/experts/experts.h"
 #include "backend/cuda/kernels/glue/glue.h"
@@ -168,9 +169,9 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
 }
 
 Status block_forward(GpuModel& m, const GpuLayer& layer, int slot, std::span<GpuBatchSeq> seqs, int64_t rows,
-                     void* streams, void* spare) {
+                     void* streams, void* spare, bool decode) {
     DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_attn, layer.attn_norm, streams, rows));
-    DSV4_RETURN_IF_ERROR(gpu_attention_block(m, layer, slot, seqs, rows));
+    DSV4_RETURN_IF_ERROR(gpu_attention_block(m, layer, slot, seqs, rows, decode));
     DSV4_RETURN_IF_ERROR(leave_sub_block(m, streams, spare, rows));
     DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_ffn, layer.ffn_norm, spare, rows));
     DSV4_RETURN_IF_ERROR(moe_block(m, layer, rows));
@@ -205,6 +206,71 @@ Status head_forward(GpuModel& m, const void* streams, int64_t rows) {
 
 }  // namespace
 
+namespace {
+
+// Everything a pass queues between the plan upload and the logits, without waiting for anything: the part a
+// decode step captures as a CUDA graph. The host plan must already hold the pass's positions and tokens.
+Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool decode) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    const cuda::StreamHandle st = m.stream.handle();
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(s.plan.data(), s.plan_host.data(), s.plan_host.bytes(), st));
+    cuda::EmbeddingArgs ep;
+    ep.tokens = s.tokens;
+    ep.n = rows;
+    ep.table = m.embed;
+    ep.out = s.hc_x.data();
+    ep.bad_position = s.bad_token.as<int32_t>();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_embedding(m.precision, ep, st));
+    DSV4_RETURN_IF_ERROR(cuda::sm90_broadcast_streams(
+        m.precision, {.x = s.hc_x.data(), .rows = rows, .dim = c.hidden_size, .hc = c.hc_mult, .streams = s.streams_a.data()},
+        st));
+    for (size_t li = 0; li < m.layers.size(); ++li)
+        DSV4_RETURN_IF_ERROR(
+            block_forward(m, m.layers[li], int(li), seqs, rows, s.streams_a.data(), s.streams_b.data(), decode));
+    return head_forward(m, s.streams_a.data(), rows);
+}
+
+// A decode step (one token per sequence, none at position 0) replays a graph captured for the same sequences.
+bool is_decode_step(std::span<const GpuBatchSeq> seqs) {
+    for (const GpuBatchSeq& q : seqs)
+        if (q.n != 1 || q.seq->position == 0) return false;
+    return true;
+}
+
+Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) {
+    GpuGraphCache& cache = m.graphs;
+    std::vector<uint64_t>& key = cache.key;
+    key.clear();
+    for (const GpuBatchSeq& q : seqs) key.push_back(q.seq->id);
+    for (GpuGraphCache::Entry& e : cache.entries)
+        if (e.ids == key) {
+            e.last_use = ++cache.clock;
+            ++cache.replays;
+            return e.graph.launch(m.stream.handle());
+        }
+    DSV4_ASSIGN_OR_RETURN(cuda::CapturedGraph g, cuda::CapturedGraph::capture(m.stream.handle(), [&] {
+                              return enqueue_pass(m, seqs, rows, true);
+                          }));
+    ++cache.captures;
+    GpuGraphCache::Entry* slot = nullptr;
+    if (cache.entries.size() < GpuGraphCache::kMaxEntries) {
+        slot = &cache.entries.emplace_back();
+    } else {  // evict the least recently used
+        slot = &cache.entries[0];
+        for (GpuGraphCache::Entry& e : cache.entries)
+            if (e.last_use < slot->last_use) slot = &e;
+    }
+    slot->ids = key;
+    slot->graph = std::move(g);
+    slot->last_use = ++cache.clock;
+    slot->nodes = slot->graph.nodes();
+    ++cache.replays;
+    return slot->graph.launch(m.stream.handle());
+}
+
+}  // namespace
+
 Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
@@ -225,29 +291,25 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
         }
         rows += q.n;
     }
-    // the plan: one upload (positions, then tokens, in the device buffer's layout)
-    DSV4_RETURN_IF_ERROR(cuda::copy_async(s.plan.data(), s.plan_host.data(), s.plan_host.bytes(), st));
-
-    cuda::EmbeddingArgs ep;
-    ep.tokens = s.tokens;
-    ep.n = rows;
-    ep.table = m.embed;
-    ep.out = s.hc_x.data();
-    ep.bad_position = s.bad_token.as<int32_t>();
-    DSV4_RETURN_IF_ERROR(cuda::sm90_embedding(m.precision, ep, st));
-    DSV4_RETURN_IF_ERROR(cuda::sm90_broadcast_streams(
-        m.precision, {.x = s.hc_x.data(), .rows = rows, .dim = c.hidden_size, .hc = c.hc_mult, .streams = s.streams_a.data()},
-        st));
-    for (size_t li = 0; li < m.layers.size(); ++li)
-        DSV4_RETURN_IF_ERROR(
-            block_forward(m, m.layers[li], int(li), seqs, rows, s.streams_a.data(), s.streams_b.data()));
-    DSV4_RETURN_IF_ERROR(head_forward(m, s.streams_a.data(), rows));
+    if (m.use_graphs && is_decode_step(seqs)) {
+        DSV4_RETURN_IF_ERROR(run_decode_graph(m, seqs, rows));
+    } else {
+        DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, rows, false));
+    }
     for (const GpuBatchSeq& q : seqs)
         DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits, at(s.logits, q.row0 * c.vocab_size * 4),
                                               size_t(q.n * c.vocab_size) * 4, st));
     DSV4_RETURN_IF_ERROR(m.stream.synchronize());
     for (GpuBatchSeq& q : seqs) q.seq->position += q.n;
     return Status::ok();
+}
+
+GpuGraphStats gpu_graph_stats(const GpuModel& m) {
+    GpuGraphStats g;
+    g.captures = m.graphs.captures;
+    g.replays = m.graphs.replays;
+    for (const GpuGraphCache::Entry& e : m.graphs.entries) g.nodes = std::max(g.nodes, int64_t(e.nodes));
+    return g;
 }
 
 }  // namespace dsv4::engine

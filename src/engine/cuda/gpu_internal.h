@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/common/buffer.h"
 #include "backend/cuda/common/copy.h"
+#include "backend/cuda/common/graph.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
 #include "backend/cuda/kernels/experts/experts.h"
@@ -76,8 +78,34 @@ struct GpuPass {
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
 };
 
+// Decode steps captured as CUDA graphs, keyed by the step's sequences (their ids, in order): a step of the same
+// sequences replays the graph, since every step-dependent value is read from the uploaded plan.
+struct GpuGraphCache {
+    static constexpr size_t kMaxEntries = 16;
+    struct Entry {
+        std::vector<uint64_t> ids;
+        cuda::CapturedGraph graph;
+        uint64_t last_use = 0;
+        size_t nodes = 0;
+    };
+    std::vector<Entry> entries;
+    std::vector<uint64_t> key;  // scratch
+    uint64_t clock = 0;
+    int64_t captures = 0, replays = 0;
+};
+
+// How each weight reaches the GPU: uploaded from the checkpoint (gpu_model.cpp), or generated in place for
+// benchmarks (gpu_synthetic.cpp). An absent optional weight gives an empty view / null table.
+struct GpuWeightSource {
+    Result<DeviceWeightView> (*matrix)(GpuModel& m, const WeightView& w, const std::string& name);  // as shipped
+    Result<const float*> (*f32_table)(GpuModel& m, const WeightView& w, const std::string& name);
+    Result<DeviceWeightView> (*norm)(GpuModel& m, const WeightView& w, const std::string& name);    // bf16
+};
+
 struct GpuModel {
     model::ModelConfig cfg;
+    const GpuWeightSource* source = nullptr;
+    bool use_graphs = true;
     backend::Precision precision = backend::Precision::kReference;
     size_t act_bytes = 2;            // bytes of one activation value
     cuda::Stream stream;
@@ -89,6 +117,7 @@ struct GpuModel {
     std::vector<GpuLayer> layers;
     backend::RopeFreqs freqs_window, freqs_compress;
     GpuPass pass;
+    GpuGraphCache graphs;
 };
 
 struct GpuCompressorState {
@@ -106,6 +135,7 @@ struct GpuLayerState {
 };
 
 struct GpuSequence {
+    uint64_t id = 0;  // unique per process: keys the decode graphs (an address could be reused)
     int64_t position = 0, max_context = 0, chunk_rows = 0, window = 128;
     std::vector<GpuLayerState> layers;
     // per-sequence work buffers
@@ -122,8 +152,18 @@ struct GpuSequence {
 // Byte pointer arithmetic on device buffers.
 inline uint8_t* at(const DeviceBuffer& b, int64_t byte_offset) { return b.as<uint8_t>() + byte_offset; }
 
+// Every weight of `views` through `source`, then the pass buffers (load_gpu_model = the checkpoint source).
+Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
+                                                  backend::Precision precision, int64_t max_rows,
+                                                  const GpuWeightSource& source);
+// Keeps a weight in m.owned and returns its view.
+Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d);
+Status make_gpu_pass(GpuModel& m, int64_t rows);
+
 // One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out.
+// decode: every share is one token past position 0; per-sequence steps then read the position from the device plan
+// (same launches every step: capturable once, replayable).
 Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, std::span<GpuBatchSeq> seqs,
-                           int64_t rows);
+                           int64_t rows, bool decode);
 
 }  // namespace dsv4::engine

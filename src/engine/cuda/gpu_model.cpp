@@ -1,5 +1,6 @@
 // Loading the GPU model (weights in their shipped formats, pass buffers) and creating sequence states.
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "backend/cuda/device.h"
@@ -17,21 +18,26 @@ namespace {
 
 std::string layer_name(int layer, const char* what) { return "layer " + std::to_string(layer) + " " + what; }
 
+// Bytes a weight takes on the GPU (from its shape: synthetic views carry no data).
 uint64_t host_weight_bytes(const WeightView& w) {
-    return w.empty() ? 0 : cuda::weight_data_bytes(w) + cuda::weight_scale_bytes(w);
+    return w.rows <= 0 || w.cols <= 0 ? 0 : cuda::weight_data_bytes(w) + cuda::weight_scale_bytes(w);
 }
 
-// Uploads one weight as shipped; an absent optional weight stays an empty view.
-Result<DeviceWeightView> put(GpuModel& m, const WeightView& w, const std::string& name) {
-    if (w.empty()) return DeviceWeightView{};
-    DSV4_ASSIGN_OR_RETURN(cuda::DeviceWeight d, cuda::upload_weight(w, name.c_str()));
+Result<DeviceWeightView> keep(GpuModel& m, cuda::DeviceWeight d) {
     m.weight_bytes += d.bytes();
     m.owned.push_back(std::move(d));
     return m.owned.back().view();
 }
 
+// Uploads one weight as shipped; an absent optional weight stays an empty view.
+Result<DeviceWeightView> upload(GpuModel& m, const WeightView& w, const std::string& name) {
+    if (w.empty()) return DeviceWeightView{};
+    DSV4_ASSIGN_OR_RETURN(cuda::DeviceWeight d, cuda::upload_weight(w, name.c_str()));
+    return keep(m, std::move(d));
+}
+
 // Uploads a small table as f32 (sinks, router bias), dequantised exactly; returns the device pointer.
-Result<const float*> put_f32_table(GpuModel& m, const WeightView& w, const std::string& name) {
+Result<const float*> upload_f32_table(GpuModel& m, const WeightView& w, const std::string& name) {
     if (w.empty()) return static_cast<const float*>(nullptr);
     std::vector<float> host(size_t(w.numel()));
     for (int64_t r = 0; r < w.rows; ++r) backend::dequantize_weight_row(w, r, host.data() + r * w.cols);
@@ -42,16 +48,10 @@ Result<const float*> put_f32_table(GpuModel& m, const WeightView& w, const std::
     return m.tables.back().as<const float>();
 }
 
-Result<DeviceWeightView> put_f32(GpuModel& m, const WeightView& w, const std::string& name) {
-    if (w.empty()) return DeviceWeightView{};
-    DSV4_ASSIGN_OR_RETURN(const float* p, put_f32_table(m, w, name));
-    return DeviceWeightView{WeightFormat::kF32, w.rows, w.cols, p, nullptr};
-}
-
 // Norm weights as bf16 (the K=V finishing kernels read bf16 norms): an f32 norm is accepted when every value is a
 // bf16 value (a transformers-layout checkpoint keeps bf16-trained norms in f32), since converting it is exact.
-Result<DeviceWeightView> put_norm(GpuModel& m, const WeightView& w, const std::string& name) {
-    if (w.empty() || w.format == WeightFormat::kBF16) return put(m, w, name);
+Result<DeviceWeightView> upload_norm(GpuModel& m, const WeightView& w, const std::string& name) {
+    if (w.empty() || w.format == WeightFormat::kBF16) return upload(m, w, name);
     if (w.format != WeightFormat::kF32) return unsupported(name + ": norm weight in an unexpected format");
     std::vector<uint16_t> bits(size_t(w.numel()));
     for (int64_t i = 0; i < w.numel(); ++i) {
@@ -62,7 +62,26 @@ Result<DeviceWeightView> put_norm(GpuModel& m, const WeightView& w, const std::s
                                ") is not supported by the CUDA backend; use --backend cpu");
     }
     const WeightView as_bf16{WeightFormat::kBF16, w.rows, w.cols, bits.data(), nullptr};
-    return put(m, as_bf16, name);
+    return upload(m, as_bf16, name);
+}
+
+// The checkpoint's weights, as shipped.
+const GpuWeightSource kCheckpointSource{upload, upload_f32_table, upload_norm};
+
+// The structure below takes every weight through m.source.
+Result<DeviceWeightView> put(GpuModel& m, const WeightView& w, const std::string& name) {
+    return m.source->matrix(m, w, name);
+}
+Result<const float*> put_f32_table(GpuModel& m, const WeightView& w, const std::string& name) {
+    return m.source->f32_table(m, w, name);
+}
+Result<DeviceWeightView> put_norm(GpuModel& m, const WeightView& w, const std::string& name) {
+    return m.source->norm(m, w, name);
+}
+Result<DeviceWeightView> put_f32(GpuModel& m, const WeightView& w, const std::string& name) {
+    DSV4_ASSIGN_OR_RETURN(const float* p, put_f32_table(m, w, name));
+    if (!p) return DeviceWeightView{};
+    return DeviceWeightView{WeightFormat::kF32, w.rows, w.cols, p, nullptr};
 }
 
 Result<GpuHc> put_hc(GpuModel& m, const HcViews& v, const std::string& name) {
@@ -203,7 +222,9 @@ Status alloc(DeviceBuffer& b, int64_t bytes, const char* what) {
     return Status::ok();
 }
 
-Status make_pass(GpuModel& m, int64_t R) {
+}  // namespace
+
+Status make_gpu_pass(GpuModel& m, int64_t R) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const int64_t a = int64_t(m.act_bytes), D = c.hidden_size, hc = c.hc_mult, H = c.num_heads, hd = c.head_dim;
@@ -243,8 +264,6 @@ Status make_pass(GpuModel& m, int64_t R) {
     return Status::ok();
 }
 
-}  // namespace
-
 bool gpu_available(std::string* why) {
     Status st = []() -> Status {
         DSV4_ASSIGN_OR_RETURN(int count, cuda::device_count());
@@ -255,15 +274,24 @@ bool gpu_available(std::string* why) {
     return st.is_ok();
 }
 
+Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d) { return keep(m, std::move(d)); }
+
 void GpuSequenceDeleter::operator()(GpuSequence* s) const { delete s; }
 
 Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
                                                  Precision precision, int64_t max_rows) {
+    return build_gpu_model(cfg, views, precision, max_rows, kCheckpointSource);
+}
+
+Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
+                                                  Precision precision, int64_t max_rows,
+                                                  const GpuWeightSource& source) {
     DSV4_ASSIGN_OR_RETURN(int count, cuda::device_count());
     if (count < 1) return unsupported("no CUDA GPU is visible; use --backend cpu");
     DSV4_RETURN_IF_ERROR(cuda::check_device_supported(0, model_bytes(views)));
     if (max_rows < 1) return invalid_argument("GPU pass rows must be >= 1");
     auto m = std::make_shared<GpuModel>();
+    m->source = &source;
     m->cfg = cfg;
     m->precision = precision;
     m->act_bytes = precision == Precision::kReference ? 2 : 4;
@@ -281,17 +309,20 @@ Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, 
                                           cfg.beta_slow, int(cfg.rope_head_dim));
     m->freqs_compress = backend::rope_freqs(cfg.compress_rope_theta, cfg.rope_factor, cfg.original_max_position,
                                             cfg.beta_fast, cfg.beta_slow, int(cfg.rope_head_dim));
-    DSV4_RETURN_IF_ERROR(make_pass(*m, max_rows));
+    DSV4_RETURN_IF_ERROR(make_gpu_pass(*m, max_rows));
     return m;
 }
 
 int64_t gpu_max_rows(const GpuModel& m) { return m.pass.rows; }
+void set_gpu_graphs(GpuModel& m, bool enabled) { m.use_graphs = enabled; }
 uint64_t gpu_weight_bytes(const GpuModel& m) { return m.weight_bytes; }
 
 Result<GpuSequencePtr> make_gpu_sequence(const GpuModel& m, int64_t max_context, int64_t chunk_rows) {
     const model::ModelConfig& c = m.cfg;
     const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, S = chunk_rows, ihd = c.index_head_dim;
+    static std::atomic<uint64_t> next_id{1};
     GpuSequencePtr s(new GpuSequence);
+    s->id = next_id++;
     s->max_context = max_context;
     s->chunk_rows = S;
     s->window = c.window;

@@ -51,4 +51,20 @@ Result<DeviceWeight> upload_weight(const backend::WeightView& w, const char* nam
     return d;
 }
 
+Result<DeviceWeight> allocate_weight(WeightFormat format, int64_t rows, int64_t cols, const char* name) {
+    if (rows <= 0 || cols <= 0) return invalid_argument(std::string("weight ") + name + ": empty shape");
+    if (format == WeightFormat::kMXFP4 && cols % 32 != 0)
+        return invalid_argument(std::string("weight ") + name + ": MXFP4 columns not a multiple of 32");
+    const backend::WeightView shape{format, rows, cols, nullptr, nullptr};
+    DeviceWeight d;
+    d.format_ = format;
+    d.rows_ = rows;
+    d.cols_ = cols;
+    DSV4_ASSIGN_OR_RETURN(d.data_, DeviceBuffer::allocate(weight_data_bytes(shape), name));
+    if (const size_t ns = weight_scale_bytes(shape)) {
+        DSV4_ASSIGN_OR_RETURN(d.scale_, DeviceBuffer::allocate(ns, name));
+    }
+    return d;
+}
+
 }  // namespace dsv4::cuda

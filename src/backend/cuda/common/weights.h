@@ -25,6 +25,10 @@ public:
 
 private:
     friend Result<DeviceWeight> upload_weight(const backend::WeightView& w, const char* name);
+// Device memory for a weight of this format and shape, contents unset (synthetic weights are generated in place).
+Result<DeviceWeight> allocate_weight(backend::WeightFormat format, int64_t rows, int64_t cols, const char* name);
+    friend Result<DeviceWeight> allocate_weight(backend::WeightFormat format, int64_t rows, int64_t cols,
+                                                const char* name);
     backend::WeightFormat format_ = backend::WeightFormat::kF32;
     int64_t rows_ = 0, cols_ = 0;
     DeviceBuffer data_, scale_;
@@ -35,5 +39,7 @@ size_t weight_data_bytes(const backend::WeightView& w);
 size_t weight_scale_bytes(const backend::WeightView& w);
 // Copies the raw bytes (the host view may be unaligned: an mmapped checkpoint). `name` appears in errors.
 Result<DeviceWeight> upload_weight(const backend::WeightView& w, const char* name);
+// Device memory for a weight of this format and shape, contents unset (synthetic weights are generated in place).
+Result<DeviceWeight> allocate_weight(backend::WeightFormat format, int64_t rows, int64_t cols, const char* name);
 
 }  // namespace dsv4::cuda

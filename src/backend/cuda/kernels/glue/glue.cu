@@ -47,6 +47,7 @@ __global__ void scale_kernel(T* x, int64_t n, float scale) {
 
 __global__ void attn_index_kernel(AttnIndexArgs a, int64_t width) {
     const int64_t total = a.n * width;
+    if (a.p0_device) a.p0 = *a.p0_device;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t q = i / width, c = i % width, pos = a.p0 + q;
         int32_t v = -1;
@@ -65,7 +66,58 @@ __global__ void attn_index_kernel(AttnIndexArgs a, int64_t width) {
     }
 }
 
+__global__ void compressor_append_kernel(CompressorAppendArgs a) {
+    const int64_t slot = *a.position % a.ratio;
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < a.width; c += int64_t(gridDim.x) * blockDim.x) {
+        a.open_kv[slot * a.width + c] = a.kv[c];
+        a.open_score[slot * a.width + c] = a.score[c];
+    }
+}
+
+__global__ void compressor_roll_kernel(CompressorRollArgs a) {
+    if (*a.position % a.ratio != a.ratio - 1) return;
+    const int64_t total = a.ratio * a.width;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        a.prev_kv[i] = a.open_kv[i];
+        a.prev_score[i] = a.open_score[i];
+    }
+}
+
+template <typename T>
+__global__ void ring_store_kernel(RingStoreArgs a) {
+    T* pool = static_cast<T*>(a.pool);
+    T* dst = pool + (a.chunk_rows + *a.position % a.window) * a.row_elems;
+    for (int64_t c = threadIdx.x; c < a.row_elems; c += blockDim.x) dst[c] = pool[c];
+}
+
 }  // namespace
+
+Status sm90_compressor_append(const CompressorAppendArgs& a, StreamHandle stream) {
+    const char* op = "sm90_compressor_append";
+    if (!a.position || !a.kv || !a.score || !a.open_kv || !a.open_score || a.ratio <= 0 || a.width <= 0)
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    compressor_append_kernel<<<blocks_for(a.width), kThreads, 0, stream>>>(a);
+    return launch_status(op);
+}
+
+Status sm90_compressor_roll(const CompressorRollArgs& a, StreamHandle stream) {
+    const char* op = "sm90_compressor_roll";
+    if (!a.position || !a.open_kv || !a.open_score || !a.prev_kv || !a.prev_score || a.ratio <= 0 || a.width <= 0)
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    compressor_roll_kernel<<<blocks_for(a.ratio * a.width), kThreads, 0, stream>>>(a);
+    return launch_status(op);
+}
+
+Status sm90_ring_store(Precision precision, const RingStoreArgs& a, StreamHandle stream) {
+    const char* op = "sm90_ring_store";
+    if (!a.position || !a.pool || a.window <= 0 || a.row_elems <= 0 || a.chunk_rows < 1)
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    if (precision == Precision::kReference)
+        ring_store_kernel<__nv_bfloat16><<<1, kThreads, 0, stream>>>(a);
+    else
+        ring_store_kernel<float><<<1, kThreads, 0, stream>>>(a);
+    return launch_status(op);
+}
 
 Status sm90_broadcast_streams(Precision precision, const BroadcastStreamsArgs& a, StreamHandle stream) {
     const char* op = "sm90_broadcast_streams";

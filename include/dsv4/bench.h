@@ -1,0 +1,33 @@
+// Public API: the end-to-end GPU benchmark behind `dsv4 bench` (docs/perf.md). A V4-shaped model with synthetic
+// weights generated on the GPU in the shipped formats (nothing is read from disk) and caches filled synthetically
+// to each context; decode steps of each batch size are timed (CUDA events, median after warm-up) and reported
+// with bytes moved and % of the copy bandwidth measured in the same run, then a chunked prefill.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dsv4/engine.h"
+#include "dsv4/status.h"
+
+namespace dsv4 {
+
+struct GpuBenchOptions {
+    std::string preset = "flash";  // flash or pro (shapes); the weights are synthetic
+    int layers = 0;                // main layers to build; 0 = all (with `experts` experts per layer)
+    int experts = 0;               // routed experts per layer; 0 = the preset's
+    std::vector<int64_t> batches = {1, 8, 64, 256};
+    std::vector<int64_t> contexts = {4096, 65536, 1048576};
+    int warmup = 2;
+    int steps = 10;                // timed decode steps per point (median reported)
+    int64_t prefill_tokens = 8192;  // 0: skip the prefill measurement
+    EnginePrecision precision = EnginePrecision::kReference;
+    bool graphs = true;            // replay decode steps as CUDA graphs
+};
+
+// Runs the benchmark, printing progress and a Markdown table to `out`.
+Status run_gpu_bench(const GpuBenchOptions& options, std::FILE* out);
+
+}  // namespace dsv4
