@@ -63,7 +63,7 @@ Result<model::ModelConfig> bench_config(const GpuBenchOptions& o) {
     return c;
 }
 
-// Bytes one decode step must read: every non-expert weight once, the routed experts the step's tokens touch
+// Bytes one decode step must read: every non-expert weight once (the embedding only its B rows), the routed experts the step's tokens touch
 // (uniform routing: E·(1 - (1 - K/E)^B) distinct experts per layer), and per sequence and layer the window, the
 // compressed entries attention gathers (CSA top-k, HCA all) and the indexer keys it scans, at the activation width.
 double decode_bytes(const GpuModel& m, int64_t batch, int64_t ctx, double expert_layer_bytes) {
@@ -71,7 +71,10 @@ double decode_bytes(const GpuModel& m, int64_t batch, int64_t ctx, double expert
     const double E = double(c.n_routed_experts), K = double(c.n_experts_per_token);
     const double touched = E * (1.0 - std::pow(1.0 - K / E, double(batch)));
     const double expert_bytes_one = expert_layer_bytes / E;
-    double bytes = double(m.weight_bytes) - expert_layer_bytes * double(c.num_layers);
+    // the embedding is gathered (B rows), not read whole
+    const double embed_bytes = double(c.vocab_size) * double(c.hidden_size) * 2.0;
+    double bytes = double(m.weight_bytes) - expert_layer_bytes * double(c.num_layers) - embed_bytes +
+                   double(batch) * double(c.hidden_size) * 2.0;
     bytes += touched * expert_bytes_one * double(c.num_layers);
     const double row = double(c.head_dim) * double(m.act_bytes);
     for (const engine::GpuLayer& l : m.layers) {
@@ -115,18 +118,21 @@ struct Point {
     double step_ms = 0, bytes = 0;
 };
 
+// Runs one (batch, context) point; a point whose caches do not fit in `free_bytes` is skipped with the reason
+// (decided from the first sequence's size, before the GPU is filled).
 Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_bytes) {
     std::vector<engine::GpuSequencePtr> seqs;
-    uint64_t used = 0;
     for (int64_t b = 0; b < p.batch; ++b) {
         auto s = engine::make_gpu_sequence(m, p.ctx + o.warmup + o.steps + 1, 1);
+        if (!s.is_ok() && s.status().code() != StatusCode::kResourceExhausted) return s.status();
+        const uint64_t need = s.is_ok() ? engine::gpu_sequence_bytes(**s) * uint64_t(p.batch) : 0;
         if (!s.is_ok()) {
-            p.why = "sequence state does not fit (" + s.status().message() + ")";
+            p.why = "out of GPU memory after " + std::to_string(b) + " sequences";
             return Status::ok();
         }
-        used += engine::gpu_sequence_bytes(**s);
-        if (used > free_bytes) {
-            p.why = "caches need more than the free " + std::to_string(free_bytes >> 30) + " GiB";
+        if (b == 0 && need > free_bytes) {
+            p.why = "caches need " + std::to_string(need >> 30) + " GiB, " + std::to_string(free_bytes >> 30) +
+                    " GiB free";
             return Status::ok();
         }
         DSV4_RETURN_IF_ERROR(engine::fill_gpu_sequence_synthetic(m, **s, p.ctx));
