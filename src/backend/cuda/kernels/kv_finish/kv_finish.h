@@ -41,6 +41,14 @@ struct CompressorPoolArgs {
     // window closed), using prev_kv/prev_score (non-null in this mode) iff overlap && pos / ratio > 0; otherwise
     // it writes nothing.
     const int64_t* decode_position = nullptr;  // device [1] or null (host-driven windows)
+    // Batched decode (decode_positions set; n_windows = B; decode_position must be null): window w belongs to a
+    // sequence whose new token is at decode_positions[w]; its open window's `ratio` rows are at
+    // kv/score + slots[w]·slot_stride and its previous window's at prev_kv/prev_score + slots[w]·slot_stride (f32
+    // elements). Window w is pooled iff pos % ratio == ratio - 1, with the previous window iff overlap &&
+    // pos / ratio > 0; its output is out row w. Windows that do not close write nothing.
+    const int64_t* decode_positions = nullptr;  // device [B] or null
+    const int32_t* slots = nullptr;             // device [B] (required with decode_positions)
+    int64_t slot_stride = 0;                    // f32 elements between slots (>= ratio·width)
 };
 Status sm90_compressor_pool(backend::Precision precision, const CompressorPoolArgs& a, StreamHandle stream);
 
@@ -59,6 +67,11 @@ struct CompressorFinishArgs {
     // first_window = pos / ratio read on the device (the field above is ignored); out is then the entries array's
     // entry 0 and the kernel writes entry first_window (out + first_window·c; normed stays [1, c]).
     const int64_t* decode_position = nullptr;  // device [1] or null
+    // Batched decode (decode_positions set; n = B; decode_position must be null): row w of `pooled` is finished
+    // iff decode_positions[w] % ratio == ratio - 1, in place or into out row w (out is [B, c], not an entries
+    // array: the caller scatters finished rows into its cache), with RoPE at (pos / ratio)·ratio; rows that do not
+    // close are not written (normed likewise, [B, c]).
+    const int64_t* decode_positions = nullptr;  // device [B] or null
 };
 Status sm90_compressor_finish(backend::Precision precision, const CompressorFinishArgs& a, StreamHandle stream);
 
