@@ -35,6 +35,7 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
     if (!aligned16(a.q) || !aligned16(a.kv) || !aligned16(a.out)) return invalid_argument(op + ": not 16-byte aligned");
     if (a.topk > 0x7fffffff || a.tokens > 65535) return invalid_argument(op + ": too many tokens or candidates");
     if (a.tokens == 0) return Status::ok();
+    if (precision == Precision::kReference && a.kv_packed) return unsupported(op + ": packed kv rows not built yet");
     if (precision == Precision::kReference) {
         constexpr size_t smem = Cfg::smem_bytes();
         DSV4_CUDA_TRY(

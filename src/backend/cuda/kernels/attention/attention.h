@@ -18,7 +18,7 @@ namespace dsv4::cuda {
 // rounded output), fused into the epilogue.
 struct SparseAttnArgs {
     const void* q = nullptr;       // [T, H, 512]
-    const void* kv = nullptr;      // [n_kv, 512]
+    const void* kv = nullptr;      // [n_kv, 512], or a pool of n_kv packed rows (kv_packed)
     const int32_t* idx = nullptr;  // [T, topk]
     int64_t tokens = 0, heads = 0, n_kv = 0, topk = 0;  // any heads >= 1 (padded to 16 inside); topk >= 0
     const float* sink = nullptr;   // device [H]
@@ -27,6 +27,10 @@ struct SparseAttnArgs {
     const int64_t* positions = nullptr;  // device [T] (derotate only)
     backend::RopeFreqs freqs;
     void* out = nullptr;           // [T, H, 512]
+    // kReference only (ignored in kF32): kv is a pool of n_kv rows of kKvFp8RowBytes (kv_store.h) and idx entries
+    // are row numbers of that pool. Each gathered row is dequantised on chip to exactly the bf16 values an
+    // unpacked row holds, so the output is bit-identical to the unpacked call on the same values.
+    bool kv_packed = false;
 };
 Status sm90_sparse_attn(backend::Precision precision, const SparseAttnArgs& a, StreamHandle stream);
 

@@ -18,6 +18,8 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
     if ((reinterpret_cast<uintptr_t>(a.q) | reinterpret_cast<uintptr_t>(a.keys)) & 15)
         return invalid_argument(op + ": q and keys must be 16-byte aligned");
     if (a.tokens == 0 || a.n == 0) return Status::ok();
+    if (a.key_pages || (a.keys_packed && precision == Precision::kReference))
+        return unsupported(op + ": paged or packed keys not built yet");
     if (a.tokens > 65535) return invalid_argument(op + ": at most 65535 tokens per call");
     const dim3 grid(unsigned((a.n + IndexerConfig::kKeys - 1) / IndexerConfig::kKeys), unsigned(a.tokens));
     if (precision == Precision::kReference)

@@ -14,7 +14,7 @@ namespace dsv4::cuda {
 // over heads in head order, bf16 out. kF32: f32 everywhere.
 struct IndexerScoresArgs {
     const void* q = nullptr;     // [T, IH, 128]
-    const void* keys = nullptr;  // [n, 128]
+    const void* keys = nullptr;  // [n, 128], or pages of packed keys (keys_packed / key_pages)
     const void* w = nullptr;     // [T, IH]
     int64_t tokens = 0, heads = 64, n = 0, ratio = 4;  // 1 <= heads <= 64 (padded to 16 inside)
     const int64_t* positions = nullptr;  // device [T]
@@ -22,6 +22,14 @@ struct IndexerScoresArgs {
     // When set, key blocks entirely at or beyond row t's visible count (pos_t + 1) / ratio are neither computed nor
     // written (n may then be the cache's capacity; read the scores through TopKArgs::positions).
     bool visible_only = false;
+    // kReference: keys are rows of kKeyFp4RowBytes (kv_store.h), dequantised on chip to exactly the bf16 values of
+    // the unpacked key (scores bit-identical). kF32: keys stay f32 rows (ignored).
+    bool keys_packed = false;
+    // When set, key s of token t is row key_pages[t·pages_per_token + s/64]·64 + s%64 of `keys` (pages of 64 keys,
+    // one page per key block); n is then the number of keys each token may see (<= pages_per_token·64). Null:
+    // keys are contiguous [n] rows.
+    const int32_t* key_pages = nullptr;  // device [T, pages_per_token]
+    int64_t pages_per_token = 0;
 };
 Status sm90_indexer_scores(backend::Precision precision, const IndexerScoresArgs& a, StreamHandle stream);
 
