@@ -1,13 +1,14 @@
 // sm90_window_kv_finish, sm90_compressor_pool and sm90_compressor_finish against the CPU ops (rmsnorm + rope +
 // kv_fp8_sim as window_kv runs them after its linear; compressor_pool; compressor_finish) at V4 shapes (512-d
 // main entries, 128-d indexer keys, CSA ratio 4 with overlap, HCA ratio 128) and edge shapes, both precisions; the
-// decode-position mode against the host-driven calls.
+// decode-position mode and the batched decode mode (B sequences in one launch) against the host-driven calls.
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/thread_pool.h"
@@ -297,12 +298,248 @@ TEST(CompressorDecodeValidation, DecodeModeShapesAreClearErrors) {
     EXPECT_NE(s.message().find("needs prev_kv"), std::string::npos) << s.message();
 }
 
+// Batched decode mode (the B sequences of a decode step in one launch each) against the per-sequence host-driven
+// calls on the same inputs. Each batch mixes closing and open windows (first window, with a previous window, deep
+// in the sequence, a padding row at -1), the windows' state slots are a permutation of a larger slot range (slot
+// order != window order, some slots unused, the rows between slots random too), and every output starts poisoned:
+// closing rows must equal the host-driven rows byte for byte, every other row must be left as it was.
+using K = backend::CompressedKind;
+
+struct BatchedDecodeCase {
+    int64_t ratio, batch;
+    K kind;
+};
+
+std::string batched_case_name(const BatchedDecodeCase& c) {
+    return std::string(c.kind == K::kMain ? "main" : "indexer") + " ratio " + std::to_string(c.ratio) + " B " +
+           std::to_string(c.batch);
+}
+
+// B new-token positions for windows of m: fixed ones first, then random windows half of which close.
+std::vector<int64_t> batch_positions(std::mt19937_64& rng, int64_t batch, int64_t m) {
+    std::vector<int64_t> fixed;
+    if (batch == 1)
+        fixed = {2 * m - 1};  // closes the second window (CSA: with the previous one)
+    else if (batch == 3)
+        fixed = {m - 1, m + 1, 1024 * m + m - 1};  // first window closes; open; deep window closes
+    else
+        fixed = {m - 1, 0, 2 * m - 1, m, 4096 * m - 1, -1, m - 2};
+    std::vector<int64_t> pos(static_cast<size_t>(batch));
+    std::uniform_int_distribution<int64_t> window(0, 5000), slot(0, m - 2);
+    std::bernoulli_distribution close(0.5);
+    for (int64_t w = 0; w < batch; ++w)
+        pos[size_t(w)] = w < int64_t(fixed.size()) ? fixed[size_t(w)]
+                                                   : window(rng) * m + (close(rng) ? m - 1 : slot(rng));
+    return pos;
+}
+
+bool closes(int64_t pos, int64_t m) { return pos >= 0 && pos % m == m - 1; }
+
+// Row by row: rows whose window closes must equal `want`'s, the others `untouched`'s (byte for byte).
+void expect_rows(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                 const std::vector<uint8_t>& untouched, const std::vector<int64_t>& pos, int64_t m, size_t row,
+                 const char* what) {
+    ASSERT_EQ(got.size(), pos.size() * row);
+    for (size_t w = 0; w < pos.size(); ++w) {
+        const auto first = got.begin() + ptrdiff_t(w * row), last = first + ptrdiff_t(row);
+        const std::vector<uint8_t> g(first, last);
+        if (closes(pos[w], m))
+            EXPECT_EQ(g, std::vector<uint8_t>(want.begin() + ptrdiff_t(w * row), want.begin() + ptrdiff_t((w + 1) * row)))
+                << what << " row " << w << " (position " << pos[w] << ", closes) differs from the host-driven call";
+        else
+            EXPECT_EQ(g, std::vector<uint8_t>(untouched.begin() + ptrdiff_t(w * row),
+                                              untouched.begin() + ptrdiff_t((w + 1) * row)))
+                << what << " row " << w << " (position " << pos[w] << ", window open) was written";
+    }
+}
+
+uint8_t* at_byte(const DeviceBuffer& b, size_t offset) { return b.as<uint8_t>() + offset; }
+
+class CompressorBatchedDecodeTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(CompressorBatchedDecodeTest, PoolMatchesPerSequenceCalls) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const size_t act_bytes = prec == Precision::kReference ? 2 : 4;
+    std::vector<BatchedDecodeCase> cases;
+    for (const int64_t b : {1, 3, 64})
+        for (const BatchedDecodeCase c : {BatchedDecodeCase{4, b, K::kMain}, BatchedDecodeCase{4, b, K::kIndexer},
+                                          BatchedDecodeCase{128, b, K::kMain}})
+            cases.push_back(c);
+    for (const BatchedDecodeCase& c : cases) {
+        SCOPED_TRACE(batched_case_name(c));
+        const bool main = c.kind == K::kMain, overlap = c.ratio == 4;
+        const int64_t dim = main ? 512 : 128, width = overlap ? 2 * dim : dim, m = c.ratio, B = c.batch;
+        const int64_t n_slots = B + 3, stride = m * width + 32;  // 32 f32 between windows: a wrong stride shows
+        const auto pos = batch_positions(rng, B, m);
+        std::vector<int32_t> perm(static_cast<size_t>(n_slots));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        const std::vector<int32_t> slots(perm.begin(), perm.begin() + B);
+        const int64_t n_close = std::count_if(pos.begin(), pos.end(), [&](int64_t p) { return closes(p, m); });
+        if (B > 1) {
+            ASSERT_TRUE(n_close > 0 && n_close < B) << "the batch must mix closing and open windows";
+        }
+        std::uniform_real_distribution<float> dkv(-2.0f, 2.0f), dsc(-4.0f, 4.0f);
+        std::vector<float> kv(size_t(n_slots * stride)), sc(kv.size()), pkv(kv.size()), psc(kv.size());
+        for (auto& v : kv) v = dkv(rng);
+        for (auto& v : sc) v = dsc(rng);
+        for (auto& v : pkv) v = dkv(rng);
+        for (auto& v : psc) v = dsc(rng);
+        auto d_kv = to_device(kv);
+        auto d_sc = to_device(sc);
+        auto d_pkv = to_device(pkv);
+        auto d_psc = to_device(psc);
+        auto d_pos = to_device(pos);
+        auto d_slots = to_device(slots);
+        const size_t row = size_t(dim) * act_bytes;
+        auto host_out = act_poisoned(prec, size_t(B * dim));
+        auto dec_out = act_poisoned(prec, size_t(B * dim));
+        ASSERT_TRUE(d_kv.is_ok() && d_sc.is_ok() && d_pkv.is_ok() && d_psc.is_ok() && d_pos.is_ok() &&
+                    d_slots.is_ok() && host_out.is_ok() && dec_out.is_ok());
+        // per sequence, host-driven: the host knows which windows close and which have a previous window
+        for (int64_t w = 0; w < B; ++w) {
+            if (!closes(pos[size_t(w)], m)) continue;
+            const int64_t off = int64_t(slots[size_t(w)]) * stride;
+            const bool with_prev = overlap && pos[size_t(w)] / m > 0;
+            CompressorPoolArgs hp{d_kv->as<float>() + off,
+                                  d_sc->as<float>() + off,
+                                  with_prev ? d_pkv->as<float>() + off : nullptr,
+                                  with_prev ? d_psc->as<float>() + off : nullptr,
+                                  1,
+                                  m,
+                                  dim,
+                                  overlap,
+                                  at_byte(*host_out, size_t(w) * row)};
+            DSV4_ASSERT_OK(sm90_compressor_pool(prec, hp, nullptr));
+        }
+        // batched: one launch, the previous windows always passed where the kind has them
+        CompressorPoolArgs bp{d_kv->as<float>(),
+                              d_sc->as<float>(),
+                              overlap ? d_pkv->as<float>() : nullptr,
+                              overlap ? d_psc->as<float>() : nullptr,
+                              B,
+                              m,
+                              dim,
+                              overlap,
+                              dec_out->data()};
+        bp.decode_positions = d_pos->as<int64_t>();
+        bp.slots = d_slots->as<int32_t>();
+        bp.slot_stride = stride;
+        DSV4_ASSERT_OK(sm90_compressor_pool(prec, bp, nullptr));
+        const auto got = to_host<uint8_t>(*dec_out, size_t(B) * row);
+        const auto want = to_host<uint8_t>(*host_out, size_t(B) * row);
+        expect_rows(got, want, std::vector<uint8_t>(got.size(), 0xff), pos, m, row, "pooled");
+        // the host-driven rows themselves are the CPU's (MatchesCpu); here only that the closing ones are finite
+        const auto vals = act_to_host(prec, *host_out, size_t(B * dim));
+        for (int64_t w = 0; w < B; ++w)
+            if (closes(pos[size_t(w)], m)) {
+                EXPECT_TRUE(std::all_of(vals.begin() + w * dim, vals.begin() + (w + 1) * dim,
+                                        [](float v) { return std::isfinite(v); }))
+                    << "row " << w;
+            }
+    }
+}
+
+TEST_P(CompressorBatchedDecodeTest, FinishMatchesPerSequenceCalls) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const size_t act_bytes = prec == Precision::kReference ? 2 : 4;
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    std::vector<BatchedDecodeCase> cases;
+    for (const int64_t b : {1, 3, 64})
+        for (const BatchedDecodeCase c : {BatchedDecodeCase{4, b, K::kMain}, BatchedDecodeCase{4, b, K::kIndexer},
+                                          BatchedDecodeCase{128, b, K::kMain}})
+            cases.push_back(c);
+    for (const BatchedDecodeCase& c : cases) {
+        SCOPED_TRACE(batched_case_name(c));
+        const bool main = c.kind == K::kMain;
+        const int64_t dim = main ? 512 : 128, m = c.ratio, B = c.batch;
+        const auto pos = batch_positions(rng, B, m);
+        const size_t row = size_t(dim) * act_bytes;
+        // every row holds a real pooled value, so a row finished by mistake cannot look untouched
+        const auto pooled = random_act(prec, rng, size_t(B * dim), 1.0f);
+        auto w = random_bf16(rng, size_t(dim), 0.5f);
+        auto wbits = to_bf16_bits(w);
+        backend::WeightView wv{WeightFormat::kBF16, 1, dim, wbits.data(), nullptr};
+        auto dw = upload_weight(wv, "compressor.norm");
+        auto d_pooled = act_to_device(prec, pooled);
+        auto d_inplace = act_to_device(prec, pooled);
+        auto d_pos = to_device(pos);
+        auto host_normed = act_poisoned(prec, size_t(B * dim));
+        auto host_out = act_poisoned(prec, size_t(B * dim));
+        auto dec_normed = act_poisoned(prec, size_t(B * dim));
+        auto dec_out = act_poisoned(prec, size_t(B * dim));
+        ASSERT_TRUE(dw.is_ok() && d_pooled.is_ok() && d_inplace.is_ok() && d_pos.is_ok() && host_normed.is_ok() &&
+                    host_out.is_ok() && dec_normed.is_ok() && dec_out.is_ok());
+        for (int64_t i = 0; i < B; ++i) {
+            if (!closes(pos[size_t(i)], m)) continue;
+            CompressorFinishArgs hf{at_byte(*d_pooled, size_t(i) * row),
+                                    1,
+                                    dim,
+                                    m,
+                                    pos[size_t(i)] / m,
+                                    c.kind,
+                                    dw->view(),
+                                    freqs,
+                                    1e-6f,
+                                    at_byte(*host_normed, size_t(i) * row),
+                                    at_byte(*host_out, size_t(i) * row)};
+            DSV4_ASSERT_OK(sm90_compressor_finish(prec, hf, nullptr));
+        }
+        // batched into separate rows (first_window must be ignored), then in place without normed
+        CompressorFinishArgs bf{d_pooled->data(), B,     dim,   m,  777, c.kind, dw->view(), freqs, 1e-6f,
+                                dec_normed->data(), dec_out->data()};
+        bf.decode_positions = d_pos->as<int64_t>();
+        DSV4_ASSERT_OK(sm90_compressor_finish(prec, bf, nullptr));
+        CompressorFinishArgs bi{d_inplace->data(), B,     dim,   m,  0,  c.kind, dw->view(), freqs, 1e-6f,
+                                nullptr,           d_inplace->data()};
+        bi.decode_positions = d_pos->as<int64_t>();
+        DSV4_ASSERT_OK(sm90_compressor_finish(prec, bi, nullptr));
+        const size_t bytes = size_t(B) * row;
+        const std::vector<uint8_t> poison(bytes, 0xff);
+        const auto want_out = to_host<uint8_t>(*host_out, bytes);
+        expect_rows(to_host<uint8_t>(*dec_out, bytes), want_out, poison, pos, m, row, "out");
+        expect_rows(to_host<uint8_t>(*dec_normed, bytes), to_host<uint8_t>(*host_normed, bytes), poison, pos, m, row,
+                    "normed");
+        expect_rows(to_host<uint8_t>(*d_inplace, bytes), want_out, to_host<uint8_t>(*d_pooled, bytes), pos, m, row,
+                    "in-place out");
+    }
+}
+
+TEST(CompressorBatchedDecodeValidation, BatchedShapesAreClearErrors) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 16);
+    ASSERT_TRUE(buf.is_ok());
+    CompressorPoolArgs p{buf->as<float>(), buf->as<float>(), buf->as<float>(), buf->as<float>(), 3, 4, 128, true,
+                         buf->data()};
+    p.decode_positions = buf->as<int64_t>();
+    Status s = sm90_compressor_pool(Precision::kReference, p, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("needs slots"), std::string::npos) << s.message();
+    p.slots = buf->as<int32_t>();
+    p.slot_stride = 4 * 256 - 1;
+    s = sm90_compressor_pool(Precision::kReference, p, nullptr);
+    EXPECT_NE(s.message().find("slot_stride 1023"), std::string::npos) << s.message();
+    p.slot_stride = 4 * 256;
+    p.prev_kv = p.prev_score = nullptr;
+    s = sm90_compressor_pool(Precision::kReference, p, nullptr);
+    EXPECT_NE(s.message().find("needs prev_kv"), std::string::npos) << s.message();
+    p.prev_kv = p.prev_score = buf->as<float>();
+    p.decode_position = buf->as<int64_t>();
+    s = sm90_compressor_pool(Precision::kReference, p, nullptr);
+    EXPECT_NE(s.message().find("exclusive"), std::string::npos) << s.message();
+}
+
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
 INSTANTIATE_TEST_SUITE_P(Cuda, WindowKvFinishTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, CompressorPoolTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, CompressorFinishTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, CompressorDecodeTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, CompressorBatchedDecodeTest, kPrecisions, precision_label);
 
 }  // namespace
 }  // namespace dsv4::cuda

@@ -23,13 +23,16 @@ enum class FinishSim { kNone, kFp8Nope, kHadamardFp4 };
 // One warp per row. kDim 512 (sim kNone / kFp8Nope) or 128 (kNone / kHadamardFp4). Position of row r:
 // positions ? positions[r] : (first_window + r)·ratio. decode_position (rows = 1): the row is finished only when
 // that position closes a window, with first_window = pos / ratio read here and y moved to entry first_window, so
-// the host never needs the position (a captured graph replays with the step's position).
+// the host never needs the position (a captured graph replays with the step's position). decode_positions
+// (rows = B, one per sequence): row r is finished only when decode_positions[r] closes a window, at RoPE position
+// (pos / ratio)·ratio, into y row r (no entry offset: the caller scatters). A negative position never closes.
 template <typename ActT, int kDim>
 __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     sm90_kv_row_finish_kernel(const ActT* x, int64_t rows, const __nv_bfloat16* __restrict__ norm, float eps,
                               const int64_t* __restrict__ positions, int64_t first_window, int64_t ratio,
                               backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y,
-                              const int64_t* __restrict__ decode_position) {
+                              const int64_t* __restrict__ decode_position,
+                              const int64_t* __restrict__ decode_positions) {
     static_assert(kDim == 512 || kDim == 128);
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     constexpr int kChunks = kDim == 512 ? 2 : 1, kW = kDim == 512 ? 8 : 4;  // per lane: kChunks x kW channels
@@ -41,6 +44,14 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
         if (dp % ratio != ratio - 1) return;  // the open window did not close: nothing to finish
         first_window = dp / ratio;
         y += first_window * kDim;
+    }
+    int64_t pos = 0;  // RoPE position of the row
+    if (decode_positions) {
+        const int64_t dp = decode_positions[r];
+        if (dp % ratio != ratio - 1) return;  // this sequence's window is still open (the whole warp leaves)
+        pos = dp / ratio * ratio;
+    } else {
+        pos = positions ? positions[r] : (first_window + r) * ratio;
     }
     auto channel = [&](int j) { return kDim == 512 ? 8 * (lane + 32 * j) : 4 * lane; };
     const ActT* xr = x + r * kDim;
@@ -74,7 +85,6 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
         }
     }
     // RoPE on channels [kDim-64, kDim): lane p computes frequency p, pairs move by shuffle.
-    const int64_t pos = positions ? positions[r] : (first_window + r) * ratio;
     float cs, sn;
     rope_cos_sin(pos, freqs.f[lane], false, cs, sn);
 #pragma unroll
@@ -143,28 +153,40 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     }
 }
 
-// One thread per (window, channel); backend/cpu/compressor.cpp compressor_pool's order of operations.
+// One thread per (window, channel); backend/cpu/compressor.cpp compressor_pool's order of operations. Host-driven
+// (decode_positions null): window w's rows follow window w-1's, window 0's previous window is prev_kv. Decode
+// (decode_positions set, one window per sequence): window w is pooled only when decode_positions[w] closes it; its
+// rows are at kv + slots[w]·slot_stride and its previous window's at prev_kv + slots[w]·slot_stride (slots null:
+// slot 0, the single-sequence form), the previous window used iff overlap && pos / m > 0.
 template <typename ActT>
 __global__ void __launch_bounds__(KvFinishConfig::kPoolThreads)
     sm90_compressor_pool_kernel(const float* __restrict__ kv, const float* __restrict__ score,
                                 const float* __restrict__ prev_kv, const float* __restrict__ prev_score,
                                 int64_t n_windows, int m, int c, bool overlap, ActT* __restrict__ out,
-                                const int64_t* __restrict__ decode_position) {
+                                const int64_t* __restrict__ decode_positions,
+                                const int32_t* __restrict__ slots, int64_t slot_stride) {
     const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (g >= n_windows * c) return;
-    bool first_of_sequence = false;  // decode: the closing window is the sequence's first (no previous window)
-    if (decode_position) {
-        const int64_t dp = *decode_position;
-        if (dp % m != m - 1) return;  // the open window did not close: nothing to pool
-        first_of_sequence = dp / m == 0;
-    }
     const int64_t w = g / c;
     const int ch = int(g % c);
     const int width = overlap ? 2 * c : c;
-    const float* kw = kv + w * m * width;
-    const float* sw = score + w * m * width;
-    const float* pkv = w > 0 ? kw - int64_t(m) * width : prev_kv;
-    const float* psc = w > 0 ? sw - int64_t(m) * width : prev_score;
+    const float *kw, *sw, *pkv, *psc;
+    bool first_of_sequence = false;  // decode: the closing window is the sequence's first (no previous window)
+    if (decode_positions) {
+        const int64_t dp = decode_positions[w];
+        if (dp % m != m - 1) return;  // the open window did not close: nothing to pool (slots[w] never read)
+        first_of_sequence = dp / m == 0;
+        const int64_t off = slots ? int64_t(slots[w]) * slot_stride : 0;
+        kw = kv + off;
+        sw = score + off;
+        pkv = prev_kv ? prev_kv + off : nullptr;
+        psc = prev_score ? prev_score + off : nullptr;
+    } else {
+        kw = kv + w * m * width;
+        sw = score + w * m * width;
+        pkv = w > 0 ? kw - int64_t(m) * width : prev_kv;
+        psc = w > 0 ? sw - int64_t(m) * width : prev_score;
+    }
     const bool with_prev = overlap && pkv != nullptr && !first_of_sequence;
     const int cur = overlap ? c + ch : ch;
     // two passes over the (L1/L2-resident) candidates instead of a local array: max, then the sums

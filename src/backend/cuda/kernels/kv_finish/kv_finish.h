@@ -45,7 +45,9 @@ struct CompressorPoolArgs {
     // sequence whose new token is at decode_positions[w]; its open window's `ratio` rows are at
     // kv/score + slots[w]·slot_stride and its previous window's at prev_kv/prev_score + slots[w]·slot_stride (f32
     // elements). Window w is pooled iff pos % ratio == ratio - 1, with the previous window iff overlap &&
-    // pos / ratio > 0; its output is out row w. Windows that do not close write nothing.
+    // pos / ratio > 0; its output is out row w. Windows that do not close write nothing and their slots are not
+    // read (a negative position never closes: padding rows of a fixed-size batch). The single-sequence form above
+    // is this one with B = 1 and slot 0 (same arithmetic, bit for bit).
     const int64_t* decode_positions = nullptr;  // device [B] or null
     const int32_t* slots = nullptr;             // device [B] (required with decode_positions)
     int64_t slot_stride = 0;                    // f32 elements between slots (>= ratio·width)
@@ -69,8 +71,9 @@ struct CompressorFinishArgs {
     const int64_t* decode_position = nullptr;  // device [1] or null
     // Batched decode (decode_positions set; n = B; decode_position must be null): row w of `pooled` is finished
     // iff decode_positions[w] % ratio == ratio - 1, in place or into out row w (out is [B, c], not an entries
-    // array: the caller scatters finished rows into its cache), with RoPE at (pos / ratio)·ratio; rows that do not
-    // close are not written (normed likewise, [B, c]).
+    // array: the caller scatters finished rows into its cache), with RoPE at (pos / ratio)·ratio and the kind's
+    // simulation; rows that do not close are not written (normed likewise, [B, c]; negative positions never close).
+    // first_window is ignored.
     const int64_t* decode_positions = nullptr;  // device [B] or null
 };
 Status sm90_compressor_finish(backend::Precision precision, const CompressorFinishArgs& a, StreamHandle stream);
