@@ -531,6 +531,13 @@ TEST(CompressorBatchedDecodeValidation, BatchedShapesAreClearErrors) {
     p.decode_position = buf->as<int64_t>();
     s = sm90_compressor_pool(Precision::kReference, p, nullptr);
     EXPECT_NE(s.message().find("exclusive"), std::string::npos) << s.message();
+    CompressorFinishArgs f;
+    f.pooled = f.out = buf->data();
+    f.n = 3;
+    f.decode_positions = f.decode_position = buf->as<int64_t>();
+    s = sm90_compressor_finish(Precision::kReference, f, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("exclusive"), std::string::npos) << s.message();
 }
 
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);

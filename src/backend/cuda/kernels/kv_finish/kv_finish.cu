@@ -59,6 +59,8 @@ Status sm90_compressor_finish(Precision precision, const CompressorFinishArgs& a
     const std::string op = "sm90_compressor_finish";
     if (!a.pooled || !a.out || a.n < 0 || a.ratio <= 0 || a.first_window < 0)
         return invalid_argument(op + ": null pointer or bad shape");
+    if (a.decode_position && a.decode_positions)
+        return invalid_argument(op + ": decode_position (one sequence) and decode_positions (a batch) are exclusive");
     const bool main = a.kind == backend::CompressedKind::kMain;
     if ((main && a.head_dim != 512) || (!main && a.head_dim != 128))
         return invalid_argument(op + ": head_dim must be 512 for main entries and 128 for indexer keys");
@@ -68,8 +70,6 @@ Status sm90_compressor_finish(Precision precision, const CompressorFinishArgs& a
     if (a.decode_position && a.n != 1)
         return invalid_argument(op + ": decode_position finishes one entry (n must be 1, got " + std::to_string(a.n) +
                                 ")");
-    if (a.decode_position && a.decode_positions)
-        return invalid_argument(op + ": decode_position (one sequence) and decode_positions (a batch) are exclusive");
     if (a.n == 0) return Status::ok();
     const bool ref = precision == Precision::kReference;
     const FinishSim sim = !ref ? FinishSim::kNone : main ? FinishSim::kFp8Nope : FinishSim::kHadamardFp4;
@@ -88,15 +88,14 @@ Status sm90_compressor_pool(Precision precision, const CompressorPoolArgs& a, St
         return invalid_argument(op + ": null pointer or bad shape");
     if ((a.prev_kv == nullptr) != (a.prev_score == nullptr))
         return invalid_argument(op + ": prev_kv and prev_score go together");
+    if (a.decode_position && a.decode_positions)
+        return invalid_argument(op + ": decode_position (one sequence) and decode_positions (a batch) are exclusive");
     if (a.decode_position && a.n_windows != 1)
         return invalid_argument(op + ": decode_position pools the one open window (n_windows must be 1, got " +
                                 std::to_string(a.n_windows) + ")");
     if (a.decode_position && a.overlap && !a.prev_kv)
         return invalid_argument(op + ": decode_position with overlap needs prev_kv/prev_score (the previous window)");
     if (a.decode_positions) {
-        if (a.decode_position)
-            return invalid_argument(op +
-                                    ": decode_position (one sequence) and decode_positions (a batch) are exclusive");
         if (!a.slots) return invalid_argument(op + ": decode_positions needs slots (each window's state slot)");
         const int64_t window_elems = a.ratio * (a.overlap ? 2 * a.head_dim : a.head_dim);
         if (a.slot_stride < window_elems)
