@@ -32,19 +32,20 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
     if (a.heads <= 0 || a.heads > 65535 * Cfg::kHeads)
         return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be in [1, 1048560]");
     if (a.derotate && !a.positions) return invalid_argument(op + ": derotate needs positions");
-    if (!aligned16(a.q) || !aligned16(a.kv) || !aligned16(a.out)) return invalid_argument(op + ": not 16-byte aligned");
+    const bool packed = a.kv_packed && precision == Precision::kReference;
+    if (!aligned16(a.q) || !aligned16(a.out) || (packed ? (reinterpret_cast<uintptr_t>(a.kv) & 7) : !aligned16(a.kv)))
+        return invalid_argument(op + ": q, out (and unpacked kv) must be 16-byte aligned, a packed kv pool 8-byte");
     if (a.topk > 0x7fffffff || a.tokens > 65535) return invalid_argument(op + ": too many tokens or candidates");
     if (a.tokens == 0) return Status::ok();
-    if (precision == Precision::kReference && a.kv_packed) return unsupported(op + ": packed kv rows not built yet");
     if (precision == Precision::kReference) {
         constexpr size_t smem = Cfg::smem_bytes();
-        DSV4_CUDA_TRY(
-            cudaFuncSetAttribute(sm90_sparse_attn_ref_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-            op + ": shared memory opt-in");
+        auto* kernel = packed ? sm90_sparse_attn_ref_kernel<true> : sm90_sparse_attn_ref_kernel<false>;
+        DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                      op + ": shared memory opt-in");
         const dim3 grid(unsigned((a.heads + Cfg::kHeads - 1) / Cfg::kHeads), unsigned(a.tokens));
-        sm90_sparse_attn_ref_kernel<<<grid, Cfg::kThreads, smem, stream>>>(
-            static_cast<const __nv_bfloat16*>(a.q), static_cast<const __nv_bfloat16*>(a.kv), a.idx, int(a.heads),
-            a.n_kv, int(a.topk), a.sink, a.scale, a.derotate, a.positions, a.freqs, static_cast<__nv_bfloat16*>(a.out));
+        kernel<<<grid, Cfg::kThreads, smem, stream>>>(static_cast<const __nv_bfloat16*>(a.q), a.kv, a.idx,
+                                                      int(a.heads), a.n_kv, int(a.topk), a.sink, a.scale, a.derotate,
+                                                      a.positions, a.freqs, static_cast<__nv_bfloat16*>(a.out));
     } else {
         const int64_t warps = a.tokens * a.heads;
         sm90_sparse_attn_f32_kernel<<<unsigned((warps + Cfg::kF32Warps - 1) / Cfg::kF32Warps), Cfg::kF32Warps * 32, 0,

@@ -6,7 +6,8 @@
 // 16w..16w+15, K = 512), then the reference's online softmax — per head the running max and rescale (16 threads),
 // P = exp(l - M) for all 64x16 entries in parallel (P rounded to bf16 for P·V), the block sum in candidate order —
 // and O += P·V on mma (warp w: channels 128w..128w+127, 64 f32 accumulators per thread, V through the transposing
-// ldmatrix). Rows are padded to 520 bf16 so ldmatrix rows hit distinct banks. Epilogue: o / (sum + e^{sink-M}),
+// ldmatrix). Rows are padded to 520 bf16 so ldmatrix rows hit distinct banks. kv_packed: the candidate rows are
+// 584-byte FP8 rows (kv_store.h), loaded with 8-byte loads and dequantised into the same bf16 tile. Epilogue: o / (sum + e^{sink-M}),
 // bf16, optional conjugate RoPE on 448..511 (warp 3 holds those channels as (even, odd) pairs).
 // kF32: one warp per (token, head), lane = 16 channels; pass 1 the max, pass 2 exp, sum and the weighted rows; the
 // indices are read 32 at a time (one per lane) and only the valid ones visited, in list order.
@@ -17,6 +18,7 @@
 
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 
 namespace dsv4::cuda {
@@ -43,10 +45,56 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
 
+// The 64 candidate rows idx_s[0..64) of a packed pool (kv_store.h: 584-byte rows, 8-byte aligned) dequantised into
+// the bf16 tile kv_s [64][kLd] (-1: zeros): exactly the bf16 values of the unpacked rows. Thread = channel chunk
+// tid % 64 (8 channels) of rows tid / 64 + 2k; a warp reads 256 consecutive bytes of one row. The loads of 16 rows
+// are issued before any is decoded so that they are in flight together.
+__device__ __forceinline__ void gather_packed_kv_block(const uint8_t* __restrict__ pool, const int32_t* idx_s,
+                                                       __nv_bfloat16* kv_s, int tid) {
+    using Cfg = AttnConfig;
+    constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = Cfg::kThreads / kChunks;  // 64, 2
+    constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                           // 56
+    constexpr int kBatch = 16;
+    const int c = tid % kChunks, r0 = tid / kChunks;
+    const bool codes = c < kCodeChunks;
+    // byte offsets inside a row: the 8 codes (or the first 8 rope bytes), the second 8 rope bytes, the scale
+    const int off_a = codes ? 8 * c : int(kKvFp8RopeOffset) + 16 * (c - kCodeChunks);
+    const int off_s = int(kKvFp8ScaleOffset) + (codes ? c / 8 : 0);
+#pragma unroll 1
+    for (int k0 = 0; k0 < Cfg::kBlock / kRowsPerPass; k0 += kBatch) {
+        uint2 a[kBatch], b[kBatch];
+        uint8_t sc[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int32_t s = idx_s[r0 + kRowsPerPass * (k0 + k)];
+            a[k] = make_uint2(0, 0), b[k] = make_uint2(0, 0), sc[k] = 0;
+            if (s >= 0) {
+                const uint8_t* row = pool + int64_t(s) * kKvFp8RowBytes;
+                a[k] = *reinterpret_cast<const uint2*>(row + off_a);
+                if (codes) sc[k] = row[off_s];
+                else b[k] = *reinterpret_cast<const uint2*>(row + off_a + 8);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int r = r0 + kRowsPerPass * (k0 + k);
+            uint4 u = make_uint4(a[k].x, a[k].y, b[k].x, b[k].y);
+            if (codes) {
+                // a -1 row decodes its zero codes with scale byte 0 (2^-127): +0, as the zero-filled unpacked tile
+                float v[8];
+                kv_decode8(a[k], sc[k], v);
+                u = pack_bf16x8(v);
+            }
+            *reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c) = u;
+        }
+    }
+}
+
 // grid: (ceil(heads / 16), tokens); dynamic shared memory AttnConfig::smem_bytes(). Rows h0 + r >= heads of the
 // last head tile are padding: q zero-filled (logits 0, a finite softmax), sink not read, output not stored.
+template <bool kPacked>
 __global__ void __launch_bounds__(AttnConfig::kThreads)
-    sm90_sparse_attn_ref_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+    sm90_sparse_attn_ref_kernel(const __nv_bfloat16* __restrict__ q, const void* __restrict__ kv,
                                 const int32_t* __restrict__ idx, int heads, int64_t n_kv, int topk,
                                 const float* __restrict__ sink, float scale, bool derotate,
                                 const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
@@ -86,10 +134,15 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
         // they are, so a list padded with -1 (a capacity-wide decode list) gives the unpadded list's bits, and
         // costs only this index read.
         if (!__syncthreads_or(tid < Cfg::kBlock && idx_s[tid] >= 0)) continue;
-        for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += Cfg::kThreads) {
-            const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
-            const int32_t s = idx_s[r];
-            cp_async16_zfill(kv_s + r * Cfg::kLd + c, kv + int64_t(s < 0 ? 0 : s) * Cfg::kDim + c, s >= 0);
+        if constexpr (kPacked) {
+            gather_packed_kv_block(static_cast<const uint8_t*>(kv), idx_s, kv_s, tid);
+        } else {
+            const auto* kv_rows = static_cast<const __nv_bfloat16*>(kv);
+            for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += Cfg::kThreads) {
+                const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
+                const int32_t s = idx_s[r];
+                cp_async16_zfill(kv_s + r * Cfg::kLd + c, kv_rows + int64_t(s < 0 ? 0 : s) * Cfg::kDim + c, s >= 0);
+            }
         }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
         __syncthreads();

@@ -15,22 +15,26 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
         return invalid_argument(op + ": null pointer or bad shape");
     if (a.heads <= 0 || a.heads > IndexerConfig::kHeads)
         return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be in [1, 64]");
-    if ((reinterpret_cast<uintptr_t>(a.q) | reinterpret_cast<uintptr_t>(a.keys)) & 15)
-        return invalid_argument(op + ": q and keys must be 16-byte aligned");
+    const bool packed = a.keys_packed && precision == Precision::kReference;
+    if ((reinterpret_cast<uintptr_t>(a.q) & 15) || (reinterpret_cast<uintptr_t>(a.keys) & (packed ? 3 : 15)))
+        return invalid_argument(op + ": q and keys must be 16-byte aligned (packed keys 4-byte)");
+    if (a.key_pages && (a.pages_per_token <= 0 || a.n > a.pages_per_token * IndexerConfig::kKeys))
+        return invalid_argument(op + ": " + std::to_string(a.n) + " keys need pages_per_token >= " +
+                                std::to_string((a.n + IndexerConfig::kKeys - 1) / IndexerConfig::kKeys) + " (got " +
+                                std::to_string(a.pages_per_token) + ")");
     if (a.tokens == 0 || a.n == 0) return Status::ok();
-    if (a.key_pages || (a.keys_packed && precision == Precision::kReference))
-        return unsupported(op + ": paged or packed keys not built yet");
     if (a.tokens > 65535) return invalid_argument(op + ": at most 65535 tokens per call");
     const dim3 grid(unsigned((a.n + IndexerConfig::kKeys - 1) / IndexerConfig::kKeys), unsigned(a.tokens));
     if (precision == Precision::kReference)
-        sm90_indexer_scores_kernel<__nv_bfloat16><<<grid, IndexerConfig::kThreads, 0, stream>>>(
-            static_cast<const __nv_bfloat16*>(a.q), static_cast<const __nv_bfloat16*>(a.keys),
-            static_cast<const __nv_bfloat16*>(a.w), int(a.heads), a.n, a.ratio, a.positions,
-            static_cast<__nv_bfloat16*>(a.scores), a.visible_only);
+        (packed ? sm90_indexer_scores_kernel<__nv_bfloat16, true> : sm90_indexer_scores_kernel<__nv_bfloat16, false>)
+            <<<grid, IndexerConfig::kThreads, 0, stream>>>(
+                static_cast<const __nv_bfloat16*>(a.q), a.keys, static_cast<const __nv_bfloat16*>(a.w), int(a.heads),
+                a.n, a.ratio, a.positions, static_cast<__nv_bfloat16*>(a.scores), a.visible_only, a.key_pages,
+                a.pages_per_token);
     else
-        sm90_indexer_scores_kernel<float><<<grid, IndexerConfig::kThreads, 0, stream>>>(
-            static_cast<const float*>(a.q), static_cast<const float*>(a.keys), static_cast<const float*>(a.w),
-            int(a.heads), a.n, a.ratio, a.positions, static_cast<float*>(a.scores), a.visible_only);
+        sm90_indexer_scores_kernel<float, false><<<grid, IndexerConfig::kThreads, 0, stream>>>(
+            static_cast<const float*>(a.q), a.keys, static_cast<const float*>(a.w), int(a.heads), a.n, a.ratio,
+            a.positions, static_cast<float*>(a.scores), a.visible_only, a.key_pages, a.pages_per_token);
     return launch_status(op.c_str());
 }
 

@@ -8,7 +8,9 @@
 // parks the bf16 values in shared memory; then thread s sums its key's column over the heads in head order (the
 // CPU's f32 order). kF32: the same tiling with f32 FMAs (the oracle mode has no bf16 tensor-core equivalent).
 // Key tiles past the token's visible range are written as -inf without loading anything, or (visible_only: the
-// decode step's capacity-wide call, whose readers stop at the visible count) left untouched.
+// decode step's capacity-wide call, whose readers stop at the visible count) left untouched. Keys may be paged (a
+// page of 64 keys = one block's tile, found through the token's page table) and, in kReference, packed as e2m1 codes
+// + UE8M0 scales (kv_store.h), dequantised to the exact bf16 key values while the tile is staged.
 //
 // Top-k: one 1024-thread block per row. Scores map to order-preserving uint32 keys (NaN lowest); a 4-pass 8-bit
 // radix select finds the k-th largest key and how many of its ties to keep; a pass in index order (block scan)
@@ -21,6 +23,7 @@
 
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/kv_store/kv_store.cuh"
 
 namespace dsv4::cuda {
 
@@ -34,13 +37,18 @@ struct IndexerConfig {
     static constexpr int kTopkMax = 1024;
 };
 
-template <typename ActT>
+// kPacked (kReference only): keys are kKeyFp4RowBytes rows (kv_store.h), dequantised while staged. key_pages
+// (or null): the block's 64 keys are rows page·64 .. page·64+63 of `keys`, page = key_pages[t·pages_per_token +
+// blockIdx.x] (a negative page reads as zero keys); null: rows s0 .. s0+63.
+template <typename ActT, bool kPacked>
 __global__ void __launch_bounds__(IndexerConfig::kThreads)
-    sm90_indexer_scores_kernel(const ActT* __restrict__ q, const ActT* __restrict__ keys, const ActT* __restrict__ w,
+    sm90_indexer_scores_kernel(const ActT* __restrict__ q, const void* __restrict__ keys, const ActT* __restrict__ w,
                                int heads, int64_t n, int64_t ratio, const int64_t* __restrict__ positions,
-                               ActT* __restrict__ scores, bool visible_only) {
+                               ActT* __restrict__ scores, bool visible_only, const int32_t* __restrict__ key_pages,
+                               int64_t pages_per_token) {
     using Cfg = IndexerConfig;
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
+    static_assert(kRef || !kPacked, "packed keys are a kReference format");
     const int64_t t = blockIdx.y;
     const int64_t s0 = int64_t(blockIdx.x) * Cfg::kKeys;
     const int64_t visible = (positions[t] + 1) / ratio;
@@ -52,6 +60,13 @@ __global__ void __launch_bounds__(IndexerConfig::kThreads)
             if (s0 + i < n) out[s0 + i] = from_f32<ActT>(-INFINITY);
         return;
     }
+    // first row of this block's keys in `keys`; -1: none (zero keys)
+    int64_t row0 = s0;
+    if (key_pages) {
+        const int32_t page = key_pages[t * pages_per_token + blockIdx.x];
+        row0 = page < 0 ? -1 : int64_t(page) * Cfg::kKeys;
+    }
+    const int64_t key_rows = row0 < 0 ? 0 : min(int64_t(Cfg::kKeys), n - s0);  // rows r < key_rows are read
     // kReference: q tile and key tile (bf16, padded rows), then the bf16 products. kF32: key tile (f32, padded)
     // reused for the products after the dots.
     constexpr int kSmem = kRef ? 2 * Cfg::kHeads * Cfg::kLd * 2 : Cfg::kKeys * (Cfg::kDim + 1) * 4;
@@ -65,7 +80,12 @@ __global__ void __launch_bounds__(IndexerConfig::kThreads)
             const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
             uint4 qv = make_uint4(0, 0, 0, 0), kv = make_uint4(0, 0, 0, 0);
             if (r < heads) qv = *reinterpret_cast<const uint4*>(qt + r * Cfg::kDim + c);
-            if (s0 + r < n) kv = *reinterpret_cast<const uint4*>(keys + (s0 + r) * Cfg::kDim + c);
+            if (r < key_rows) {
+                if constexpr (kPacked)
+                    kv = key_packed_chunk(static_cast<const uint8_t*>(keys) + (row0 + r) * kKeyFp4RowBytes, c / 8);
+                else
+                    kv = *reinterpret_cast<const uint4*>(static_cast<const ActT*>(keys) + (row0 + r) * Cfg::kDim + c);
+            }
             *reinterpret_cast<uint4*>(q_s + r * Cfg::kLd + c) = qv;
             *reinterpret_cast<uint4*>(k_s + r * Cfg::kLd + c) = kv;
         }
@@ -113,7 +133,8 @@ __global__ void __launch_bounds__(IndexerConfig::kThreads)
         auto* k_s = reinterpret_cast<float*>(smem);  // [kKeys][kDim + 1]
         for (int i = tid; i < Cfg::kKeys * Cfg::kDim; i += Cfg::kThreads) {
             const int r = i / Cfg::kDim, c = i % Cfg::kDim;
-            k_s[r * (Cfg::kDim + 1) + c] = s0 + r < n ? to_f32(keys[(s0 + r) * Cfg::kDim + c]) : 0.0f;
+            k_s[r * (Cfg::kDim + 1) + c] =
+                r < key_rows ? to_f32(static_cast<const ActT*>(keys)[(row0 + r) * Cfg::kDim + c]) : 0.0f;
         }
         __syncthreads();
         // thread: key tid % 64, heads (tid / 64)·32 .. +32

@@ -1,0 +1,82 @@
+// Device side of the kv_store family: the compact row formats of kv_store.h, shared by the pack/unpack kernels and
+// by the attention and indexer kernels that read packed pools.
+//
+// Packing recovers the per-block exponent the way act_quant chose it (amax → UE8M0 with the same floor). For a row
+// that holds bf16(q·s) values (q e4m3 / e2m1, s = 2^k) the recovered s' is s, or s/2 when the block's largest code
+// is the smallest the quantiser can leave as a block maximum (224 for e4m3, 3 for e2m1); every code of such a
+// block is then at most that and 2q is again a code, so q·s = (2q)·s' and the values round-trip exactly. The floors
+// keep s' >= s/2 >= the smallest scale the quantiser itself emits, so no code underflows.
+#pragma once
+
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/kv_store/kv_store.h"
+
+namespace dsv4::cuda {
+
+struct KvStoreConfig {
+    static constexpr int kKvDim = 512, kKvCodes = 448, kKvBlock = 64;
+    static constexpr int kKeyDim = 128, kKeyBlock = 32;
+    static constexpr float kKvAmaxFloor = 1e-4f;  // act_quant's floor (MODEL_SPEC §7.1)
+    static constexpr float kE4m3Max = 448.0f;
+    static constexpr float kE2m1Max = 6.0f;
+    static constexpr int kThreads = 256;
+};
+
+// UE8M0 byte of a block whose largest magnitude is amax (the quantiser's formula, its floor included).
+__device__ __forceinline__ uint8_t kv_scale_byte(float amax) {
+    return uint8_t(ue8m0_exponent_for(amax, KvStoreConfig::kKvAmaxFloor, KvStoreConfig::kE4m3Max) + 127);
+}
+__device__ __forceinline__ uint8_t key_scale_byte(float amax) {
+    return uint8_t(ue8m0_exponent_for(amax, KvStoreConfig::kE2m1Max * __uint_as_float(0x00800000u),
+                                      KvStoreConfig::kE2m1Max) + 127);
+}
+
+// 8 e4m3 codes (byte i of the 8-byte word = channel i) times the block scale: the exact bf16 values (as f32).
+__device__ __forceinline__ void kv_decode8(uint2 codes, uint8_t scale_byte, float (&v)[8]) {
+    const float s = e8m0_to_f32(scale_byte);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const uint32_t word = i < 4 ? codes.x : codes.y;
+        v[i] = __fmul_rn(e4m3_to_f32(uint8_t(word >> (8 * (i % 4)))), s);
+    }
+}
+// 8 e2m1 codes (nibble i of the word, low nibble first = even channel) times the block scale.
+__device__ __forceinline__ void key_decode8(uint32_t codes, uint8_t scale_byte, float (&v)[8]) {
+    const float s = e8m0_to_f32(scale_byte);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(e2m1_to_f32(uint8_t((codes >> (4 * i)) & 15u)), s);
+}
+
+// 8 channels as the bf16 bit patterns packed in a uint4 (the layout of an unpacked row, for shared-memory tiles).
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&v)[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Channels 8c..8c+7 of the packed K=V row at `row` (8-byte aligned) as bf16 bits: e4m3 codes · scale for c < 56,
+// the stored bf16 rope channels for c >= 56.
+__device__ __forceinline__ uint4 kv_packed_chunk(const uint8_t* row, int c) {
+    if (c < KvStoreConfig::kKvCodes / 8) {
+        const uint2 codes = *reinterpret_cast<const uint2*>(row + 8 * c);
+        float v[8];
+        kv_decode8(codes, row[kKvFp8ScaleOffset + c / 8], v);
+        return pack_bf16x8(v);
+    }
+    const uint2* r = reinterpret_cast<const uint2*>(row + kKvFp8RopeOffset + 16 * (c - KvStoreConfig::kKvCodes / 8));
+    const uint2 a = r[0], b = r[1];
+    return make_uint4(a.x, a.y, b.x, b.y);
+}
+
+// Channels 8c..8c+7 (c < 16) of the packed indexer key at `row` (4-byte aligned) as bf16 bits.
+__device__ __forceinline__ uint4 key_packed_chunk(const uint8_t* row, int c) {
+    float v[8];
+    key_decode8(*reinterpret_cast<const uint32_t*>(row + 4 * c), row[kKeyFp4ScaleOffset + c / 4], v);
+    return pack_bf16x8(v);
+}
+
+}  // namespace dsv4::cuda
