@@ -344,7 +344,8 @@ void expect_rows(const std::vector<uint8_t>& got, const std::vector<uint8_t>& wa
         const auto first = got.begin() + ptrdiff_t(w * row), last = first + ptrdiff_t(row);
         const std::vector<uint8_t> g(first, last);
         if (closes(pos[w], m))
-            EXPECT_EQ(g, std::vector<uint8_t>(want.begin() + ptrdiff_t(w * row), want.begin() + ptrdiff_t((w + 1) * row)))
+            EXPECT_EQ(g, std::vector<uint8_t>(want.begin() + ptrdiff_t(w * row),
+                                              want.begin() + ptrdiff_t((w + 1) * row)))
                 << what << " row " << w << " (position " << pos[w] << ", closes) differs from the host-driven call";
         else
             EXPECT_EQ(g, std::vector<uint8_t>(untouched.begin() + ptrdiff_t(w * row),
