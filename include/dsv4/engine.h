@@ -62,6 +62,13 @@ struct EngineOptions {
     // CUDA backend: capture decode steps (one token per sequence) as CUDA graphs and replay them. Off: every step
     // is queued op by op (the same arithmetic; for comparisons).
     bool cuda_graphs = true;
+    // CUDA backend caches (paged, shared by all sessions): sessions at once; a session's largest context (0 = the
+    // model's max_position_embeddings); tokens held by all sessions together (0 = max(sessions x 4096, that
+    // context)). Pages are taken as sessions grow; a step that needs a page when none is free fails with
+    // kResourceExhausted.
+    int64_t cuda_sessions = 64;
+    int64_t cuda_max_context = 0;
+    int64_t cuda_cache_tokens = 0;
 };
 
 // Counters of the CUDA backend's decode graphs (all zero on the CPU backend).

@@ -119,8 +119,16 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
     const backend::Precision precision =
         options.precision == EnginePrecision::kF32 ? backend::Precision::kF32 : backend::Precision::kReference;
     if (options.backend == EngineBackend::kCuda) {
+        engine::GpuCacheOptions cache;
+        cache.sessions = options.cuda_sessions;
+        cache.max_context = options.cuda_max_context > 0
+                                ? std::min(options.cuda_max_context, impl->config.max_position)
+                                : impl->config.max_position;
+        cache.tokens = options.cuda_cache_tokens > 0 ? options.cuda_cache_tokens
+                                                     : std::max(options.cuda_sessions * 4096, cache.max_context);
         DSV4_ASSIGN_OR_RETURN(impl->gpu, engine::load_gpu_model(impl->config, impl->views, precision,
-                                                                std::min(options.max_batch_rows, kGpuMaxPassRows)));
+                                                                std::min(options.max_batch_rows, kGpuMaxPassRows),
+                                                                cache));
         engine::set_gpu_graphs(*impl->gpu, options.cuda_graphs);
         impl->gpu_pass.reserve(size_t(options.max_batch_rows));
         impl->done.reserve(size_t(options.max_batch_rows));

@@ -10,7 +10,7 @@ struct GpuModel {};
 struct GpuSequence {};
 
 Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig&, const ModelViews&, backend::Precision,
-                                                 int64_t) {
+                                                 int64_t, const GpuCacheOptions&) {
     return unsupported("this dsv4 was built without CUDA (no nvcc was found at build time); use --backend cpu");
 }
 bool gpu_available(std::string* why) {
@@ -20,7 +20,7 @@ bool gpu_available(std::string* why) {
 int64_t gpu_max_rows(const GpuModel&) { return 0; }
 uint64_t gpu_weight_bytes(const GpuModel&) { return 0; }
 void GpuSequenceDeleter::operator()(GpuSequence* s) const { delete s; }
-Result<GpuSequencePtr> make_gpu_sequence(const GpuModel&, int64_t, int64_t) {
+Result<GpuSequencePtr> make_gpu_sequence(GpuModel&, int64_t, int64_t) {
     return unsupported("this dsv4 was built without CUDA");
 }
 int64_t gpu_position(const GpuSequence&) { return 0; }

@@ -27,6 +27,7 @@ Result<LoadedModel> load_engine_model(const ServerOptions& o) {
     else return invalid_argument("--precision '" + o.precision + "': expected reference or f32");
     eo.threads = o.threads;
     DSV4_ASSIGN_OR_RETURN(eo.backend, parse_engine_backend(o.backend));
+    eo.cuda_sessions = std::max<int64_t>(eo.cuda_sessions, o.slots + 1);
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::load(o.model_dir, eo));
     const int64_t vocab = engine->info().vocab_size;
     if (vocab < m.tokenizer->vocab_size() && !o.fold_vocab)

@@ -1,6 +1,8 @@
 // The attention sub-block on the GPU (MODEL_SPEC §5.4, §6, §8): the CPU's attention_block.cpp step for step (its
-// file comment describes the order), with the per-sequence state in device memory. Sizes that depend on the
-// positions (windows closing, entries visible) are known on the host from the plan, so nothing is read back.
+// file comment describes the order), over the paged caches of gpu_internal.h. A pass runs each sequence's share in
+// turn, with sizes that depend on the positions (windows closing, entries visible) known on the host; a decode
+// step (one token per sequence) runs every sequence at once with kernels that read positions, slots and page
+// tables on the device, so its launches never change and it replays as a CUDA graph.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -10,6 +12,7 @@
 #include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
+#include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "backend/cuda/kernels/linear/linear.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 #include "engine/cuda/gpu_internal.h"
@@ -86,37 +89,73 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     return cuda::sm90_scale(m.precision, {.x = s.index_w.data(), .n = rows * ih, .scale = scale}, st);
 }
 
+
+bool packed(const GpuModel& m) { return m.precision == Precision::kReference; }
+
+// The entries of a compressed layer's kind in its K=V pool, and the CSA indexer keys in their pool.
+cuda::PagedEntries kv_entries(GpuModel& m, const GpuLayer& layer) {
+    const GpuCacheKind& k = m.cache.kind(layer.ratio);
+    return {m.cache.entry_base, k.table.as<int32_t>(), k.pages_per_session};
+}
+cuda::PagedEntries key_entries(GpuModel& m) {
+    return {0, m.cache.csa.table.as<int32_t>(), m.cache.csa.pages_per_session};
+}
+
+// Scatters finished rows (pass.pooled [n, c]) to the pool rows in pass.entry_rows.
+Status pack_entries(GpuModel& m, bool keys, void* pool, int64_t n) {
+    if (keys) {
+        cuda::KeyPackArgs k;
+        k.rows = m.pass.pooled.data();
+        k.n = n;
+        k.dst_rows = m.pass.entry_rows.as<int32_t>();
+        k.pool = pool;
+        return cuda::sm90_key_pack(m.precision, k, m.stream.handle());
+    }
+    cuda::KvPackArgs k;
+    k.rows = m.pass.pooled.data();
+    k.n = n;
+    k.dst_rows = m.pass.entry_rows.as<int32_t>();
+    k.pool = pool;
+    return cuda::sm90_kv_pack(m.precision, k, m.stream.handle());
+}
+
+// One compressor's running state of one session slot (f32 [m, width] each; prev null for HCA).
+struct SlotState {
+    float *open_kv, *open_score, *prev_kv, *prev_score;
+};
+
 // Absorbs one sequence's n rows into one compressor (the CPU's absorb_compressor): the open window's buffered
-// projections and the chunk's form a series in seq.series_*; every complete window becomes an entry written at
-// entries[p0/m ...]; the last complete window becomes the previous window (CSA), the rest stays open.
-Status absorb_compressor(GpuModel& m, GpuSequence& seq, const GpuCompressor& w, GpuCompressorState& cs,
-                         CompressedKind kind, int64_t head_dim, const uint8_t* kv, const uint8_t* score, int64_t n,
-                         int64_t p0, uint8_t* entries, int64_t* emitted) {
+// projections and the chunk's form a series in pass.series_*; every complete window becomes an entry, packed into
+// its page of `pool`; the last complete window becomes the previous window (CSA), the rest stays open.
+Status absorb_compressor(GpuModel& m, const GpuSequence& seq, const GpuCompressor& w, SlotState st_, int64_t ratio,
+                         int64_t width, bool overlap, CompressedKind kind, int64_t head_dim, const uint8_t* kv,
+                         const uint8_t* score, int64_t n, int64_t p0, const cuda::PagedEntries& entries, void* pool,
+                         int64_t* emitted) {
     const cuda::StreamHandle st = m.stream.handle();
-    const int64_t mm = cs.ratio, width = cs.width, row = width * 4;
+    const int64_t mm = ratio, row = width * 4;
     const int64_t buffered = p0 % mm, entries_before = p0 / mm;
-    uint8_t* skv = seq.series_kv.as<uint8_t>();
-    uint8_t* ssc = seq.series_score.as<uint8_t>();
-    DSV4_RETURN_IF_ERROR(cuda::copy_async(skv, cs.open_kv.data(), size_t(buffered * row), st));
-    DSV4_RETURN_IF_ERROR(cuda::copy_async(ssc, cs.open_score.data(), size_t(buffered * row), st));
+    uint8_t* skv = m.pass.series_kv.as<uint8_t>();
+    uint8_t* ssc = m.pass.series_score.as<uint8_t>();
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(skv, st_.open_kv, size_t(buffered * row), st));
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(ssc, st_.open_score, size_t(buffered * row), st));
     DSV4_RETURN_IF_ERROR(cuda::copy_async(skv + buffered * row, kv, size_t(n * row), st));
     DSV4_RETURN_IF_ERROR(cuda::copy_async(ssc + buffered * row, score, size_t(n * row), st));
     const int64_t total = buffered + n, windows = total / mm;
     if (windows > 0) {
-        const bool has_prev = cs.overlap && entries_before > 0;
+        const bool has_prev = overlap && entries_before > 0;
         cuda::CompressorPoolArgs pl;
         pl.kv = reinterpret_cast<const float*>(skv);
         pl.score = reinterpret_cast<const float*>(ssc);
-        pl.prev_kv = has_prev ? cs.prev_kv.as<float>() : nullptr;
-        pl.prev_score = has_prev ? cs.prev_score.as<float>() : nullptr;
+        pl.prev_kv = has_prev ? st_.prev_kv : nullptr;
+        pl.prev_score = has_prev ? st_.prev_score : nullptr;
         pl.n_windows = windows;
         pl.ratio = mm;
         pl.head_dim = head_dim;
-        pl.overlap = cs.overlap;
-        pl.out = seq.pooled.data();
+        pl.overlap = overlap;
+        pl.out = m.pass.pooled.data();
         DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_pool(m.precision, pl, st));
         cuda::CompressorFinishArgs fp;
-        fp.pooled = seq.pooled.data();
+        fp.pooled = m.pass.pooled.data();
         fp.n = windows;
         fp.head_dim = head_dim;
         fp.ratio = mm;
@@ -125,266 +164,278 @@ Status absorb_compressor(GpuModel& m, GpuSequence& seq, const GpuCompressor& w, 
         fp.norm = w.norm;
         fp.freqs = m.freqs_compress;
         fp.eps = float(m.cfg.rms_norm_eps);
-        fp.out = entries + entries_before * head_dim * int64_t(m.act_bytes);
+        fp.out = m.pass.pooled.data();
         DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_finish(m.precision, fp, st));
-        if (cs.overlap) {
-            DSV4_RETURN_IF_ERROR(cuda::copy_async(cs.prev_kv.data(), skv + (windows - 1) * mm * row,
-                                                  size_t(mm * row), st));
-            DSV4_RETURN_IF_ERROR(cuda::copy_async(cs.prev_score.data(), ssc + (windows - 1) * mm * row,
-                                                  size_t(mm * row), st));
+        cuda::EntryRowsArgs er;
+        er.rows = m.pass.entry_rows.as<int32_t>();
+        er.n = windows;
+        er.first = entries_before;
+        er.slot = seq.slot;
+        er.entries = entries;
+        DSV4_RETURN_IF_ERROR(cuda::sm90_entry_rows(er, st));
+        DSV4_RETURN_IF_ERROR(pack_entries(m, kind == CompressedKind::kIndexer, pool, windows));
+        if (overlap) {
+            DSV4_RETURN_IF_ERROR(cuda::copy_async(st_.prev_kv, skv + (windows - 1) * mm * row, size_t(mm * row), st));
+            DSV4_RETURN_IF_ERROR(
+                cuda::copy_async(st_.prev_score, ssc + (windows - 1) * mm * row, size_t(mm * row), st));
         }
     }
     const int64_t rest = total - windows * mm;
-    DSV4_RETURN_IF_ERROR(cuda::copy_async(cs.open_kv.data(), skv + windows * mm * row, size_t(rest * row), st));
-    DSV4_RETURN_IF_ERROR(cuda::copy_async(cs.open_score.data(), ssc + windows * mm * row, size_t(rest * row), st));
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(st_.open_kv, skv + windows * mm * row, size_t(rest * row), st));
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(st_.open_score, ssc + windows * mm * row, size_t(rest * row), st));
     *emitted = windows;
     return Status::ok();
 }
 
-// The indexer's top-k entry numbers of one sequence's n queries into seq.index_topk [n, index_topk].
-Status run_indexer(GpuModel& m, GpuSequence& seq, const GpuLayerState& ls, int64_t r0, int64_t n,
-                   int64_t n_entries) {
+SlotState slot_state(const DeviceBuffer& ok, const DeviceBuffer& os, const DeviceBuffer& pk, const DeviceBuffer& ps,
+                     int64_t slot, int64_t ratio, int64_t width) {
+    const int64_t off = slot * ratio * width;
+    return {ok.as<float>() + off, os.as<float>() + off, pk.data() ? pk.as<float>() + off : nullptr,
+            ps.data() ? ps.as<float>() + off : nullptr};
+}
+
+// Indexer scores over the sequence's paged keys and top-k for n rows from r0 into pass.index_topk [n, topk].
+Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t n_entries, bool decode) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
-    const int64_t a = int64_t(m.act_bytes), k = c.index_topk;
-    if (n_entries == 0) return cuda::fill_async(seq.index_topk.data(), 0xff, size_t(n * k) * 4, st);  // all -1
+    const int64_t a = int64_t(m.act_bytes), k = c.index_topk, pages = m.cache.csa.pages_per_session;
+    if (n_entries == 0) return cuda::fill_async(s.index_topk.data(), 0xff, size_t(n * k) * 4, st);  // all -1
     cuda::IndexerScoresArgs sp;
     sp.q = at(s.index_q, r0 * c.index_n_heads * c.index_head_dim * a);
-    sp.keys = ls.index_keys.data();
+    sp.keys = lc.keys.data();
+    sp.keys_packed = packed(m);
+    sp.key_pages = s.token_pages.as<int32_t>() + r0 * pages;
+    sp.pages_per_token = pages;
     sp.w = at(s.index_w, r0 * c.index_n_heads * a);
     sp.tokens = n;
     sp.heads = c.index_n_heads;
     sp.n = n_entries;
-    sp.ratio = ls.ratio;
+    sp.ratio = 4;
     sp.positions = s.positions + r0;
-    sp.scores = seq.index_scores.data();
+    sp.scores = s.index_scores.data();
+    sp.visible_only = decode;
     DSV4_RETURN_IF_ERROR(cuda::sm90_indexer_scores(m.precision, sp, st));
     cuda::TopKArgs tp;
-    tp.scores = seq.index_scores.data();
+    tp.scores = s.index_scores.data();
     tp.rows = n;
     tp.n = n_entries;
     tp.k = k;
-    tp.idx = seq.index_topk.as<int32_t>();
+    tp.idx = s.index_topk.as<int32_t>();
+    if (decode) {
+        tp.positions = s.positions + r0;
+        tp.ratio = 4;
+    }
     return cuda::sm90_topk(m.precision, tp, st);
 }
 
-// Steps 2-4 and the ring for one sequence's share.
-Status sequence_attention(GpuModel& m, const GpuLayer& layer, GpuSequence& seq, GpuLayerState& ls, int64_t r0,
-                          int64_t n) {
+Status attend(GpuModel& m, const GpuLayer& layer, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t width) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
-    const cuda::StreamHandle st = m.stream.handle();
-    const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, heads = c.num_heads, p0 = seq.position;
-    const int64_t window = seq.window, row = hd * a;
-    const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
-    uint8_t* pool = ls.pool.as<uint8_t>();
-    DSV4_RETURN_IF_ERROR(cuda::copy_async(pool, at(s.window_kv, r0 * row), size_t(n * row), st));
-
-    int64_t n_entries = 0;
-    if (layer.ratio) {
-        const int64_t width = ls.compressor.width;
-        int64_t emitted = 0;
-        DSV4_RETURN_IF_ERROR(absorb_compressor(m, seq, layer.attn.compressor, ls.compressor, CompressedKind::kMain,
-                                               hd, at(s.proj_kv, r0 * width * 4), at(s.proj_score, r0 * width * 4),
-                                               n, p0, pool + seq.entry_row(0) * row, &emitted));
-        n_entries = p0 / layer.ratio + emitted;
-    }
-    if (csa) {
-        const int64_t width = ls.index_compressor.width;
-        int64_t emitted = 0;
-        DSV4_RETURN_IF_ERROR(absorb_compressor(m, seq, layer.attn.index_compressor, ls.index_compressor,
-                                               CompressedKind::kIndexer, c.index_head_dim,
-                                               at(s.index_proj_kv, r0 * width * 4),
-                                               at(s.index_proj_score, r0 * width * 4), n, p0,
-                                               ls.index_keys.as<uint8_t>(), &emitted));
-        DSV4_RETURN_IF_ERROR(run_indexer(m, seq, ls, r0, n, n_entries));
-    }
-
-    // index lists [window | compressed] (DeepSeek's layouts; see attention_block.cpp step 4)
-    const int64_t topk = c.index_topk;
-    const int64_t win_cols = (p0 == 0 && n < window) ? n : window;
-    const int64_t width = win_cols + (csa ? topk : hca ? n_entries : 0);
-    cuda::AttnIndexArgs ia;
-    ia.idx = seq.idx.as<int32_t>();
-    ia.n = n;
-    ia.p0 = p0;
-    ia.win_cols = win_cols;
-    ia.window = window;
-    ia.chunk_rows = seq.chunk_rows;
-    ia.picks = csa ? seq.index_topk.as<int32_t>() : nullptr;
-    ia.topk = csa ? topk : 0;
-    ia.hca_entries = hca ? n_entries : 0;
-    ia.ratio = layer.ratio;
-    DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
-
+    const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, heads = c.num_heads;
     cuda::SparseAttnArgs ap;
-    ap.q = at(s.q, r0 * heads * row);
-    ap.kv = pool;
-    ap.idx = seq.idx.as<int32_t>();
+    ap.q = at(s.q, r0 * heads * hd * a);
+    ap.kv = lc.kv.data();
+    ap.kv_packed = packed(m);
+    ap.idx = s.idx.as<int32_t>();
     ap.tokens = n;
     ap.heads = heads;
-    ap.n_kv = seq.entry_row(n_entries);
+    ap.n_kv = int64_t(lc.kv.bytes()) / m.cache.kv_row_bytes;
     ap.topk = width;
     ap.sink = layer.attn.sink;
     ap.scale = float(1.0 / std::sqrt(double(hd)));
     ap.derotate = true;  // the output's rope slice back to the query position (§5.4.8), fused
     ap.positions = s.positions + r0;
     ap.freqs = layer.ratio ? m.freqs_compress : m.freqs_window;
-    ap.out = at(s.attn, r0 * heads * row);
-    DSV4_RETURN_IF_ERROR(cuda::sm90_sparse_attn(m.precision, ap, st));
+    ap.out = at(s.attn, r0 * heads * hd * a);
+    return cuda::sm90_sparse_attn(m.precision, ap, m.stream.handle());
+}
 
-    // the ring keeps the last `window` positions, in runs of consecutive ring rows
+// Steps 2-4 and the ring for one sequence's share of n rows from r0 (its window K=V is in pass rows r0..).
+Status sequence_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, GpuSequence& seq, int64_t r0,
+                          int64_t n) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    GpuCache& cache = m.cache;
+    GpuLayerCache& lc = cache.layers[size_t(layer_slot)];
+    const cuda::StreamHandle st = m.stream.handle();
+    const int64_t hd = c.head_dim, p0 = seq.position, window = cache.window, slot = seq.slot;
+    const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
+
+    int64_t n_entries = 0;
+    if (layer.ratio) {
+        int64_t emitted = 0;
+        const SlotState ss = slot_state(lc.open_kv, lc.open_score, lc.prev_kv, lc.prev_score, slot, layer.ratio, lc.width);
+        DSV4_RETURN_IF_ERROR(absorb_compressor(m, seq, layer.attn.compressor, ss, layer.ratio, lc.width, csa,
+                                               CompressedKind::kMain, hd, at(s.proj_kv, r0 * lc.width * 4),
+                                               at(s.proj_score, r0 * lc.width * 4), n, p0, kv_entries(m, layer),
+                                               lc.kv.data(), &emitted));
+        n_entries = p0 / layer.ratio + emitted;
+    }
+    if (csa) {
+        int64_t emitted = 0;
+        const SlotState ss = slot_state(lc.iopen_kv, lc.iopen_score, lc.iprev_kv, lc.iprev_score, slot, 4, lc.index_width);
+        DSV4_RETURN_IF_ERROR(absorb_compressor(m, seq, layer.attn.index_compressor, ss, 4, lc.index_width, true,
+                                               CompressedKind::kIndexer, c.index_head_dim,
+                                               at(s.index_proj_kv, r0 * lc.index_width * 4),
+                                               at(s.index_proj_score, r0 * lc.index_width * 4), n, p0,
+                                               key_entries(m), lc.keys.data(), &emitted));
+        DSV4_RETURN_IF_ERROR(run_indexer(m, lc, r0, n, n_entries, false));
+    }
+
+    // index lists [window | compressed] as pool rows (DeepSeek's layouts; see attention_block.cpp step 4)
+    const int64_t topk = c.index_topk;
+    const int64_t win_cols = (p0 == 0 && n < window) ? n : window;
+    const int64_t width = win_cols + (csa ? topk : hca ? n_entries : 0);
+    cuda::AttnIndexArgs ia;
+    ia.idx = s.idx.as<int32_t>();
+    ia.n = n;
+    ia.win_cols = win_cols;
+    ia.window = window;
+    ia.positions = s.positions + r0;
+    ia.p0 = p0;
+    ia.row0 = r0;
+    ia.slot = int32_t(slot);
+    ia.pass_rows = cache.pass_rows;
+    if (layer.ratio) ia.entries = kv_entries(m, layer);
+    ia.picks = csa ? s.index_topk.as<int32_t>() : nullptr;
+    ia.topk = csa ? topk : 0;
+    ia.hca_entries = hca ? n_entries : 0;
+    ia.ratio = layer.ratio;
+    DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
+    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, r0, n, width));
+
+    // the ring keeps the last `window` positions: runs of consecutive ring rows
+    const int64_t rb = cache.kv_row_bytes;
+    uint8_t* pool = lc.kv.as<uint8_t>();
     for (int64_t q = std::max(p0, p0 + n - window); q < p0 + n;) {
         const int64_t run = std::min(p0 + n - q, window - q % window);
-        DSV4_RETURN_IF_ERROR(cuda::copy_async(pool + seq.ring_row(q) * row, pool + (q - p0) * row,
-                                              size_t(run * row), st));
+        DSV4_RETURN_IF_ERROR(cuda::copy_async(pool + (cache.pass_rows + window * slot + q % window) * rb,
+                                              pool + (r0 + q - p0) * rb, size_t(run * rb), st));
         q += run;
     }
     return Status::ok();
 }
 
-// Decode form of absorb_compressor (one token at the device position pos): the token joins the open window; when
-// it closes the window (pos % m == m - 1) the entry pos / m is pooled and finished, and the window becomes the
-// previous window (CSA). Every launch is the same at every position; the kernels decide from pos.
-Status decode_compressor(GpuModel& m, GpuSequence& seq, const GpuCompressor& w, GpuCompressorState& cs,
-                         CompressedKind kind, int64_t head_dim, const uint8_t* kv, const uint8_t* score,
-                         const int64_t* pos, uint8_t* entries) {
+// Decode form of one compressor for every row at once (each row its session's single new token): the tokens join
+// their open windows; the windows they close are pooled, finished and packed into their pages; CSA keeps each
+// closed window as the previous one. The kernels decide from the positions on the device.
+Status decode_compressor(GpuModel& m, const GpuCompressor& w, const DeviceBuffer& ok, const DeviceBuffer& os,
+                         const DeviceBuffer& pk, const DeviceBuffer& ps, int64_t ratio, int64_t width, bool overlap,
+                         CompressedKind kind, int64_t head_dim, const void* kv, const void* score, int64_t rows,
+                         const cuda::PagedEntries& entries, void* pool) {
+    GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
     cuda::CompressorAppendArgs ap;
-    ap.position = pos;
-    ap.kv = reinterpret_cast<const float*>(kv);
-    ap.score = reinterpret_cast<const float*>(score);
-    ap.ratio = cs.ratio;
-    ap.width = cs.width;
-    ap.open_kv = cs.open_kv.as<float>();
-    ap.open_score = cs.open_score.as<float>();
+    ap.n = rows;
+    ap.positions = s.positions;
+    ap.slots = s.slots;
+    ap.kv = static_cast<const float*>(kv);
+    ap.score = static_cast<const float*>(score);
+    ap.ratio = ratio;
+    ap.width = width;
+    ap.open_kv = ok.as<float>();
+    ap.open_score = os.as<float>();
     DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_append(ap, st));
     cuda::CompressorPoolArgs pl;
-    pl.kv = cs.open_kv.as<float>();
-    pl.score = cs.open_score.as<float>();
-    pl.prev_kv = cs.prev_kv.as<float>();
-    pl.prev_score = cs.prev_score.as<float>();
-    pl.n_windows = 1;
-    pl.ratio = cs.ratio;
+    pl.kv = ok.as<float>();
+    pl.score = os.as<float>();
+    pl.prev_kv = overlap ? pk.as<float>() : nullptr;
+    pl.prev_score = overlap ? ps.as<float>() : nullptr;
+    pl.n_windows = rows;
+    pl.ratio = ratio;
     pl.head_dim = head_dim;
-    pl.overlap = cs.overlap;
-    pl.out = seq.pooled.data();
-    pl.decode_position = pos;
+    pl.overlap = overlap;
+    pl.out = s.pooled.data();
+    pl.decode_positions = s.positions;
+    pl.slots = s.slots;
+    pl.slot_stride = ratio * width;
     DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_pool(m.precision, pl, st));
     cuda::CompressorFinishArgs fp;
-    fp.pooled = seq.pooled.data();
-    fp.n = 1;
+    fp.pooled = s.pooled.data();
+    fp.n = rows;
     fp.head_dim = head_dim;
-    fp.ratio = cs.ratio;
+    fp.ratio = ratio;
     fp.kind = kind;
     fp.norm = w.norm;
     fp.freqs = m.freqs_compress;
     fp.eps = float(m.cfg.rms_norm_eps);
-    fp.out = entries;
-    fp.decode_position = pos;
+    fp.out = s.pooled.data();
+    fp.decode_positions = s.positions;
     DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_finish(m.precision, fp, st));
-    if (!cs.overlap) return Status::ok();
+    cuda::EntryRowsArgs er;
+    er.rows = s.entry_rows.as<int32_t>();
+    er.n = rows;
+    er.decode = true;
+    er.positions = s.positions;
+    er.slots = s.slots;
+    er.ratio = ratio;
+    er.entries = entries;
+    DSV4_RETURN_IF_ERROR(cuda::sm90_entry_rows(er, st));
+    DSV4_RETURN_IF_ERROR(pack_entries(m, kind == CompressedKind::kIndexer, pool, rows));
+    if (!overlap) return Status::ok();
     cuda::CompressorRollArgs rl;
-    rl.position = pos;
-    rl.ratio = cs.ratio;
-    rl.width = cs.width;
-    rl.open_kv = cs.open_kv.as<float>();
-    rl.open_score = cs.open_score.as<float>();
-    rl.prev_kv = cs.prev_kv.as<float>();
-    rl.prev_score = cs.prev_score.as<float>();
+    rl.n = rows;
+    rl.positions = s.positions;
+    rl.slots = s.slots;
+    rl.ratio = ratio;
+    rl.width = width;
+    rl.open_kv = ok.as<float>();
+    rl.open_score = os.as<float>();
+    rl.prev_kv = pk.as<float>();
+    rl.prev_score = ps.as<float>();
     return cuda::sm90_compressor_roll(rl, st);
 }
 
-// Decode form of sequence_attention: one token at row r0, its position read from the plan. The indexer scans
-// the cache's capacity but computes only the visible entries; HCA lists every entry slot, the invisible ones -1
-// (whole blocks of -1 change nothing in the attention's sums or roundings).
-Status sequence_attention_decode(GpuModel& m, const GpuLayer& layer, GpuSequence& seq, GpuLayerState& ls,
-                                 int64_t r0) {
+// Steps 2-4 and the rings for a decode step: every row at once. The indexer scans each session's key capacity but
+// computes only the visible keys; HCA lists every entry slot, invisible ones -1 (whole blocks of -1 change nothing).
+Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
+    GpuCache& cache = m.cache;
+    GpuLayerCache& lc = cache.layers[size_t(layer_slot)];
     const cuda::StreamHandle st = m.stream.handle();
-    const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, heads = c.num_heads, row = hd * a;
-    const int64_t* pos = s.positions + r0;
     const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
-    uint8_t* pool = ls.pool.as<uint8_t>();
-    DSV4_RETURN_IF_ERROR(cuda::copy_async(pool, at(s.window_kv, r0 * row), size_t(row), st));
-    if (layer.ratio) {
-        const int64_t width = ls.compressor.width;
-        DSV4_RETURN_IF_ERROR(decode_compressor(m, seq, layer.attn.compressor, ls.compressor, CompressedKind::kMain,
-                                               hd, at(s.proj_kv, r0 * width * 4), at(s.proj_score, r0 * width * 4),
-                                               pos, pool + seq.entry_row(0) * row));
-    }
+    if (layer.ratio)
+        DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.compressor, lc.open_kv, lc.open_score, lc.prev_kv,
+                                               lc.prev_score, layer.ratio, lc.width, csa, CompressedKind::kMain,
+                                               c.head_dim, s.proj_kv.data(), s.proj_score.data(), rows,
+                                               kv_entries(m, layer), lc.kv.data()));
     const int64_t topk = c.index_topk;
     if (csa) {
-        const int64_t width = ls.index_compressor.width;
-        DSV4_RETURN_IF_ERROR(decode_compressor(m, seq, layer.attn.index_compressor, ls.index_compressor,
-                                               CompressedKind::kIndexer, c.index_head_dim,
-                                               at(s.index_proj_kv, r0 * width * 4),
-                                               at(s.index_proj_score, r0 * width * 4), pos,
-                                               ls.index_keys.as<uint8_t>()));
-        if (ls.max_entries == 0) {
-            DSV4_RETURN_IF_ERROR(cuda::fill_async(seq.index_topk.data(), 0xff, size_t(topk) * 4, st));
-        } else {
-            cuda::IndexerScoresArgs sp;
-            sp.q = at(s.index_q, r0 * c.index_n_heads * c.index_head_dim * a);
-            sp.keys = ls.index_keys.data();
-            sp.w = at(s.index_w, r0 * c.index_n_heads * a);
-            sp.tokens = 1;
-            sp.heads = c.index_n_heads;
-            sp.n = ls.max_entries;
-            sp.ratio = ls.ratio;
-            sp.positions = pos;
-            sp.scores = seq.index_scores.data();
-            sp.visible_only = true;
-            DSV4_RETURN_IF_ERROR(cuda::sm90_indexer_scores(m.precision, sp, st));
-            cuda::TopKArgs tp;
-            tp.scores = seq.index_scores.data();
-            tp.rows = 1;
-            tp.n = ls.max_entries;
-            tp.k = topk;
-            tp.idx = seq.index_topk.as<int32_t>();
-            tp.positions = pos;
-            tp.ratio = ls.ratio;
-            DSV4_RETURN_IF_ERROR(cuda::sm90_topk(m.precision, tp, st));
-        }
+        DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.index_compressor, lc.iopen_kv, lc.iopen_score,
+                                               lc.iprev_kv, lc.iprev_score, 4, lc.index_width, true,
+                                               CompressedKind::kIndexer, c.index_head_dim, s.index_proj_kv.data(),
+                                               s.index_proj_score.data(), rows, key_entries(m), lc.keys.data()));
+        DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true));
     }
-    const int64_t width = seq.window + (csa ? topk : hca ? ls.max_entries : 0);
+    const int64_t hca_cap = hca ? 64 * cache.hca.pages_per_session : 0;
+    const int64_t width = cache.window + (csa ? topk : hca_cap);
     cuda::AttnIndexArgs ia;
-    ia.idx = seq.idx.as<int32_t>();
-    ia.n = 1;
-    ia.p0_device = pos;
-    ia.win_cols = seq.window;
-    ia.window = seq.window;
-    ia.chunk_rows = seq.chunk_rows;
-    ia.picks = csa ? seq.index_topk.as<int32_t>() : nullptr;
+    ia.idx = s.idx.as<int32_t>();
+    ia.n = rows;
+    ia.win_cols = cache.window;
+    ia.window = cache.window;
+    ia.positions = s.positions;
+    ia.decode = true;
+    ia.slots = s.slots;
+    ia.pass_rows = cache.pass_rows;
+    if (layer.ratio) ia.entries = kv_entries(m, layer);
+    ia.picks = csa ? s.index_topk.as<int32_t>() : nullptr;
     ia.topk = csa ? topk : 0;
-    ia.hca_entries = hca ? ls.max_entries : 0;
+    ia.hca_entries = hca_cap;
     ia.ratio = layer.ratio;
     DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
-
-    cuda::SparseAttnArgs ap;
-    ap.q = at(s.q, r0 * heads * row);
-    ap.kv = pool;
-    ap.idx = seq.idx.as<int32_t>();
-    ap.tokens = 1;
-    ap.heads = heads;
-    ap.n_kv = seq.entry_row(ls.max_entries);
-    ap.topk = width;
-    ap.sink = layer.attn.sink;
-    ap.scale = float(1.0 / std::sqrt(double(hd)));
-    ap.derotate = true;
-    ap.positions = pos;
-    ap.freqs = layer.ratio ? m.freqs_compress : m.freqs_window;
-    ap.out = at(s.attn, r0 * heads * row);
-    DSV4_RETURN_IF_ERROR(cuda::sm90_sparse_attn(m.precision, ap, st));
+    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, 0, rows, width));
     cuda::RingStoreArgs rs;
-    rs.position = pos;
-    rs.pool = pool;
-    rs.chunk_rows = seq.chunk_rows;
-    rs.window = seq.window;
-    rs.row_elems = hd;
-    return cuda::sm90_ring_store(m.precision, rs, st);
+    rs.n = rows;
+    rs.positions = s.positions;
+    rs.slots = s.slots;
+    rs.pool = lc.kv.data();
+    rs.row_bytes = cache.kv_row_bytes;
+    rs.pass_rows = cache.pass_rows;
+    rs.window = cache.window;
+    return cuda::sm90_ring_store(rs, st);
 }
 
 }  // namespace
@@ -399,7 +450,8 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     const float eps = float(c.rms_norm_eps);
     const backend::RopeFreqs& freqs = layer.ratio ? m.freqs_compress : m.freqs_window;
 
-    // 1. row-wise: q path, window K=V, compressor projections, the indexer's queries and weights
+    // 1. row-wise: q path, window K=V (packed into the pass rows of the layer's pool), compressor projections, the
+    //    indexer's queries and weights
     DSV4_RETURN_IF_ERROR(linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data()));
     DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(
         m.precision, {.x = s.qr.data(), .rows = rows, .dim = c.q_lora_rank, .weight = w.q_norm, .eps = eps,
@@ -425,6 +477,12 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     kf.freqs = freqs;
     kf.eps = eps;
     DSV4_RETURN_IF_ERROR(cuda::sm90_window_kv_finish(m.precision, kf, st));
+    cuda::KvPackArgs kp;
+    kp.rows = s.window_kv.data();
+    kp.n = rows;
+    kp.dst_first = 0;
+    kp.pool = m.cache.layers[size_t(layer_slot)].kv.data();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_kv_pack(m.precision, kp, st));
 
     if (layer.ratio)
         DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data()));
@@ -436,11 +494,12 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
         if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows));
     }
 
-    // 2-4 per sequence
-    for (GpuBatchSeq& q : seqs) {
-        GpuLayerState& ls = q.seq->layers[size_t(layer_slot)];
-        DSV4_RETURN_IF_ERROR(decode ? sequence_attention_decode(m, layer, *q.seq, ls, q.row0)
-                                    : sequence_attention(m, layer, *q.seq, ls, q.row0, q.n));
+    // 2-4: every row at once in a decode step, else sequence by sequence
+    if (decode) {
+        DSV4_RETURN_IF_ERROR(decode_attention(m, layer, layer_slot, rows));
+    } else {
+        for (GpuBatchSeq& q : seqs)
+            DSV4_RETURN_IF_ERROR(sequence_attention(m, layer, layer_slot, *q.seq, q.row0, q.n));
     }
 
     // 5. wo_a (the de-rotation ran in the attention epilogue), wo_b

@@ -9,6 +9,7 @@
 #include "backend/cuda/common/copy.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "dsv4/bench.h"
 #include "engine/cuda/gpu_internal.h"
 #include "engine/cuda/gpu_synthetic.h"
@@ -65,7 +66,7 @@ Result<model::ModelConfig> bench_config(const GpuBenchOptions& o) {
 
 // Bytes one decode step must read: every non-expert weight once (the embedding only its B rows), the routed experts the step's tokens touch
 // (uniform routing: E·(1 - (1 - K/E)^B) distinct experts per layer), and per sequence and layer the window, the
-// compressed entries attention gathers (CSA top-k, HCA all) and the indexer keys it scans, at the activation width.
+// compressed entries attention gathers (CSA top-k, HCA all) and the indexer keys it scans, in their stored formats.
 double decode_bytes(const GpuModel& m, int64_t batch, int64_t ctx, double expert_layer_bytes) {
     const model::ModelConfig& c = m.cfg;
     const double E = double(c.n_routed_experts), K = double(c.n_experts_per_token);
@@ -76,12 +77,11 @@ double decode_bytes(const GpuModel& m, int64_t batch, int64_t ctx, double expert
     double bytes = double(m.weight_bytes) - expert_layer_bytes * double(c.num_layers) - embed_bytes +
                    double(batch) * double(c.hidden_size) * 2.0;
     bytes += touched * expert_bytes_one * double(c.num_layers);
-    const double row = double(c.head_dim) * double(m.act_bytes);
+    const double row = double(cuda::kv_row_bytes(m.precision)), key = double(cuda::key_row_bytes(m.precision));
     for (const engine::GpuLayer& l : m.layers) {
         double kv = double(c.window) * row;
         if (l.kind == model::AttnKind::kCSA)
-            kv += double(std::min<int64_t>(c.index_topk, ctx / 4)) * row +
-                  double(ctx / 4) * double(c.index_head_dim) * double(m.act_bytes);
+            kv += double(std::min<int64_t>(c.index_topk, ctx / 4)) * row + double(ctx / 4) * key;
         else if (l.kind == model::AttnKind::kHCA)
             kv += double(ctx / 128) * row;
         bytes += kv * double(batch);
@@ -118,25 +118,42 @@ struct Point {
     double step_ms = 0, bytes = 0;
 };
 
-// Runs one (batch, context) point; a point whose caches do not fit in `free_bytes` is skipped with the reason
-// (decided from the first sequence's size, before the GPU is filled).
+// Cache bytes of `sessions` sessions of `ctx` tokens (the paged pools' rows, keys and compressor states).
+double cache_bytes(const GpuModel& m, int64_t sessions, int64_t ctx) {
+    const model::ModelConfig& c = m.cfg;
+    const double kv_row = double(cuda::kv_row_bytes(m.precision)), key_row = double(cuda::key_row_bytes(m.precision));
+    double bytes = 0;
+    for (const engine::GpuLayer& l : m.layers) {
+        const double s = double(sessions);
+        bytes += (double(m.pass.rows) + 128.0 * s) * kv_row;
+        if (l.ratio) bytes += (s * double(ctx / l.ratio) + 64.0 * s) * kv_row;
+        if (l.ratio) bytes += s * double(l.ratio) * double(c.head_dim) * 4.0 * (l.ratio == 4 ? 8.0 : 2.0);
+        if (l.kind == model::AttnKind::kCSA) bytes += (s * double(ctx / 4) + 64.0 * s) * key_row;
+    }
+    return bytes;
+}
+
+// Runs one (batch, context) point; a point whose caches do not fit the free memory is skipped with the reason.
 Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_bytes) {
+    const int64_t ctx_max = p.ctx + o.warmup + o.steps + 1;
+    const double need = cache_bytes(m, p.batch, ctx_max);
+    if (need > double(free_bytes)) {
+        p.why = "caches need " + std::to_string(int64_t(need / double(1 << 30))) + " GiB, " +
+                std::to_string(free_bytes >> 30) + " GiB free";
+        return Status::ok();
+    }
+    Status sized = engine::resize_gpu_cache(m, p.batch, ctx_max, p.batch * ctx_max);
+    if (!sized) {
+        if (sized.code() != StatusCode::kResourceExhausted) return sized;
+        p.why = "out of GPU memory for the caches";
+        return engine::resize_gpu_cache(m, 1, 4096, 4096);
+    }
+    DSV4_RETURN_IF_ERROR(engine::fill_gpu_cache_synthetic(m));
     std::vector<engine::GpuSequencePtr> seqs;
     for (int64_t b = 0; b < p.batch; ++b) {
-        auto s = engine::make_gpu_sequence(m, p.ctx + o.warmup + o.steps + 1, 1);
-        if (!s.is_ok() && s.status().code() != StatusCode::kResourceExhausted) return s.status();
-        const uint64_t need = s.is_ok() ? engine::gpu_sequence_bytes(**s) * uint64_t(p.batch) : 0;
-        if (!s.is_ok()) {
-            p.why = "out of GPU memory after " + std::to_string(b) + " sequences";
-            return Status::ok();
-        }
-        if (b == 0 && need > free_bytes) {
-            p.why = "caches need " + std::to_string(need >> 30) + " GiB, " + std::to_string(free_bytes >> 30) +
-                    " GiB free";
-            return Status::ok();
-        }
-        DSV4_RETURN_IF_ERROR(engine::fill_gpu_sequence_synthetic(m, **s, p.ctx));
-        seqs.push_back(std::move(s).value());
+        DSV4_ASSIGN_OR_RETURN(engine::GpuSequencePtr s, engine::make_gpu_sequence(m, ctx_max, 1));
+        DSV4_RETURN_IF_ERROR(engine::set_gpu_sequence_position(m, *s, p.ctx));
+        seqs.push_back(std::move(s));
     }
     const int64_t vocab = m.cfg.vocab_size;
     std::vector<float> logits(size_t(p.batch * vocab));
@@ -176,6 +193,7 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
     const auto t0 = std::chrono::steady_clock::now();
     DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m,
                           engine::make_synthetic_gpu_model(cfg, precision, std::min<int64_t>(max_batch, 256)));
+    DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, 4096, 4096));
     engine::set_gpu_graphs(*m, o.graphs);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     DSV4_ASSIGN_OR_RETURN(double copy_bw, measure_copy_bandwidth(m->stream.handle()));
@@ -191,6 +209,7 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
             Point p;
             p.batch = std::min<int64_t>(batch, 256);
             p.ctx = ctx;
+            DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, 4096, 4096));  // free the last point's caches
             DSV4_ASSIGN_OR_RETURN(cuda::DeviceInfo now, cuda::describe_device(0));
             const uint64_t reserve = uint64_t(2) << 30;
             DSV4_RETURN_IF_ERROR(run_point(*m, p, o, now.free_bytes > reserve ? now.free_bytes - reserve : 0));
@@ -210,6 +229,7 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
     }
     if (o.prefill_tokens > 0) {
         const int64_t chunk = engine::gpu_max_rows(*m);
+        DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, o.prefill_tokens, o.prefill_tokens));
         DSV4_ASSIGN_OR_RETURN(engine::GpuSequencePtr s, engine::make_gpu_sequence(*m, o.prefill_tokens, chunk));
         const int64_t vocab = cfg.vocab_size;
         std::vector<float> logits(size_t(chunk * vocab));

@@ -225,13 +225,23 @@ Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool
     DSV4_RETURN_IF_ERROR(cuda::sm90_broadcast_streams(
         m.precision, {.x = s.hc_x.data(), .rows = rows, .dim = c.hidden_size, .hc = c.hc_mult, .streams = s.streams_a.data()},
         st));
+    if (m.cache.csa.pages) {  // each row's indexer key pages, shared by every CSA layer
+        cuda::GatherPagesArgs g;
+        g.token_pages = s.token_pages.as<int32_t>();
+        g.n = rows;
+        g.slots = s.slots;
+        g.table = m.cache.csa.table.as<int32_t>();
+        g.pages_per_session = m.cache.csa.pages_per_session;
+        DSV4_RETURN_IF_ERROR(cuda::sm90_gather_pages(g, st));
+    }
     for (size_t li = 0; li < m.layers.size(); ++li)
         DSV4_RETURN_IF_ERROR(
             block_forward(m, m.layers[li], int(li), seqs, rows, s.streams_a.data(), s.streams_b.data(), decode));
     return head_forward(m, s.streams_a.data(), rows);
 }
 
-// A decode step (one token per sequence, none at position 0) replays a graph captured for the same sequences.
+// A decode step (one token per sequence, none at position 0) replays the graph captured for its number of rows:
+// every per-sequence value (position, slot, page tables) is read on the device, so any sequences fit.
 bool is_decode_step(std::span<const GpuBatchSeq> seqs) {
     for (const GpuBatchSeq& q : seqs)
         if (q.n != 1 || q.seq->position == 0) return false;
@@ -240,11 +250,8 @@ bool is_decode_step(std::span<const GpuBatchSeq> seqs) {
 
 Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) {
     GpuGraphCache& cache = m.graphs;
-    std::vector<uint64_t>& key = cache.key;
-    key.clear();
-    for (const GpuBatchSeq& q : seqs) key.push_back(q.seq->id);
     for (GpuGraphCache::Entry& e : cache.entries)
-        if (e.ids == key) {
+        if (e.rows == rows) {
             e.last_use = ++cache.clock;
             ++cache.replays;
             return e.graph.launch(m.stream.handle());
@@ -261,7 +268,7 @@ Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) 
         for (GpuGraphCache::Entry& e : cache.entries)
             if (e.last_use < slot->last_use) slot = &e;
     }
-    slot->ids = key;
+    slot->rows = rows;
     slot->graph = std::move(g);
     slot->last_use = ++cache.clock;
     slot->nodes = slot->graph.nodes();
@@ -279,6 +286,7 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     int64_t rows = 0;
     int64_t* positions = s.plan_host.as<int64_t>();
     int32_t* tokens = reinterpret_cast<int32_t*>(s.plan_host.as<uint8_t>() + s.rows * 8);
+    int32_t* slots = reinterpret_cast<int32_t*>(s.plan_host.as<uint8_t>() + s.rows * 12);
     for (GpuBatchSeq& q : seqs) {
         if (q.n <= 0 || q.n > q.seq->chunk_rows || rows + q.n > s.rows)
             return internal_error("gpu_forward_batch: a share of " + std::to_string(q.n) + " tokens at row " +
@@ -288,9 +296,11 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
         for (int64_t i = 0; i < q.n; ++i) {
             positions[rows + i] = q.seq->position + i;
             tokens[rows + i] = q.tokens[i];
+            slots[rows + i] = q.seq->slot;
         }
         rows += q.n;
     }
+    for (GpuBatchSeq& q : seqs) DSV4_RETURN_IF_ERROR(reserve_gpu_pages(m, *q.seq, q.seq->position + q.n));
     if (m.use_graphs && is_decode_step(seqs)) {
         DSV4_RETURN_IF_ERROR(run_decode_graph(m, seqs, rows));
     } else {

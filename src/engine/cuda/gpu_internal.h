@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,10 @@ struct GpuLayer {
 // Pass buffers for R rows; "act" buffers hold bf16 (reference) or f32 (f32 mode) values.
 struct GpuPass {
     int64_t rows = 0;
-    DeviceBuffer plan;               // int64 positions [R], then int32 tokens [R]
+    DeviceBuffer plan;               // int64 positions [R], int32 tokens [R], int32 session slots [R]
     int64_t* positions = nullptr;
     int32_t* tokens = nullptr;
+    int32_t* slots = nullptr;
     cuda::PinnedBuffer plan_host;    // the same layout, filled on the host and uploaded once per pass
     DeviceBuffer streams_a, streams_b;  // act [R, hc, D]
     DeviceBuffer hc_x, normed, block_out;  // act [R, D]
@@ -76,20 +78,63 @@ struct GpuPass {
     DeviceBuffer logits;             // f32 [R, vocab]
     DeviceBuffer bad_token;          // int32, the embedding's out-of-range report
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
+    // attention's per-sequence work (one sequence at a time, or every row at once in a decode step)
+    DeviceBuffer series_kv, series_score;  // f32 [127 + R, 512] / [3 + R, 1024]: open window + chunk projections
+    DeviceBuffer pooled;             // act [max(R, R/4 + 2), 512] pooled and finished entries before packing
+    DeviceBuffer entry_rows;         // int32 [max(R, R/4 + 2)] pool rows the finished entries go to (-1: none)
+    DeviceBuffer idx;                // int32 [R, 128 + max(index_topk, HCA entries per session)]
+    DeviceBuffer index_scores;       // act [R, CSA entries per session]
+    DeviceBuffer index_topk;         // int32 [R, index_topk]
+    DeviceBuffer token_pages;        // int32 [R, CSA pages per session]: each row's key pages (decode steps)
 };
 
-// Decode steps captured as CUDA graphs, keyed by the step's sequences (their ids, in order): a step of the same
-// sequences replays the graph, since every step-dependent value is read from the uploaded plan.
+// Paged caches (DESIGN §5), one set per engine, sized by resize_gpu_cache. Per attention layer, a K=V pool of rows
+// in the storage format of kernels/kv_store (584-byte FP8 rows in reference numerics, f32 rows in f32 mode):
+//   [0, R)              pass rows: the window K=V of the pass's tokens (row = pass row)
+//   [R, E0)             window rings: session slot s owns the 128 rows R + 128·s + pos % 128
+//   [E0, E0 + 64·P)     compressed entries in pages of 64: entry j of a session is E0 + 64·table[j/64] + j%64, with
+//                       the session's page table of the layer's kind (CSA or HCA; one table serves every layer of
+//                       the kind, since they hold the same number of entries)
+// Per CSA layer an indexer key pool (the CSA pages, kv_store's key rows); per compressed layer the compressors'
+// running states per slot: the open window [S, m, width] and, CSA, the previous window.
+struct GpuCacheKind {
+    int64_t ratio = 0;
+    int64_t pages = 0;                // in the pool
+    int64_t pages_per_session = 0;    // table width: a session's max context / ratio / 64, rounded up
+    std::vector<int32_t> free;        // free pages (host)
+    DeviceBuffer table;               // int32 [S, pages_per_session]
+    cuda::PinnedBuffer table_host;    // its host mirror (uploads are stream-ordered from here)
+};
+
+struct GpuLayerCache {
+    DeviceBuffer kv;                  // [rows, kv_row_bytes]
+    DeviceBuffer keys;                // CSA: [64·csa pages, key_row_bytes]
+    int64_t width = 0, index_width = 0;  // compressor projection widths
+    DeviceBuffer open_kv, open_score, prev_kv, prev_score;        // f32 [S, m, width] (prev: CSA)
+    DeviceBuffer iopen_kv, iopen_score, iprev_kv, iprev_score;    // CSA indexer: f32 [S, 4, 256]
+};
+
+struct GpuCache {
+    int64_t sessions = 0, window = 128, pass_rows = 0, entry_base = 0, max_context = 0;
+    int64_t kv_row_bytes = 0, key_row_bytes = 0;
+    GpuCacheKind csa, hca;
+    std::vector<GpuLayerCache> layers;
+    std::vector<int32_t> free_slots;
+    uint64_t bytes = 0;
+    GpuCacheKind& kind(int64_t ratio) { return ratio == 4 ? csa : hca; }
+};
+
+// Decode steps captured as CUDA graphs, keyed by their number of rows: every step-dependent value (positions,
+// slots, page tables) is read on the device, so a step of any sequences with that many rows replays the graph.
 struct GpuGraphCache {
     static constexpr size_t kMaxEntries = 16;
     struct Entry {
-        std::vector<uint64_t> ids;
+        int64_t rows = 0;
         cuda::CapturedGraph graph;
         uint64_t last_use = 0;
         size_t nodes = 0;
     };
     std::vector<Entry> entries;
-    std::vector<uint64_t> key;  // scratch
     uint64_t clock = 0;
     int64_t captures = 0, replays = 0;
 };
@@ -117,37 +162,25 @@ struct GpuModel {
     std::vector<GpuLayer> layers;
     backend::RopeFreqs freqs_window, freqs_compress;
     GpuPass pass;
+    GpuCache cache;
+    std::mutex cache_lock;  // slots and pages: sessions are created and destroyed outside steps
     GpuGraphCache graphs;
 };
 
-struct GpuCompressorState {
-    int64_t ratio = 0, width = 0;
-    bool overlap = false;
-    DeviceBuffer open_kv, open_score, prev_kv, prev_score;  // f32 [m, width]
-};
-
-struct GpuLayerState {
-    model::AttnKind kind = model::AttnKind::kSWA;
-    int64_t ratio = 0, max_entries = 0;
-    DeviceBuffer pool;        // act [S + window + max_entries, 512] (sequence_state.h's layout)
-    DeviceBuffer index_keys;  // act [max_entries, 128] (CSA)
-    GpuCompressorState compressor, index_compressor;
-};
-
 struct GpuSequence {
-    uint64_t id = 0;  // unique per process: keys the decode graphs (an address could be reused)
-    int64_t position = 0, max_context = 0, chunk_rows = 0, window = 128;
-    std::vector<GpuLayerState> layers;
-    // per-sequence work buffers
-    DeviceBuffer series_kv, series_score;  // f32 [m-1+S, width] (largest over the layer kinds)
-    DeviceBuffer pooled;                   // act [S/4 + 2, 512]
-    DeviceBuffer idx;                      // int32 [S, window + max(index_topk, HCA entries)]
-    DeviceBuffer index_scores;             // act [S, CSA entries]
-    DeviceBuffer index_topk;               // int32 [S, index_topk]
-
-    int64_t ring_row(int64_t pos) const { return chunk_rows + pos % window; }
-    int64_t entry_row(int64_t j) const { return chunk_rows + window + j; }
+    uint64_t id = 0;  // unique per process: keys the decode graphs (an address or a slot could be reused)
+    GpuModel* model = nullptr;  // releases the slot and pages (the engine outlives its sessions)
+    int32_t slot = -1;
+    int64_t position = 0, max_context = 0, chunk_rows = 0;
+    std::vector<int32_t> csa_pages, hca_pages;  // entry pages held, in entry order
 };
+
+// Sizes the caches for `sessions` sessions of up to `max_context` tokens, `tokens` tokens in all (pages are taken
+// as sessions grow). Fails while sessions exist. The bench resizes per point; the engine once at load.
+Status resize_gpu_cache(GpuModel& m, int64_t sessions, int64_t max_context, int64_t tokens);
+// Takes the pages a sequence needs to hold `position` tokens (uploading its tables); kResourceExhausted when the
+// pool is out of pages (nothing taken then).
+Status reserve_gpu_pages(GpuModel& m, GpuSequence& s, int64_t position);
 
 // Byte pointer arithmetic on device buffers.
 inline uint8_t* at(const DeviceBuffer& b, int64_t byte_offset) { return b.as<uint8_t>() + byte_offset; }
@@ -159,6 +192,8 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
 // Keeps a weight in m.owned and returns its view.
 Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d);
 Status make_gpu_pass(GpuModel& m, int64_t rows);
+// The per-session parts of the pass buffers, sized for the cache's max context (resize_gpu_cache calls it).
+Status size_gpu_pass_for_cache(GpuModel& m);
 
 // One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out.
 // decode: every share is one token past position 0; per-sequence steps then read the position from the device plan

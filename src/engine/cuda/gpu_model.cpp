@@ -1,6 +1,5 @@
 // Loading the GPU model (weights in their shipped formats, pass buffers) and creating sequence states.
 #include <algorithm>
-#include <atomic>
 #include <string>
 
 #include "backend/cuda/device.h"
@@ -224,16 +223,35 @@ Status alloc(DeviceBuffer& b, int64_t bytes, const char* what) {
 
 }  // namespace
 
+Status size_gpu_pass_for_cache(GpuModel& m) {
+    const model::ModelConfig& c = m.cfg;
+    GpuPass& s = m.pass;
+    const GpuCache& k = m.cache;
+    const int64_t R = s.rows, a = int64_t(m.act_bytes), hd = c.head_dim;
+    const int64_t series = std::max((128 - 1 + R) * hd, (4 - 1 + R) * 2 * hd);
+    DSV4_RETURN_IF_ERROR(alloc(s.series_kv, series * 4, "compressor series"));
+    DSV4_RETURN_IF_ERROR(alloc(s.series_score, series * 4, "compressor series"));
+    const int64_t entries = std::max(R, R / 4 + 2);
+    DSV4_RETURN_IF_ERROR(alloc(s.pooled, entries * hd * a, "pooled entries"));
+    DSV4_RETURN_IF_ERROR(alloc(s.entry_rows, entries * 4, "entry rows"));
+    const int64_t csa_cap = 64 * k.csa.pages_per_session, hca_cap = 64 * k.hca.pages_per_session;
+    DSV4_RETURN_IF_ERROR(alloc(s.idx, R * (c.window + std::max<int64_t>(c.index_topk, hca_cap)) * 4, "index lists"));
+    DSV4_RETURN_IF_ERROR(alloc(s.index_scores, R * std::max<int64_t>(csa_cap, 1) * a, "indexer scores"));
+    DSV4_RETURN_IF_ERROR(alloc(s.index_topk, R * c.index_topk * 4, "indexer top-k"));
+    return alloc(s.token_pages, R * std::max<int64_t>(k.csa.pages_per_session, 1) * 4, "key pages");
+}
+
 Status make_gpu_pass(GpuModel& m, int64_t R) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const int64_t a = int64_t(m.act_bytes), D = c.hidden_size, hc = c.hc_mult, H = c.num_heads, hd = c.head_dim;
     s.rows = R;
-    const int64_t plan_bytes = R * 8 + R * 4;
+    const int64_t plan_bytes = R * 8 + R * 4 + R * 4;
     DSV4_RETURN_IF_ERROR(alloc(s.plan, plan_bytes, "step plan"));
     DSV4_ASSIGN_OR_RETURN(s.plan_host, cuda::PinnedBuffer::allocate(size_t(plan_bytes), "step plan"));
     s.positions = s.plan.as<int64_t>();
     s.tokens = reinterpret_cast<int32_t*>(s.plan.as<uint8_t>() + R * 8);
+    s.slots = reinterpret_cast<int32_t*>(s.plan.as<uint8_t>() + R * 12);
     DSV4_RETURN_IF_ERROR(alloc(s.streams_a, R * hc * D * a, "hc streams"));
     DSV4_RETURN_IF_ERROR(alloc(s.streams_b, R * hc * D * a, "hc streams"));
     DSV4_RETURN_IF_ERROR(alloc(s.hc_x, R * D * a, "activations"));
@@ -276,11 +294,12 @@ bool gpu_available(std::string* why) {
 
 Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d) { return keep(m, std::move(d)); }
 
-void GpuSequenceDeleter::operator()(GpuSequence* s) const { delete s; }
 
 Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
-                                                 Precision precision, int64_t max_rows) {
-    return build_gpu_model(cfg, views, precision, max_rows, kCheckpointSource);
+                                                 Precision precision, int64_t max_rows, const GpuCacheOptions& cache) {
+    DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m, build_gpu_model(cfg, views, precision, max_rows, kCheckpointSource));
+    DSV4_RETURN_IF_ERROR(resize_gpu_cache(*m, cache.sessions, cache.max_context, cache.tokens));
+    return m;
 }
 
 Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
@@ -317,51 +336,5 @@ int64_t gpu_max_rows(const GpuModel& m) { return m.pass.rows; }
 void set_gpu_graphs(GpuModel& m, bool enabled) { m.use_graphs = enabled; }
 uint64_t gpu_weight_bytes(const GpuModel& m) { return m.weight_bytes; }
 
-Result<GpuSequencePtr> make_gpu_sequence(const GpuModel& m, int64_t max_context, int64_t chunk_rows) {
-    const model::ModelConfig& c = m.cfg;
-    const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, S = chunk_rows, ihd = c.index_head_dim;
-    static std::atomic<uint64_t> next_id{1};
-    GpuSequencePtr s(new GpuSequence);
-    s->id = next_id++;
-    s->max_context = max_context;
-    s->chunk_rows = S;
-    s->window = c.window;
-    for (const GpuLayer& l : m.layers) {
-        GpuLayerState ls;
-        ls.kind = l.kind;
-        ls.ratio = l.ratio;
-        ls.max_entries = l.ratio ? max_context / l.ratio : 0;
-        DSV4_RETURN_IF_ERROR(alloc(ls.pool, (S + c.window + ls.max_entries) * hd * a, "K=V pool"));
-        auto comp = [&](GpuCompressorState& cs, int64_t dim) -> Status {
-            cs.ratio = l.ratio;
-            cs.overlap = l.kind == model::AttnKind::kCSA;
-            cs.width = (cs.overlap ? 2 : 1) * dim;
-            const int64_t bytes = cs.ratio * cs.width * 4;
-            DSV4_RETURN_IF_ERROR(alloc(cs.open_kv, bytes, "compressor state"));
-            DSV4_RETURN_IF_ERROR(alloc(cs.open_score, bytes, "compressor state"));
-            DSV4_RETURN_IF_ERROR(alloc(cs.prev_kv, bytes, "compressor state"));
-            return alloc(cs.prev_score, bytes, "compressor state");
-        };
-        if (l.ratio) DSV4_RETURN_IF_ERROR(comp(ls.compressor, hd));
-        if (l.kind == model::AttnKind::kCSA) {
-            DSV4_RETURN_IF_ERROR(comp(ls.index_compressor, ihd));
-            DSV4_RETURN_IF_ERROR(alloc(ls.index_keys, ls.max_entries * ihd * a, "indexer keys"));
-        }
-        s->layers.push_back(std::move(ls));
-    }
-    const int64_t series = std::max((128 - 1 + S) * hd, (4 - 1 + S) * 2 * hd);
-    DSV4_RETURN_IF_ERROR(alloc(s->series_kv, series * 4, "compressor series"));
-    DSV4_RETURN_IF_ERROR(alloc(s->series_score, series * 4, "compressor series"));
-    DSV4_RETURN_IF_ERROR(alloc(s->pooled, (S / 4 + 2) * hd * a, "pooled entries"));
-    const int64_t idx_width = c.window + std::max<int64_t>(c.index_topk, max_context / 128);
-    DSV4_RETURN_IF_ERROR(alloc(s->idx, S * idx_width * 4, "attention index lists"));
-    DSV4_RETURN_IF_ERROR(alloc(s->index_scores, S * std::max<int64_t>(max_context / 4, 1) * a, "indexer scores"));
-    DSV4_RETURN_IF_ERROR(alloc(s->index_topk, S * c.index_topk * 4, "indexer top-k"));
-    return s;
-}
-
-int64_t gpu_position(const GpuSequence& s) { return s.position; }
-int64_t gpu_chunk_rows(const GpuSequence& s) { return s.chunk_rows; }
-void reset_gpu_sequence(GpuSequence& s) { s.position = 0; }
 
 }  // namespace dsv4::engine

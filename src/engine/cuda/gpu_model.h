@@ -35,18 +35,29 @@ using GpuSequencePtr = std::unique_ptr<GpuSequence, GpuSequenceDeleter>;
 // Whether a GPU this build can use is present; otherwise *why (if given) says what is missing.
 bool gpu_available(std::string* why);
 
-// Uploads every weight of `views` (the MTP block is not run on the GPU and is left out) and sizes the pass
-// buffers for up to `max_rows` rows. Checks the device first: a missing driver, no GPU, a GPU that is not sm_90 or
+// The paged caches' size: up to `sessions` sessions at once, each of up to `max_context` tokens, `tokens` tokens in
+// all (pages are taken as sessions grow, so many short sessions and a few long ones share one pool).
+struct GpuCacheOptions {
+    int64_t sessions = 64;
+    int64_t max_context = 4096;
+    int64_t tokens = 64 * 4096;
+};
+
+// Uploads every weight of `views` (the MTP block is not run on the GPU and is left out), sizes the pass buffers
+// for up to `max_rows` rows and the caches per `cache`. Checks the device first: a missing driver, no GPU, a GPU that is not sm_90 or
 // too little memory each give one clear Status.
 Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
-                                                 backend::Precision precision, int64_t max_rows);
+                                                 backend::Precision precision, int64_t max_rows,
+                                                 const GpuCacheOptions& cache);
 // Rows of the largest pass (the pass buffers' size).
 int64_t gpu_max_rows(const GpuModel& m);
 // Bytes of weights resident on the GPU.
 uint64_t gpu_weight_bytes(const GpuModel& m);
 
-// A sequence state for `max_context` tokens and shares of at most `chunk_rows` tokens per pass.
-Result<GpuSequencePtr> make_gpu_sequence(const GpuModel& m, int64_t max_context, int64_t chunk_rows);
+// A sequence of up to `max_context` tokens (<= the cache's) in shares of at most `chunk_rows` tokens per pass: a
+// session slot of the paged caches; kResourceExhausted when every slot is taken. Pages are taken as it grows and
+// given back on reset and destruction.
+Result<GpuSequencePtr> make_gpu_sequence(GpuModel& m, int64_t max_context, int64_t chunk_rows);
 int64_t gpu_position(const GpuSequence& s);
 int64_t gpu_chunk_rows(const GpuSequence& s);
 void reset_gpu_sequence(GpuSequence& s);

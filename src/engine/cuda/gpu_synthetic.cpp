@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "backend/cuda/kernels/synthetic/synthetic.h"
 #include "engine/cuda/gpu_internal.h"
 
@@ -161,31 +162,45 @@ Result<std::shared_ptr<GpuModel>> make_synthetic_gpu_model(const model::ModelCon
     return m;
 }
 
-Status fill_gpu_sequence_synthetic(GpuModel& m, GpuSequence& s, int64_t position) {
-    if (position > s.max_context) return invalid_argument("synthetic position beyond the sequence's context");
+Status fill_gpu_cache_synthetic(GpuModel& m) {
+    GpuCache& c = m.cache;
     const bool ref = m.precision == backend::Precision::kReference;
     const cuda::FillKind act = ref ? cuda::FillKind::kBF16 : cuda::FillKind::kF32;
-    const int64_t a = int64_t(m.act_bytes);
-    for (GpuLayerState& l : s.layers) {
-        DSV4_RETURN_IF_ERROR(fill(m, l.pool.data(), int64_t(l.pool.bytes()) / a, act, -1.0f, 1.0f));
-        if (l.index_keys.bytes()) DSV4_RETURN_IF_ERROR(fill(m, l.index_keys.data(), int64_t(l.index_keys.bytes()) / a, act));
-        for (GpuCompressorState* cs : {&l.compressor, &l.index_compressor})
-            for (DeviceBuffer* b : {&cs->open_kv, &cs->open_score, &cs->prev_kv, &cs->prev_score})
-                if (b->bytes()) DSV4_RETURN_IF_ERROR(fill(m, b->data(), int64_t(b->bytes()) / 4, cuda::FillKind::kF32));
+    const int64_t a = int64_t(m.act_bytes), chunk = 4096;
+    // random rows, packed into every pool row (packing keeps the stored codes and scales valid)
+    DSV4_ASSIGN_OR_RETURN(DeviceBuffer rows, DeviceBuffer::allocate(size_t(chunk * 512 * a), "synthetic rows"));
+    DSV4_RETURN_IF_ERROR(fill(m, rows.data(), chunk * 512, act, -1.0f, 1.0f));
+    for (GpuLayerCache& l : c.layers) {
+        const int64_t kv_rows = int64_t(l.kv.bytes()) / c.kv_row_bytes;
+        for (int64_t r = 0; r < kv_rows; r += chunk) {
+            cuda::KvPackArgs k;
+            k.rows = rows.data();
+            k.n = std::min(chunk, kv_rows - r);
+            k.dst_first = r;
+            k.pool = l.kv.data();
+            DSV4_RETURN_IF_ERROR(cuda::sm90_kv_pack(m.precision, k, m.stream.handle()));
+        }
+        const int64_t key_rows = c.key_row_bytes ? int64_t(l.keys.bytes()) / c.key_row_bytes : 0;
+        for (int64_t r = 0; l.keys.bytes() > 16 && r < key_rows; r += chunk * 4) {
+            cuda::KeyPackArgs k;
+            k.rows = rows.data();
+            k.n = std::min(chunk * 4, key_rows - r);
+            k.dst_first = r;
+            k.pool = l.keys.data();
+            DSV4_RETURN_IF_ERROR(cuda::sm90_key_pack(m.precision, k, m.stream.handle()));
+        }
+        for (DeviceBuffer* b : {&l.open_kv, &l.open_score, &l.prev_kv, &l.prev_score, &l.iopen_kv, &l.iopen_score,
+                                &l.iprev_kv, &l.iprev_score})
+            if (b->bytes() > 16) DSV4_RETURN_IF_ERROR(fill(m, b->data(), int64_t(b->bytes()) / 4, cuda::FillKind::kF32));
     }
-    s.position = position;
     return m.stream.synchronize();
 }
 
-uint64_t gpu_sequence_bytes(const GpuSequence& s) {
-    uint64_t n = s.series_kv.bytes() + s.series_score.bytes() + s.pooled.bytes() + s.idx.bytes() +
-                 s.index_scores.bytes() + s.index_topk.bytes();
-    for (const GpuLayerState& l : s.layers) {
-        n += l.pool.bytes() + l.index_keys.bytes();
-        for (const GpuCompressorState* cs : {&l.compressor, &l.index_compressor})
-            n += cs->open_kv.bytes() * 4;
-    }
-    return n;
+Status set_gpu_sequence_position(GpuModel& m, GpuSequence& s, int64_t position) {
+    if (position > s.max_context) return invalid_argument("synthetic position beyond the sequence's context");
+    DSV4_RETURN_IF_ERROR(reserve_gpu_pages(m, s, position));
+    s.position = position;
+    return m.stream.synchronize();
 }
 
 }  // namespace dsv4::engine

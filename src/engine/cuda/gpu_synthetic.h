@@ -11,9 +11,10 @@ namespace dsv4::engine {
 // A model of config `cfg` (official layout: FP8 linears, MXFP4 experts) with random weights generated on the GPU.
 Result<std::shared_ptr<GpuModel>> make_synthetic_gpu_model(const model::ModelConfig& cfg,
                                                            backend::Precision precision, int64_t max_rows);
-// Fills every cache of `s` with random entries and sets its position, as if `position` tokens had been absorbed.
-Status fill_gpu_sequence_synthetic(GpuModel& m, GpuSequence& s, int64_t position);
-// Device bytes a sequence state holds.
-uint64_t gpu_sequence_bytes(const GpuSequence& s);
+// Fills every cache pool (K=V rows, indexer keys, compressor states) with random valid rows.
+Status fill_gpu_cache_synthetic(GpuModel& m);
+// Gives `s` the pages of `position` tokens and sets its position, as if it had absorbed that many (the pools'
+// contents being synthetic).
+Status set_gpu_sequence_position(GpuModel& m, GpuSequence& s, int64_t position);
 
 }  // namespace dsv4::engine

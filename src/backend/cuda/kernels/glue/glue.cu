@@ -45,79 +45,81 @@ __global__ void scale_kernel(T* x, int64_t n, float scale) {
         x[i] = from_f32<T>(__fmul_rn(to_f32(x[i]), scale));
 }
 
+__device__ __forceinline__ int32_t entry_row(const PagedEntries& e, int32_t slot, int64_t j) {
+    return int32_t(e.entry_base + 64 * int64_t(e.table[int64_t(slot) * e.pages_per_session + j / 64]) + j % 64);
+}
+
 __global__ void attn_index_kernel(AttnIndexArgs a, int64_t width) {
     const int64_t total = a.n * width;
-    if (a.p0_device) a.p0 = *a.p0_device;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t q = i / width, c = i % width, pos = a.p0 + q;
+        const int64_t q = i / width, c = i % width, pos = a.positions[q];
+        const int64_t p0 = a.decode ? pos : a.p0, row0 = a.decode ? a.row0 + q : a.row0;
+        const int32_t slot = a.decode ? a.slots[q] : a.slot;
         int32_t v = -1;
         if (c < a.win_cols) {
             const int64_t first = pos - (a.window - 1) > 0 ? pos - (a.window - 1) : 0;
             const int64_t p = first + c;
-            if (p <= pos) v = int32_t(p >= a.p0 ? p - a.p0 : a.chunk_rows + p % a.window);
+            if (p <= pos) v = int32_t(p >= p0 ? row0 + (p - p0) : a.pass_rows + a.window * slot + p % a.window);
         } else if (a.picks) {
             const int32_t pick = a.picks[q * a.topk + (c - a.win_cols)];
-            if (pick >= 0) v = int32_t(a.chunk_rows + a.window + pick);
+            if (pick >= 0) v = entry_row(a.entries, slot, pick);
         } else {
             const int64_t j = c - a.win_cols;
-            if (j < (pos + 1) / a.ratio) v = int32_t(a.chunk_rows + a.window + j);
+            if (j < (pos + 1) / a.ratio) v = entry_row(a.entries, slot, j);
         }
         a.idx[i] = v;
     }
 }
 
+__global__ void entry_rows_kernel(EntryRowsArgs a) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += int64_t(gridDim.x) * blockDim.x) {
+        if (!a.decode) {
+            a.rows[i] = entry_row(a.entries, a.slot, a.first + i);
+        } else {
+            const int64_t pos = a.positions[i];
+            a.rows[i] = pos % a.ratio == a.ratio - 1 ? entry_row(a.entries, a.slots[i], pos / a.ratio) : -1;
+        }
+    }
+}
+
+__global__ void gather_pages_kernel(GatherPagesArgs a) {
+    const int64_t total = a.n * a.pages_per_session;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / a.pages_per_session, p = i % a.pages_per_session;
+        a.token_pages[i] = a.table[int64_t(a.slots[r]) * a.pages_per_session + p];
+    }
+}
+
+// One block per row.
 __global__ void compressor_append_kernel(CompressorAppendArgs a) {
-    const int64_t slot = *a.position % a.ratio;
-    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < a.width; c += int64_t(gridDim.x) * blockDim.x) {
-        a.open_kv[slot * a.width + c] = a.kv[c];
-        a.open_score[slot * a.width + c] = a.score[c];
+    const int64_t r = blockIdx.x;
+    const int64_t off = (int64_t(a.slots[r]) * a.ratio + a.positions[r] % a.ratio) * a.width;
+    for (int64_t c = threadIdx.x; c < a.width; c += blockDim.x) {
+        a.open_kv[off + c] = a.kv[r * a.width + c];
+        a.open_score[off + c] = a.score[r * a.width + c];
     }
 }
 
 __global__ void compressor_roll_kernel(CompressorRollArgs a) {
-    if (*a.position % a.ratio != a.ratio - 1) return;
-    const int64_t total = a.ratio * a.width;
+    const int64_t r = blockIdx.y;
+    if (a.positions[r] % a.ratio != a.ratio - 1) return;
+    const int64_t total = a.ratio * a.width, base = int64_t(a.slots[r]) * total;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        a.prev_kv[i] = a.open_kv[i];
-        a.prev_score[i] = a.open_score[i];
+        a.prev_kv[base + i] = a.open_kv[base + i];
+        a.prev_score[base + i] = a.open_score[base + i];
     }
 }
 
-template <typename T>
+// One block per row; 8-byte words (every storage row is a multiple of 8 bytes).
 __global__ void ring_store_kernel(RingStoreArgs a) {
-    T* pool = static_cast<T*>(a.pool);
-    T* dst = pool + (a.chunk_rows + *a.position % a.window) * a.row_elems;
-    for (int64_t c = threadIdx.x; c < a.row_elems; c += blockDim.x) dst[c] = pool[c];
+    const int64_t r = blockIdx.x;
+    const int64_t dst = a.pass_rows + a.window * a.slots[r] + a.positions[r] % a.window;
+    const uint64_t* from = reinterpret_cast<const uint64_t*>(static_cast<const uint8_t*>(a.pool) + (a.row0 + r) * a.row_bytes);
+    uint64_t* to = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(a.pool) + dst * a.row_bytes);
+    for (int64_t w = threadIdx.x; w < a.row_bytes / 8; w += blockDim.x) to[w] = from[w];
 }
 
 }  // namespace
-
-Status sm90_compressor_append(const CompressorAppendArgs& a, StreamHandle stream) {
-    const char* op = "sm90_compressor_append";
-    if (!a.position || !a.kv || !a.score || !a.open_kv || !a.open_score || a.ratio <= 0 || a.width <= 0)
-        return invalid_argument(std::string(op) + ": null pointer or bad shape");
-    compressor_append_kernel<<<blocks_for(a.width), kThreads, 0, stream>>>(a);
-    return launch_status(op);
-}
-
-Status sm90_compressor_roll(const CompressorRollArgs& a, StreamHandle stream) {
-    const char* op = "sm90_compressor_roll";
-    if (!a.position || !a.open_kv || !a.open_score || !a.prev_kv || !a.prev_score || a.ratio <= 0 || a.width <= 0)
-        return invalid_argument(std::string(op) + ": null pointer or bad shape");
-    compressor_roll_kernel<<<blocks_for(a.ratio * a.width), kThreads, 0, stream>>>(a);
-    return launch_status(op);
-}
-
-Status sm90_ring_store(Precision precision, const RingStoreArgs& a, StreamHandle stream) {
-    const char* op = "sm90_ring_store";
-    if (!a.position || !a.pool || a.window <= 0 || a.row_elems <= 0 || a.chunk_rows < 1)
-        return invalid_argument(std::string(op) + ": null pointer or bad shape");
-    if (precision == Precision::kReference)
-        ring_store_kernel<__nv_bfloat16><<<1, kThreads, 0, stream>>>(a);
-    else
-        ring_store_kernel<float><<<1, kThreads, 0, stream>>>(a);
-    return launch_status(op);
-}
 
 Status sm90_broadcast_streams(Precision precision, const BroadcastStreamsArgs& a, StreamHandle stream) {
     const char* op = "sm90_broadcast_streams";
@@ -163,13 +165,65 @@ Status sm90_scale(Precision precision, const ScaleArgs& a, StreamHandle stream) 
 
 Status sm90_attn_index(const AttnIndexArgs& a, StreamHandle stream) {
     const char* op = "sm90_attn_index";
-    if (!a.idx || a.n < 0 || a.p0 < 0 || a.win_cols < 0 || a.window <= 0 || a.chunk_rows < 0 || a.topk < 0 ||
-        a.hca_entries < 0)
+    if (!a.idx || !a.positions || a.n < 0 || a.win_cols < 0 || a.window <= 0 || a.topk < 0 || a.hca_entries < 0 ||
+        (a.decode && !a.slots))
         return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    const bool entries = a.picks || a.hca_entries > 0;
+    if (entries && (!a.entries.table || a.entries.pages_per_session <= 0))
+        return invalid_argument(std::string(op) + ": compressed candidates need the entry page table");
     if (!a.picks && a.hca_entries > 0 && a.ratio <= 0) return invalid_argument(std::string(op) + ": HCA needs ratio");
     const int64_t width = a.win_cols + (a.picks ? a.topk : a.hca_entries);
     if (a.n == 0 || width == 0) return Status::ok();
     attn_index_kernel<<<blocks_for(a.n * width), kThreads, 0, stream>>>(a, width);
+    return launch_status(op);
+}
+
+Status sm90_entry_rows(const EntryRowsArgs& a, StreamHandle stream) {
+    const char* op = "sm90_entry_rows";
+    if (!a.rows || a.n < 0 || !a.entries.table || a.entries.pages_per_session <= 0 ||
+        (a.decode && (!a.positions || !a.slots || a.ratio <= 0)))
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    if (a.n == 0) return Status::ok();
+    entry_rows_kernel<<<blocks_for(a.n), kThreads, 0, stream>>>(a);
+    return launch_status(op);
+}
+
+Status sm90_gather_pages(const GatherPagesArgs& a, StreamHandle stream) {
+    const char* op = "sm90_gather_pages";
+    if (!a.token_pages || !a.slots || !a.table || a.n < 0 || a.pages_per_session <= 0)
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    if (a.n == 0) return Status::ok();
+    gather_pages_kernel<<<blocks_for(a.n * a.pages_per_session), kThreads, 0, stream>>>(a);
+    return launch_status(op);
+}
+
+Status sm90_compressor_append(const CompressorAppendArgs& a, StreamHandle stream) {
+    const char* op = "sm90_compressor_append";
+    if (!a.positions || !a.slots || !a.kv || !a.score || !a.open_kv || !a.open_score || a.n < 0 || a.ratio <= 0 ||
+        a.width <= 0)
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    if (a.n == 0) return Status::ok();
+    compressor_append_kernel<<<unsigned(a.n), kThreads, 0, stream>>>(a);
+    return launch_status(op);
+}
+
+Status sm90_compressor_roll(const CompressorRollArgs& a, StreamHandle stream) {
+    const char* op = "sm90_compressor_roll";
+    if (!a.positions || !a.slots || !a.open_kv || !a.open_score || !a.prev_kv || !a.prev_score || a.n < 0 ||
+        a.ratio <= 0 || a.width <= 0)
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    if (a.n == 0) return Status::ok();
+    const int64_t per_row = (a.ratio * a.width + kThreads - 1) / kThreads;
+    compressor_roll_kernel<<<dim3(unsigned(per_row < 64 ? per_row : 64), unsigned(a.n)), kThreads, 0, stream>>>(a);
+    return launch_status(op);
+}
+
+Status sm90_ring_store(const RingStoreArgs& a, StreamHandle stream) {
+    const char* op = "sm90_ring_store";
+    if (!a.positions || !a.slots || !a.pool || a.n < 0 || a.window <= 0 || a.row_bytes <= 0 || a.row_bytes % 8 != 0)
+        return invalid_argument(std::string(op) + ": null pointer or bad shape (rows must be multiples of 8 bytes)");
+    if (a.n == 0) return Status::ok();
+    ring_store_kernel<<<unsigned(a.n), 128, 0, stream>>>(a);
     return launch_status(op);
 }
 

@@ -39,53 +39,102 @@ struct ScaleArgs {
 };
 Status sm90_scale(backend::Precision precision, const ScaleArgs& a, StreamHandle stream);
 
-// Candidate lists of one sequence's n queries at positions p0 .. p0+n-1 (the CPU forward's step 4): per query a
-// window part of win_cols columns — positions ascending from max(0, pos-window+1), -1 past pos; a position of the
-// chunk is pool row pos-p0, an older one its ring row chunk_rows + pos % window — then the compressed part:
-// CSA: picks[i, c] → entry row chunk_rows + window + pick (-1 stays -1); HCA: entry j visible iff
-// j < (pos+1)/ratio, for j < hca_entries.
-// Decode mode (p0_device set): p0 is read from the device (*p0_device), so the launch is the same every step.
+// ---- paged caches (src/engine/cuda/gpu_internal.h GpuCache): a layer's K=V pool holds [pass rows R | window
+// rings, 128 rows per session slot | entry pages of 64]; entry j of the session in slot s is
+// entry_base + 64·table[s·pages_per_session + j/64] + j%64 (an indexer key pool: entry_base 0).
+struct PagedEntries {
+    int64_t entry_base = 0;
+    const int32_t* table = nullptr;  // device [sessions, pages_per_session]
+    int64_t pages_per_session = 0;
+};
+
+// Candidate lists (the CPU forward's step 4) as pool rows, per query row i at position pos_i = positions[i]:
+// a window part of win_cols columns — positions ascending from max(0, pos-window+1), -1 past pos; a position of the
+// chunk (>= p0) is pass row row0 + (q - p0), an older one its ring row R + window·slot + q % window — then the
+// compressed part: CSA picks[i, c] → entry row (-1 stays -1); HCA entry j visible iff j < (pos+1)/ratio, for
+// j < hca_entries.
+// Rows are one sequence's n tokens (decode false: p0, slot from the arguments), or each row its own sequence's
+// single new token (decode true: p0 = pos_i, slot = slots[i]), so a decode step's launch never changes.
 struct AttnIndexArgs {
     int32_t* idx = nullptr;  // [n, width], width = win_cols + (CSA: topk, HCA: hca_entries)
-    int64_t n = 0, p0 = 0, win_cols = 0, window = 128, chunk_rows = 0;
-    const int64_t* p0_device = nullptr;
-    const int32_t* picks = nullptr;  // CSA: device [n, topk] entry numbers, -1 = none; null otherwise
+    int64_t n = 0, win_cols = 0, window = 128;
+    const int64_t* positions = nullptr;  // device [n]
+    bool decode = false;
+    int64_t p0 = 0, row0 = 0;            // pass row of row 0; p0: first chunk position (decode false)
+    int32_t slot = 0;                    // decode false
+    const int32_t* slots = nullptr;      // decode true: device [n]
+    int64_t pass_rows = 0;               // R
+    PagedEntries entries;
+    const int32_t* picks = nullptr;      // CSA: device [n, topk] entry numbers, -1 = none; null otherwise
     int64_t topk = 0;
     int64_t hca_entries = 0, ratio = 0;  // HCA
 };
 Status sm90_attn_index(const AttnIndexArgs& a, StreamHandle stream);
 
-// ---- decode steps: one new token per sequence at pos = *position (device), so a step replays as a CUDA graph ----
+// Pool rows the finished entries go to. decode false: entries first .. first+n-1 of the session in `slot`;
+// decode true: row i is its session's new token at positions[i] — the entry positions[i]/ratio when that token
+// closes a window (pos % ratio == ratio-1), else -1.
+struct EntryRowsArgs {
+    int32_t* rows = nullptr;  // [n]
+    int64_t n = 0;
+    bool decode = false;
+    int64_t first = 0;
+    int32_t slot = 0;
+    const int64_t* positions = nullptr;  // decode: device [n]
+    const int32_t* slots = nullptr;      // decode: device [n]
+    int64_t ratio = 0;
+    PagedEntries entries;
+};
+Status sm90_entry_rows(const EntryRowsArgs& a, StreamHandle stream);
 
-// A compressor's open window takes the token's projections: open_kv[pos % ratio] = kv, open_score[..] = score.
+// Each row's indexer key pages: token_pages[i] = table[slots[i]] (pages_per_session entries).
+struct GatherPagesArgs {
+    int32_t* token_pages = nullptr;      // [n, pages_per_session]
+    int64_t n = 0;
+    const int32_t* slots = nullptr;      // device [n]
+    const int32_t* table = nullptr;      // device [sessions, pages_per_session]
+    int64_t pages_per_session = 0;
+};
+Status sm90_gather_pages(const GatherPagesArgs& a, StreamHandle stream);
+
+// ---- decode steps: each row is one session's single new token at positions[i], slot slots[i] ----
+
+// The compressors' open windows take the tokens' projections: open_kv[slot][pos % ratio] = kv[i] (and score).
 struct CompressorAppendArgs {
-    const int64_t* position = nullptr;  // device, one value
-    const float* kv = nullptr;          // [width]
-    const float* score = nullptr;       // [width] (ape included)
+    int64_t n = 0;
+    const int64_t* positions = nullptr;  // device [n]
+    const int32_t* slots = nullptr;      // device [n]
+    const float* kv = nullptr;           // [n, width]
+    const float* score = nullptr;        // [n, width] (ape included)
     int64_t ratio = 0, width = 0;
-    float* open_kv = nullptr;           // [ratio, width]
-    float* open_score = nullptr;        // [ratio, width]
+    float* open_kv = nullptr;            // [sessions, ratio, width]
+    float* open_score = nullptr;
 };
 Status sm90_compressor_append(const CompressorAppendArgs& a, StreamHandle stream);
 
-// After the entry of a window that just closed (pos % ratio == ratio - 1) was pooled: the window becomes the
-// previous window of the next entry (CSA): prev = open. Nothing happens at other positions.
+// After the entries of windows that just closed were pooled: each such window becomes its session's previous
+// window (CSA): prev[slot] = open[slot]. Rows whose token does not close a window change nothing.
 struct CompressorRollArgs {
-    const int64_t* position = nullptr;
+    int64_t n = 0;
+    const int64_t* positions = nullptr;
+    const int32_t* slots = nullptr;
     int64_t ratio = 0, width = 0;
-    const float* open_kv = nullptr;
+    const float* open_kv = nullptr;      // [sessions, ratio, width]
     const float* open_score = nullptr;
     float* prev_kv = nullptr;
     float* prev_score = nullptr;
 };
 Status sm90_compressor_roll(const CompressorRollArgs& a, StreamHandle stream);
 
-// The window ring keeps the token's K=V row: pool[chunk_rows + pos % window] = pool[0] (the chunk row).
+// The window rings keep the tokens' K=V rows: pool row R + window·slot + pos % window = pool row row0 + i
+// (rows of `row_bytes`, any storage format).
 struct RingStoreArgs {
-    const int64_t* position = nullptr;
-    void* pool = nullptr;  // [rows, row_elems]
-    int64_t chunk_rows = 0, window = 128, row_elems = 512;
+    int64_t n = 0;
+    const int64_t* positions = nullptr;
+    const int32_t* slots = nullptr;
+    void* pool = nullptr;
+    int64_t row_bytes = 0, row0 = 0, pass_rows = 0, window = 128;
 };
-Status sm90_ring_store(backend::Precision precision, const RingStoreArgs& a, StreamHandle stream);
+Status sm90_ring_store(const RingStoreArgs& a, StreamHandle stream);
 
 }  // namespace dsv4::cuda
