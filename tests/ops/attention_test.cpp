@@ -1,14 +1,17 @@
 // sm90_sparse_attn (with the fused output de-rotation) and sm90_wo_a against the CPU ops (sparse_attn then rope
 // with inverse; wo_a) at V4-Flash (64 heads, 8 groups) and V4-Pro (128 heads, 16 groups) shapes, the 4-head test
 // models (tests/data/goldens/*/official/config.json: window 128 + top-k 16 / 8, HCA 128 + n entries) and edge
-// shapes, both precisions; -1-padded capacity-wide candidate lists against the unpadded ones, bit for bit.
+// shapes, both precisions; -1-padded capacity-wide candidate lists against the unpadded ones, and packed FP8 K=V
+// pools (kv_packed) against unpacked rows, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
 #include "testing/testing.h"
@@ -223,6 +226,89 @@ TEST_P(SparseAttnPaddingTest, TrailingMinusOneBlocksChangeNoBit) {
     }
 }
 
+// kv_packed: the same FP8-simulated rows stored as 584-byte rows (kv_store.h) at shuffled pool rows, the candidate
+// lists mapped to those rows; the output must be bit-identical to the unpacked call (kReference; kF32 ignores the
+// flag and must not change either). Flash (64 heads, 128 + 512), Pro (128 heads, 128 + 1024), the 4-head models;
+// -1 candidates and de-rotation.
+class SparseAttnPackedTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const size_t act_bytes = prec == Precision::kReference ? 2 : 4;
+    struct Case {
+        int64_t tokens, heads, n_kv, topk;
+        bool derotate;
+        int padding;  // every padding-th candidate is -1
+    };
+    const Case cases[] = {{3, 64, 2000, 640, true, 7}, {2, 128, 3000, 1152, false, 5}, {2, 128, 700, 1152, true, 0},
+                          {5, 4, 300, 144, true, 3},   {1, 4, 20, 16, false, 0},      {3, 20, 500, 100, true, 4}};
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    for (const Case& c : cases) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads) + " topk " +
+                     std::to_string(c.topk));
+        const int64_t T = c.tokens, H = c.heads, D = 512, pool_rows = c.n_kv + 37;
+        auto q = random_act(prec, rng, size_t(T * H * D), 1.0f);
+        auto kv = random_act(prec, rng, size_t(c.n_kv * D), 1.0f);
+        if (prec == Precision::kReference)  // the values a cached K=V row holds
+            DSV4_ASSERT_OK(backend::cpu::kv_fp8_sim({prec, &pool()}, {kv.data(), c.n_kv, D, 64}));
+        std::normal_distribution<float> ds(0.0f, 1.0f);
+        std::vector<float> sink(static_cast<size_t>(H));
+        for (auto& v : sink) v = ds(rng);
+        std::vector<int32_t> where(static_cast<size_t>(pool_rows));  // kv row i lives at pool row where[i]
+        std::iota(where.begin(), where.end(), 0);
+        std::shuffle(where.begin(), where.end(), rng);
+        where.resize(size_t(c.n_kv));
+        std::uniform_int_distribution<int32_t> pick(0, int32_t(c.n_kv - 1));
+        std::vector<int32_t> idx(size_t(T * c.topk)), idx_pool(idx.size());
+        for (size_t i = 0; i < idx.size(); ++i) {
+            idx[i] = c.padding && i % size_t(c.padding) == 1 ? -1 : pick(rng);
+            idx_pool[i] = idx[i] < 0 ? -1 : where[size_t(idx[i])];
+        }
+        std::vector<int64_t> pos(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 7000 + 97 * t;
+        auto dq = act_to_device(prec, q);
+        auto dkv = act_to_device(prec, kv);
+        auto dwhere = to_device(where);
+        auto dpool = poisoned<uint8_t>(size_t(pool_rows * kv_row_bytes(prec)));
+        auto didx = to_device(idx);
+        auto didx_pool = to_device(idx_pool);
+        auto dsink = to_device(sink);
+        auto dpos = to_device(pos);
+        auto out_u = act_poisoned(prec, size_t(T * H * D));
+        auto out_p = act_poisoned(prec, size_t(T * H * D));
+        ASSERT_TRUE(dq.is_ok() && dkv.is_ok() && dwhere.is_ok() && dpool.is_ok() && didx.is_ok() &&
+                    didx_pool.is_ok() && dsink.is_ok() && dpos.is_ok() && out_u.is_ok() && out_p.is_ok());
+        DSV4_ASSERT_OK(sm90_kv_pack(prec, {dkv->data(), c.n_kv, dwhere->as<int32_t>(), 0, dpool->data()}, nullptr));
+        const float scale = 1.0f / std::sqrt(512.0f);
+        SparseAttnArgs a{dq->data(), dkv->data(), didx->as<int32_t>(), T, H, c.n_kv, c.topk, dsink->as<float>(),
+                         scale, c.derotate, dpos->as<int64_t>(), freqs, out_u->data()};
+        DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
+        a.kv = dpool->data();
+        a.kv_packed = true;
+        a.idx = didx_pool->as<int32_t>();
+        a.n_kv = pool_rows;
+        a.out = out_p->data();
+        DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
+        const auto got_u = to_host<uint8_t>(*out_u, size_t(T * H * D) * act_bytes);
+        const auto got_p = to_host<uint8_t>(*out_p, size_t(T * H * D) * act_bytes);
+        size_t diff = 0;
+        for (size_t i = 0; i < got_u.size(); ++i) diff += got_u[i] != got_p[i];
+        EXPECT_EQ(diff, 0u) << "packed rows changed " << diff << " output bytes";
+        // and the unpacked result is the CPU's (so equal outputs cannot both be wrong)
+        std::vector<float> want(size_t(T * H * D));
+        backend::WeightView sv{WeightFormat::kF32, 1, H, sink.data(), nullptr};
+        const backend::Exec ex{prec, &pool()};
+        DSV4_ASSERT_OK(backend::cpu::sparse_attn(ex, {q.data(), kv.data(), idx.data(), T, H, D, c.n_kv, c.topk, sv,
+                                                      scale, want.data()}));
+        if (c.derotate) {
+            DSV4_ASSERT_OK(backend::cpu::rope(ex, {want.data(), T, H, D, 448, pos.data(), &freqs, true}));
+        }
+        DSV4_EXPECT_CLOSE(act_to_host(prec, *out_p, want.size()), want, prec == Precision::kReference ? 2e-3 : 1e-5);
+    }
+}
+
 TEST(AttentionValidation, BadShapesAreClearErrors) {
     DSV4_REQUIRE_GPU();
     auto buf = DeviceBuffer::allocate(1 << 16);
@@ -241,6 +327,7 @@ const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF3
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
 INSTANTIATE_TEST_SUITE_P(Cuda, SparseAttnTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, SparseAttnPaddingTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, SparseAttnPackedTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, WoATest, kPrecisions, precision_label);
 
 }  // namespace
