@@ -2,14 +2,18 @@
 // keys up to 262,144 = 1M context / 4, top-k 512 Flash / 1024 Pro), the test models' 4 heads with top-k 16 / 8 over
 // a few keys, and edge shapes, both precisions. Top-k is
 // exact: the same scores in, the same index lists out (ties by lower index on both sides). The decode mode
-// (capacity-wide scores with visible_only, top-k cut by positions) against per-row host-driven calls.
+// (capacity-wide scores with visible_only, top-k cut by positions) against per-row host-driven calls. Paged and
+// packed (FP4) keys against the contiguous unpacked keys, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
+#include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
 #include "testing/testing.h"
@@ -216,11 +220,113 @@ TEST(IndexerDecodeValidation, PositionsNeedTheRatio) {
     EXPECT_NE(s.message().find("compression ratio"), std::string::npos) << s.message();
 }
 
+// Keys in pages of 64 behind a per-token shuffled page table and (kReference) packed as FP4 rows (kv_store.h):
+// scores and top-k picks must be bit-identical to the contiguous unpacked call on the same key values. Each token
+// has its own copy of the logical pages at its own physical pages (so the table row t·pages_per_token is what is
+// read). Flash / Pro (64 heads, top-k 512 / 1024) and the test models (4 heads); visible_only + positions top-k
+// (decode) and the plain masked mode; packed keys without pages.
+class IndexerPagedTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(IndexerPagedTest, PagedPackedKeysAreBitIdenticalToContiguous) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const size_t act_bytes = prec == Precision::kReference ? 2 : 4;
+    constexpr int64_t kRatio = 4, kPage = 64, kDim = 128;
+    struct Case {
+        int64_t heads, k, n;
+        std::vector<int64_t> pos;
+        bool visible_only, paged;
+    };
+    const Case cases[] = {{64, 512, 4096, {0, 3, 257, 1001, 2050, 16383, 5000}, true, true},
+                          {64, 1024, 4000, {16383, 7, 4099, 8191, 700}, true, true},
+                          {4, 16, 200, {3, 63, 200, 799, 0}, true, true},
+                          {4, 8, 75, {299, 30, 1}, false, true},
+                          {64, 512, 1000, {3999, 2000, 64}, false, true},
+                          {64, 512, 1000, {3999, 2000, 64}, true, false}};
+    for (const Case& c : cases) {
+        const int64_t T = int64_t(c.pos.size()), H = c.heads, n = c.n, ppt = (n + kPage - 1) / kPage;
+        SCOPED_TRACE("heads " + std::to_string(H) + " k " + std::to_string(c.k) + " n " + std::to_string(n) +
+                     (c.paged ? " paged" : " contiguous") + (c.visible_only ? " visible_only" : ""));
+        auto q = random_act(prec, rng, size_t(T * H * kDim), 1.0f);
+        auto keys = random_act(prec, rng, size_t(n * kDim), 1.0f);
+        if (prec == Precision::kReference)  // the values a cached indexer key holds
+            DSV4_ASSERT_OK(backend::cpu::fp4_act_quant({keys.data(), n, kDim, nullptr, nullptr, nullptr, keys.data()}));
+        auto w = random_act(prec, rng, size_t(T * H), 0.02f);
+        // physical pages: token t's logical page p is at phys[t·ppt + p]; 3 spare pages never named
+        const int64_t phys_pages = c.paged ? T * ppt + 3 : ppt;
+        std::vector<int32_t> phys(static_cast<size_t>(phys_pages));
+        std::iota(phys.begin(), phys.end(), 0);
+        if (c.paged) std::shuffle(phys.begin(), phys.end(), rng);
+        std::vector<float> pool_rows(size_t(phys_pages * kPage * kDim), 0.0f);
+        const int64_t tables = c.paged ? T : 1;
+        std::vector<int32_t> table(size_t(tables * ppt));
+        for (int64_t t = 0; t < tables; ++t)
+            for (int64_t p = 0; p < ppt; ++p) {
+                const int32_t at = phys[size_t(t * ppt + p)];
+                table[size_t(t * ppt + p)] = at;
+                for (int64_t r = 0; r < kPage && p * kPage + r < n; ++r)
+                    std::memcpy(&pool_rows[size_t((at * kPage + r) * kDim)], &keys[size_t((p * kPage + r) * kDim)],
+                                kDim * sizeof(float));
+            }
+        auto dq = act_to_device(prec, q);
+        auto dk = act_to_device(prec, keys);
+        auto dw = act_to_device(prec, w);
+        auto dpos = to_device(c.pos);
+        auto dtable = to_device(table);
+        auto drows = act_to_device(prec, pool_rows);
+        auto dpool = poisoned<uint8_t>(size_t(phys_pages * kPage * key_row_bytes(prec)));
+        auto ds_c = act_poisoned(prec, size_t(T * n));
+        auto ds_p = act_poisoned(prec, size_t(T * n));
+        auto di_c = poisoned<int32_t>(size_t(T * c.k));
+        auto di_p = poisoned<int32_t>(size_t(T * c.k));
+        ASSERT_TRUE(dq.is_ok() && dk.is_ok() && dw.is_ok() && dpos.is_ok() && dtable.is_ok() && drows.is_ok() &&
+                    dpool.is_ok() && ds_c.is_ok() && ds_p.is_ok() && di_c.is_ok() && di_p.is_ok());
+        DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), phys_pages * kPage, nullptr, 0, dpool->data()}, nullptr));
+        IndexerScoresArgs a{dq->data(), dk->data(), dw->data(), T, H, n, kRatio, dpos->as<int64_t>(), ds_c->data()};
+        a.visible_only = c.visible_only;
+        DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
+        a.keys = dpool->data();
+        a.keys_packed = true;
+        if (c.paged) a.key_pages = dtable->as<int32_t>(), a.pages_per_token = ppt;
+        a.scores = ds_p->data();
+        DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
+        TopKArgs tk{ds_c->data(), T, n, c.k, di_c->as<int32_t>()};
+        if (c.visible_only) tk.positions = dpos->as<int64_t>(), tk.ratio = kRatio;
+        DSV4_ASSERT_OK(sm90_topk(prec, tk, nullptr));
+        tk.scores = ds_p->data();
+        tk.idx = di_p->as<int32_t>();
+        DSV4_ASSERT_OK(sm90_topk(prec, tk, nullptr));
+        const auto sc = to_host<uint8_t>(*ds_c, size_t(T * n) * act_bytes);
+        const auto sp = to_host<uint8_t>(*ds_p, size_t(T * n) * act_bytes);
+        size_t diff = 0;
+        for (size_t i = 0; i < sc.size(); ++i) diff += sc[i] != sp[i];
+        EXPECT_EQ(diff, 0u) << "paged/packed keys changed " << diff << " score bytes";
+        const auto ic = to_host<int32_t>(*di_c, size_t(T * c.k));
+        EXPECT_EQ(ic, to_host<int32_t>(*di_p, size_t(T * c.k))) << "top-k picks differ";
+        EXPECT_GT(std::count_if(ic.begin(), ic.end(), [](int32_t v) { return v >= 0; }), 0);
+    }
+}
+
+TEST(IndexerPagedValidation, PagesMustCoverTheKeys) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 16);
+    ASSERT_TRUE(buf.is_ok());
+    IndexerScoresArgs a{buf->data(), buf->data(), buf->data(), 1, 4, 200, 4, buf->as<int64_t>(), buf->data()};
+    a.key_pages = buf->as<int32_t>();
+    a.pages_per_token = 3;  // 192 < 200 keys
+    Status s = sm90_indexer_scores(Precision::kReference, a, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("pages_per_token >= 4"), std::string::npos) << s.message();
+}
+
+
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
 INSTANTIATE_TEST_SUITE_P(Cuda, IndexerScoresTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, TopKTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, IndexerDecodeTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, IndexerPagedTest, kPrecisions, precision_label);
 
 }  // namespace
 }  // namespace dsv4::cuda
