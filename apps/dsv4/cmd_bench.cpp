@@ -35,8 +35,8 @@ const CommandRegistration kRegistration("bench", [](CLI::App& app, int& exit_cod
     auto f = std::make_shared<BenchFlags>();
     cmd->add_option("--preset", f->o.preset, "model shapes: flash (default) or pro")
         ->check(CLI::IsMember({"flash", "pro"}));
-    cmd->add_option("--layers", f->o.layers, "main layers to build (default: all; one H200 holds about 35 "
-                                             "full V4-Flash layers)")
+    cmd->add_option("--layers", f->o.layers, "main layers to build (default: all that fit in 80% of the free GPU "
+                                             "memory, the rest kept for caches)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--experts", f->o.experts, "routed experts per layer (default: the preset's)")
         ->check(CLI::NonNegativeNumber);

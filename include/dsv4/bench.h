@@ -16,7 +16,7 @@ namespace dsv4 {
 
 struct GpuBenchOptions {
     std::string preset = "flash";  // flash or pro (shapes); the weights are synthetic
-    int layers = 0;                // main layers to build; 0 = all (with `experts` experts per layer)
+    int layers = 0;                // main layers to build; 0 = all that fit in 80 % of the free GPU memory
     int experts = 0;               // routed experts per layer; 0 = the preset's
     std::vector<int64_t> batches = {1, 8, 64, 256};
     std::vector<int64_t> contexts = {4096, 65536, 1048576};

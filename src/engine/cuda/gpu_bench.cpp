@@ -45,27 +45,46 @@ Result<double> measure_copy_bandwidth(cuda::StreamHandle st) {
     return 2.0 * double(bytes) / (median(ms) * 1e-3);
 }
 
-Result<model::ModelConfig> bench_config(const GpuBenchOptions& o) {
+// Approximate GPU bytes of one full layer (FP8 linears with their block scales, MXFP4 experts, bf16 compressor and
+// router weights) and of the globals (embedding, head): enough to choose how many layers fit.
+double layer_bytes(const model::ModelConfig& c) {
+    const double D = double(c.hidden_size), hd = double(c.head_dim), H = double(c.num_heads);
+    const double fp8 = 1.0 + 1.0 / 16384.0, fp4 = 0.5 + 1.0 / 32.0;
+    const double attn = (double(c.q_lora_rank) * D + H * hd * double(c.q_lora_rank) + hd * D +
+                         double(c.o_groups * c.o_lora_rank) * (H / double(c.o_groups)) * hd +
+                         D * double(c.o_groups * c.o_lora_rank)) * fp8 +
+                        4.0 * hd * D * 2.0;  // compressor wkv / wgate (CSA width), bf16
+    const double experts = 3.0 * double(c.moe_inter_dim) * D * (double(c.n_routed_experts) * fp4 + fp8);
+    return attn + experts + double(c.n_routed_experts) * D * 2.0;
+}
+
+Result<model::ModelConfig> bench_config(const GpuBenchOptions& o, uint64_t free_bytes) {
     DSV4_ASSIGN_OR_RETURN(model::ModelConfig c, model::preset_config(o.preset));
-    if (o.layers > 0 && o.layers < c.num_layers) {
-        const int mtp_ratio = c.compress_ratios.back();
-        c.compress_ratios.resize(size_t(o.layers));
-        c.compress_ratios.push_back(mtp_ratio);
-        c.num_layers = o.layers;
-        c.num_hash_layers = std::min<int64_t>(c.num_hash_layers, o.layers);
-    }
     if (o.experts > 0) {
         if (o.experts < c.n_experts_per_token)
             return invalid_argument("--experts " + std::to_string(o.experts) + " is below the " +
                                     std::to_string(c.n_experts_per_token) + " experts each token picks");
         c.n_routed_experts = o.experts;
     }
+    int64_t layers = o.layers;
+    if (layers <= 0) {  // all layers if they fit in 80 % of the free memory (the rest for caches), else as many as do
+        const double globals = 2.0 * double(c.vocab_size) * double(c.hidden_size) * 2.0;
+        layers = std::clamp<int64_t>(int64_t((0.8 * double(free_bytes) - globals) / layer_bytes(c)), 1, c.num_layers);
+    }
+    if (layers < c.num_layers) {
+        const int mtp_ratio = c.compress_ratios.back();
+        c.compress_ratios.resize(size_t(layers));
+        c.compress_ratios.push_back(mtp_ratio);
+        c.num_layers = layers;
+        c.num_hash_layers = std::min<int64_t>(c.num_hash_layers, layers);
+    }
     c.num_mtp_layers = 0;
     return c;
 }
 
-// Bytes one decode step must read: every non-expert weight once (the embedding only its B rows), the routed experts the step's tokens touch
-// (uniform routing: E·(1 - (1 - K/E)^B) distinct experts per layer), and per sequence and layer the window, the
+// Bytes one decode step must read: every non-expert weight once (the embedding only its B rows), the routed experts
+// the step's tokens touch (uniform routing: E·(1 - (1 - K/E)^B) distinct experts per layer), and per sequence and
+// layer the window, the
 // compressed entries attention gathers (CSA top-k, HCA all) and the indexer keys it scans, in their stored formats.
 double decode_bytes(const GpuModel& m, int64_t batch, int64_t ctx, double expert_layer_bytes) {
     const model::ModelConfig& c = m.cfg;
@@ -181,8 +200,8 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
 }  // namespace
 
 Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
-    DSV4_ASSIGN_OR_RETURN(model::ModelConfig cfg, bench_config(o));
     DSV4_ASSIGN_OR_RETURN(cuda::DeviceInfo dev, cuda::describe_device(0));
+    DSV4_ASSIGN_OR_RETURN(model::ModelConfig cfg, bench_config(o, dev.free_bytes));
     const int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
     const backend::Precision precision =
         o.precision == EnginePrecision::kF32 ? backend::Precision::kF32 : backend::Precision::kReference;

@@ -272,6 +272,7 @@ Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) 
     slot->graph = std::move(g);
     slot->last_use = ++cache.clock;
     slot->nodes = slot->graph.nodes();
+    cache.max_nodes = std::max(cache.max_nodes, int64_t(slot->nodes));
     ++cache.replays;
     return slot->graph.launch(m.stream.handle());
 }
@@ -318,7 +319,7 @@ GpuGraphStats gpu_graph_stats(const GpuModel& m) {
     GpuGraphStats g;
     g.captures = m.graphs.captures;
     g.replays = m.graphs.replays;
-    for (const GpuGraphCache::Entry& e : m.graphs.entries) g.nodes = std::max(g.nodes, int64_t(e.nodes));
+    g.nodes = m.graphs.max_nodes;
     return g;
 }
 
