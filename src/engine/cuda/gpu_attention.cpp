@@ -25,18 +25,6 @@ using backend::Precision;
 
 namespace {
 
-Status linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y) {
-    cuda::LinearArgs a;
-    a.x = x;
-    a.tokens = rows;
-    a.w = w;
-    a.out = out;
-    a.y = y;
-    a.workspace = m.pass.workspace.data();
-    a.workspace_bytes = m.pass.workspace.bytes();
-    return cuda::sm90_linear(m.precision, a, m.stream.handle());
-}
-
 Status rope(GpuModel& m, void* x, int64_t rows, int64_t vecs, int64_t stride, int64_t offset,
             const int64_t* positions, const backend::RopeFreqs& freqs) {
     cuda::RopeArgs r;
@@ -52,8 +40,8 @@ Status rope(GpuModel& m, void* x, int64_t rows, int64_t vecs, int64_t stride, in
 
 // Compressor projections of all rows: kv, score f32 [rows, width], ape added to the score.
 Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t rows, void* kv, void* score) {
-    DSV4_RETURN_IF_ERROR(linear(m, m.pass.normed.data(), rows, w.wkv, LinearOut::kF32, kv));
-    DSV4_RETURN_IF_ERROR(linear(m, m.pass.normed.data(), rows, w.wgate, LinearOut::kF32, score));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wkv, LinearOut::kF32, kv));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wgate, LinearOut::kF32, score));
     cuda::AddApeArgs a;
     a.score = static_cast<float*>(score);
     a.rows = rows;
@@ -70,7 +58,7 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t ih = c.index_n_heads, ihd = c.index_head_dim;
-    DSV4_RETURN_IF_ERROR(linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data()));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data()));
     DSV4_RETURN_IF_ERROR(
         rope(m, s.index_q.data(), rows, ih, ihd, ihd - c.rope_head_dim, s.positions, m.freqs_compress));
     if (m.precision == Precision::kReference) {
@@ -84,7 +72,7 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         DSV4_RETURN_IF_ERROR(cuda::sm90_fp4_quant_e2m1(f, st));
     }
     DSV4_RETURN_IF_ERROR(
-        linear(m, s.normed.data(), rows, layer.attn.index_weights_proj, LinearOut::kBF16, s.index_w.data()));
+        gpu_linear(m, s.normed.data(), rows, layer.attn.index_weights_proj, LinearOut::kBF16, s.index_w.data()));
     const float scale = float(1.0 / std::sqrt(double(ihd)) / std::sqrt(double(ih)));
     return cuda::sm90_scale(m.precision, {.x = s.index_w.data(), .n = rows * ih, .scale = scale}, st);
 }
@@ -452,11 +440,11 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
 
     // 1. row-wise: q path, window K=V (packed into the pass rows of the layer's pool), compressor projections, the
     //    indexer's queries and weights
-    DSV4_RETURN_IF_ERROR(linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data()));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data()));
     DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(
         m.precision, {.x = s.qr.data(), .rows = rows, .dim = c.q_lora_rank, .weight = w.q_norm, .eps = eps,
                       .y = s.qr.data()}, st));
-    DSV4_RETURN_IF_ERROR(linear(m, s.qr.data(), rows, w.wq_b, LinearOut::kBF16, s.q.data()));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, w.wq_b, LinearOut::kBF16, s.q.data()));
     cuda::QHeadNormRopeArgs qn;
     qn.q = s.q.data();
     qn.tokens = rows;
@@ -468,7 +456,7 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     qn.freqs = freqs;
     DSV4_RETURN_IF_ERROR(cuda::sm90_q_head_norm_rope(m.precision, qn, st));
 
-    DSV4_RETURN_IF_ERROR(linear(m, s.normed.data(), rows, w.wkv, LinearOut::kBF16, s.window_kv.data()));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wkv, LinearOut::kBF16, s.window_kv.data()));
     cuda::WindowKvFinishArgs kf;
     kf.kv = s.window_kv.data();
     kf.tokens = rows;
@@ -512,7 +500,7 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     oa.wo_a = w.wo_a;
     oa.z = s.z.data();
     DSV4_RETURN_IF_ERROR(cuda::sm90_wo_a(m.precision, oa, st));
-    return linear(m, s.z.data(), rows, w.wo_b, LinearOut::kBF16, s.block_out.data());
+    return gpu_linear(m, s.z.data(), rows, w.wo_b, LinearOut::kBF16, s.block_out.data());
 }
 
 }  // namespace dsv4::engine

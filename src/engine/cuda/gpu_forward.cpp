@@ -19,9 +19,7 @@ namespace dsv4::engine {
 using backend::LinearOut;
 using backend::Precision;
 
-namespace {
-
-Status linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y) {
+Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y) {
     cuda::LinearArgs a;
     a.x = x;
     a.tokens = rows;
@@ -32,6 +30,8 @@ Status linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& 
     a.workspace_bytes = m.pass.workspace.bytes();
     return cuda::sm90_linear(m.precision, a, m.stream.handle());
 }
+
+namespace {
 
 // hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled.
 Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& norm, const void* streams,
@@ -92,7 +92,7 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t k = c.n_experts_per_token;
 
-    DSV4_RETURN_IF_ERROR(linear(m, s.normed.data(), rows, w.gate, LinearOut::kF32, s.router_logits.data()));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.gate, LinearOut::kF32, s.router_logits.data()));
     cuda::RouterSelectArgs rp;
     rp.logits = s.router_logits.as<float>();
     rp.tokens = rows;
@@ -201,7 +201,7 @@ Status head_forward(GpuModel& m, const void* streams, int64_t rows) {
     np.eps = float(c.rms_norm_eps);
     np.y = s.normed.data();
     DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(m.precision, np, m.stream.handle()));
-    return linear(m, s.normed.data(), rows, m.head, LinearOut::kF32, s.logits.data());
+    return gpu_linear(m, s.normed.data(), rows, m.head, LinearOut::kF32, s.logits.data());
 }
 
 }  // namespace

@@ -196,6 +196,10 @@ Status make_gpu_pass(GpuModel& m, int64_t rows);
 // The per-session parts of the pass buffers, sized for the cache's max context (resize_gpu_cache calls it).
 Status size_gpu_pass_for_cache(GpuModel& m);
 
+// y = W·x on the pass's workspace (backend::cpu::linear's meaning; kernels/linear).
+Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, backend::LinearOut out,
+                  void* y);
+
 // One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out.
 // decode: every share is one token past position 0; per-sequence steps then read the position from the device plan
 // (same launches every step: capturable once, replayable).
