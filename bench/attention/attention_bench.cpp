@@ -298,7 +298,8 @@ double bench_attention(bool csa, int64_t B, int64_t ctx) {
             }
             for (size_t k = 0; k < picks.size(); ++k) {
                 const int64_t e = picks[k];
-                row[kWindow + int64_t(k)] = int32_t(base + int64_t(perm[size_t(b * pps + e / kPage)]) * kPage + e % kPage);
+                const int64_t page = perm[size_t(b * pps + e / kPage)];
+                row[kWindow + int64_t(k)] = int32_t(base + page * kPage + e % kPage);
             }
         }
     }
