@@ -3,10 +3,10 @@
 //
 //   GpuModel     the checkpoint's weights resident on the GPU in their shipped formats (FP8 blocks, MXFP4, BF16,
 //                F32: no dequantised copies), the pass buffers for up to max_rows token rows, the step's plan
-//                (token ids and positions) uploaded once per pass from pinned memory.
-//   GpuSequence  one sequence's decode state on the GPU (the CPU's SequenceState layout: per attention layer a
-//                pool of [chunk rows | 128-row window ring | compressed entries] K=V rows, indexer keys, compressor
-//                running states) and its per-sequence work buffers.
+//                (token ids, positions, session slots) uploaded once per pass from pinned memory, and the paged
+//                caches every session shares (gpu_internal.h GpuCache; docs/architecture.md).
+//   GpuSequence  one session: its slot in the caches (window ring, compressor states), the entry pages it
+//                holds, its position.
 //
 // Activations are bf16 in reference numerics and f32 in f32 mode (backend/cuda's convention); compressor
 // projections and states are f32 in both, as on the CPU.
