@@ -1,0 +1,1050 @@
+// The CUDA kernels against DeepSeek's recorded per-op outputs (tests/data/official_ops, README there): every op the
+// CPU reference is checked on in tests/unit/official_ops runs here as the kernel sequence the GPU forward uses
+// (src/engine/cuda/gpu_forward.cpp, gpu_attention.cpp) in Precision::kReference, on exactly the recorded inputs
+// (bf16 arrays uploaded bit for bit, outputs poisoned with 0xff first), and is compared with the recorded output by
+// the same measure and tolerance class as the CPU test (official_fixture.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels/act_quant/act_quant.h"
+#include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/embed_head/embed_head.h"
+#include "backend/cuda/kernels/experts/experts.h"
+#include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
+#include "backend/cuda/kernels/glue/glue.h"
+#include "backend/cuda/kernels/indexer/indexer.h"
+#include "backend/cuda/kernels/kv_finish/kv_finish.h"
+#include "backend/cuda/kernels/linear/linear.h"
+#include "backend/cuda/kernels/mhc/mhc.h"
+#include "backend/cuda/kernels/norm_rope/norm_rope.h"
+#include "backend/cuda/kernels/router/router.h"
+#include "ops/gpu_testing.h"
+#include "unit/official_ops/official_fixture.h"
+
+namespace dsv4::official {
+namespace {
+
+using backend::CompressedKind;
+using backend::LinearOut;
+using backend::Precision;
+using backend::WeightFormat;
+using cuda::DeviceBuffer;
+using cuda::DeviceWeight;
+using cuda::DeviceWeightView;
+namespace ct = ::dsv4::cuda::testing;
+
+constexpr Precision kRef = Precision::kReference;
+
+// `auto var = value of expr` for an expression giving a Result; a failed Result fails the test with its message.
+#define OFFICIAL_GPU_ASSIGN(var, expr)                                                             \
+    auto var##_result_ = (expr);                                                                   \
+    ASSERT_TRUE(var##_result_.is_ok()) << #expr << ": " << var##_result_.status().to_string(); \
+    auto var = std::move(var##_result_).value()
+
+// A recorded array must have the shape the op expects before anything is uploaded (manifest.json has the shapes).
+template <typename T>
+::testing::AssertionResult has_size(const std::vector<T>& v, int64_t n, const std::string& what) {
+    if (int64_t(v.size()) == n) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << what << " holds " << v.size() << " elements, the op needs " << n
+                                         << " (tests/data/official_ops/manifest.json gives the recorded shape)";
+}
+
+// Recorded bf16 values as a bf16 device array. A value that is not a bf16 would be rounded by the upload, so the
+// kernel would not see the recorded input: that is an error, not a silent rounding.
+Result<DeviceBuffer> bf16_up(const std::vector<float>& v, const std::string& what) {
+    for (size_t i = 0; i < v.size(); ++i)
+        if (!std::isnan(v[i]) && round_bf16(v[i]) != v[i])
+            return invalid_argument(what + "[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
+                                    " is not a bf16 value; the kernel takes bf16 activations");
+    return ct::to_device(ct::to_bf16_bits(v));
+}
+
+// bf16 / f32 outputs back as f32 values.
+std::vector<float> bf16_down(const DeviceBuffer& b, int64_t n) { return ct::act_to_host(kRef, b, size_t(n)); }
+std::vector<float> f32_down(const DeviceBuffer& b, int64_t n) { return ct::to_host<float>(b, size_t(n)); }
+
+// What a test uploaded or allocated for its launches; everything stays alive until the test has downloaded.
+class Gpu {
+public:
+    // Uploads a checkpoint weight as shipped (cuda::upload_weight of backend::weight_view).
+    ::testing::AssertionResult put(const model::WeightRef& ref, DeviceWeightView* out) {
+        if (!ref.present()) return ::testing::AssertionFailure() << "weight " << ref.name << " is absent";
+        auto v = backend::weight_view(ref);
+        if (!v.is_ok()) return ::testing::AssertionFailure() << ref.name << ": " << v.status().to_string();
+        return put(v.value(), ref.name, out);
+    }
+    ::testing::AssertionResult put(const backend::WeightView& v, const std::string& name, DeviceWeightView* out) {
+        auto w = cuda::upload_weight(v, name.c_str());
+        if (!w.is_ok()) return ::testing::AssertionFailure() << name << ": " << w.status().to_string();
+        weights_.push_back(std::move(w).value());
+        *out = weights_.back().view();
+        return ::testing::AssertionSuccess();
+    }
+    // A workspace of `bytes` (null for 0), kept until the test ends.
+    Result<void*> workspace(size_t bytes) {
+        if (bytes == 0) return static_cast<void*>(nullptr);
+        DSV4_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(bytes, "workspace"));
+        scratch_.push_back(std::move(b));
+        return scratch_.back().data();
+    }
+    // sm90_linear in kReference with its workspace (gpu_forward.cpp gpu_linear).
+    Status linear(const void* x, int64_t tokens, const DeviceWeightView& w, LinearOut out, void* y) {
+        const size_t bytes = cuda::sm90_linear_workspace_bytes(kRef, tokens, w, out);
+        DSV4_ASSIGN_OR_RETURN(void* ws, workspace(bytes));
+        cuda::LinearArgs a;
+        a.x = x;
+        a.tokens = tokens;
+        a.w = w;
+        a.out = out;
+        a.y = y;
+        a.workspace = ws;
+        a.workspace_bytes = bytes;
+        return cuda::sm90_linear(kRef, a, nullptr);
+    }
+
+private:
+    std::vector<DeviceWeight> weights_;
+    std::vector<DeviceBuffer> scratch_;
+};
+
+const io::NpzFile& need(const std::string& file) {
+    std::string err;
+    const io::NpzFile* z = fixture(file, &err);
+    if (!z) ADD_FAILURE() << err;
+    static io::NpzFile empty;
+    return z ? *z : empty;
+}
+
+std::vector<uint8_t> u8_of(const io::NpzFile& z, const std::string& name) {
+    const io::NpyArray* a = z.find(name);
+    EXPECT_NE(a, nullptr) << z.label() << ": " << name;
+    if (!a) return {};
+    return std::vector<uint8_t>(a->bytes.begin(), a->bytes.end());
+}
+std::vector<float> bytes_as_f32(const std::vector<uint8_t>& b) { return std::vector<float>(b.begin(), b.end()); }
+
+// -------------------------------------------------------------------------------------------------- blocks 0-4
+
+class GpuLayerOps : public ::testing::TestWithParam<int> {
+protected:
+    void SetUp() override {
+        DSV4_REQUIRE_GPU();
+        std::string err;
+        m_ = &model_or_fail(&err);
+        ASSERT_TRUE(err.empty()) << err;
+        layer_ = GetParam();
+        z_ = fixture("layer" + std::to_string(layer_) + ".npz", &err);
+        ASSERT_NE(z_, nullptr) << err;
+        ASSERT_LT(size_t(layer_), m_->weights.layers.size());
+        L_ = &m_->weights.layers[size_t(layer_)];
+        const auto& c = m_->config;
+        ratio_ = c.compress_ratio(layer_);
+        // the forward's two tables (gpu_model.cpp): SWA layers without YaRN, compressed layers with it
+        freqs_ = ratio_ == 0 ? backend::rope_freqs(c.rope_theta, 1.0, 0, 0, 0)
+                             : backend::rope_freqs(c.compress_rope_theta, c.rope_factor, c.original_max_position,
+                                                   c.beta_fast, c.beta_slow);
+        eps_ = float(c.rms_norm_eps);
+        std::vector<int64_t> pos(kT);
+        for (int64_t t = 0; t < kT; ++t) pos[size_t(t)] = t;
+        auto d = ct::to_device(pos);
+        ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+        positions_ = std::move(d).value();
+        where_ = "gpu:layer" + std::to_string(layer_);
+    }
+    const int64_t* positions() const { return positions_.as<int64_t>(); }
+    // Rows of a [T, ...] array at the stored query positions.
+    std::vector<float> rows_of(const std::vector<float>& full, int64_t width) {
+        std::vector<float> out;
+        for (int32_t r : i32_of(*z_, "rows")) {
+            EXPECT_TRUE(r >= 0 && r < kT && int64_t(full.size()) >= (r + 1) * width) << "row " << r;
+            if (r < 0 || int64_t(full.size()) < (r + 1) * width) return {};
+            out.insert(out.end(), full.begin() + r * width, full.begin() + (r + 1) * width);
+        }
+        return out;
+    }
+    // A recorded bf16 array of n elements on the device.
+    Result<DeviceBuffer> rec(const std::string& name, int64_t n) {
+        auto v = f32_of(*z_, name);
+        if (int64_t(v.size()) != n)
+            return invalid_argument(where_ + " " + name + " holds " + std::to_string(v.size()) + " elements, the op needs " +
+                                    std::to_string(n));
+        return bf16_up(v, where_ + " " + name);
+    }
+    void run_compressor(const model::CompressorWeights& w, int64_t ratio, int64_t c, CompressedKind kind,
+                        const std::string& pooled_name, const std::string& normed_name, const std::string& out_name);
+
+    const Model* m_ = nullptr;
+    const io::NpzFile* z_ = nullptr;
+    const model::LayerWeights* L_ = nullptr;
+    int layer_ = 0, ratio_ = 0;
+    float eps_ = 1e-6f;
+    backend::RopeFreqs freqs_;
+    DeviceBuffer positions_;  // int64 [T]: 0..T-1, one prefill from position 0
+    std::string where_;
+    Gpu gpu_;
+};
+
+// hc_pre (sm90_hc_pre) on h_in / h_mid, then the norm (sm90_rmsnorm) on the recorded collapsed streams.
+TEST_P(GpuLayerOps, HyperConnectionsAndNorms) {
+    const auto& c = m_->config;
+    const int64_t D = c.hidden_size;
+    for (const std::string side : {"attn", "ffn"}) {
+        SCOPED_TRACE(side);
+        const auto& hc = side == "attn" ? L_->hc_attn : L_->hc_ffn;
+        DeviceWeightView fn, scale, base, norm;
+        ASSERT_TRUE(gpu_.put(hc.fn, &fn));
+        ASSERT_TRUE(gpu_.put(hc.scale, &scale));
+        ASSERT_TRUE(gpu_.put(hc.base, &base));
+        ASSERT_TRUE(gpu_.put(side == "attn" ? L_->attn_norm : L_->ffn_norm, &norm));
+        OFFICIAL_GPU_ASSIGN(x, rec(side == "attn" ? "h_in" : "h_mid", kT * 4 * D));
+        OFFICIAL_GPU_ASSIGN(mixes, ct::poisoned<float>(kT * 24));
+        OFFICIAL_GPU_ASSIGN(pre, ct::poisoned<float>(kT * 4));
+        OFFICIAL_GPU_ASSIGN(post, ct::poisoned<float>(kT * 4));
+        OFFICIAL_GPU_ASSIGN(comb, ct::poisoned<float>(kT * 16));
+        OFFICIAL_GPU_ASSIGN(xo, ct::poisoned<uint16_t>(kT * D));
+        cuda::HcPreArgs a;
+        a.x = x.data();
+        a.tokens = kT;
+        a.dim = D;
+        a.fn = fn;
+        a.scale = scale;
+        a.base = base;
+        a.iters = int(c.hc_sinkhorn_iters);
+        a.hc_eps = float(c.hc_eps);
+        a.norm_eps = eps_;
+        a.mixes = mixes.as<float>();
+        a.pre = pre.as<float>();
+        a.post = post.as<float>();
+        a.comb = comb.as<float>();
+        a.x_out = xo.data();
+        DSV4_ASSERT_OK(cuda::sm90_hc_pre(kRef, a, nullptr));
+        expect_close(where_, side + "_hc_mixes", f32_down(mixes, kT * 24), f32_of(*z_, side + "_hc_mixes"), kClassA);
+        expect_close(where_, side + "_hc_pre", f32_down(pre, kT * 4), f32_of(*z_, side + "_hc_pre"), kClassA);
+        expect_close(where_, side + "_hc_post", f32_down(post, kT * 4), f32_of(*z_, side + "_hc_post"), kClassA);
+        expect_close(where_, side + "_hc_comb", f32_down(comb, kT * 16), f32_of(*z_, side + "_hc_comb"), kClassA);
+        expect_close(where_, side + "_hc_x", bf16_down(xo, kT * D), f32_of(*z_, side + "_hc_x"), kClassB);
+
+        OFFICIAL_GPU_ASSIGN(hx, rec(side + "_hc_x", kT * D));
+        OFFICIAL_GPU_ASSIGN(nrm, ct::poisoned<uint16_t>(kT * D));
+        DSV4_ASSERT_OK(cuda::sm90_rmsnorm(
+            kRef, {.x = hx.data(), .rows = kT, .dim = D, .weight = norm, .eps = eps_, .y = nrm.data()}, nullptr));
+        expect_close(where_, side + "_norm", bf16_down(nrm, kT * D), f32_of(*z_, side + "_norm"), kClassB);
+    }
+}
+
+// hc_post (sm90_hc_post) of both sub-blocks; the FFN side's output is the next block's input (or h_final).
+TEST_P(GpuLayerOps, HcPost) {
+    const int64_t D = m_->config.hidden_size;
+    std::string err;
+    const io::NpzFile* next = layer_ + 1 < 5 ? fixture("layer" + std::to_string(layer_ + 1) + ".npz", &err)
+                                             : fixture("head.npz", &err);
+    ASSERT_NE(next, nullptr) << err;
+    struct Side {
+        const char *a, *residual, *post, *comb;
+        const io::NpzFile* ref_file;
+        std::string ref_name, label;
+    };
+    const Side sides[] = {{"attn_out", "h_in", "attn_hc_post", "attn_hc_comb", z_, "h_mid", "h_mid"},
+                          {"moe_out", "h_mid", "ffn_hc_post", "ffn_hc_comb", next,
+                           layer_ + 1 < 5 ? "h_in" : "h_final", "h_out"}};
+    for (const Side& s : sides) {
+        SCOPED_TRACE(s.label);
+        auto post = f32_of(*z_, s.post), comb = f32_of(*z_, s.comb);
+        ASSERT_TRUE(has_size(post, kT * 4, where_ + " " + s.post));
+        ASSERT_TRUE(has_size(comb, kT * 16, where_ + " " + s.comb));
+        OFFICIAL_GPU_ASSIGN(a, rec(s.a, kT * D));
+        OFFICIAL_GPU_ASSIGN(r, rec(s.residual, kT * 4 * D));
+        OFFICIAL_GPU_ASSIGN(dpost, ct::to_device(post));
+        OFFICIAL_GPU_ASSIGN(dcomb, ct::to_device(comb));
+        OFFICIAL_GPU_ASSIGN(out, ct::poisoned<uint16_t>(kT * 4 * D));
+        DSV4_ASSERT_OK(cuda::sm90_hc_post(kRef, {.a = a.data(), .residual = r.data(), .post = dpost.as<float>(),
+                                                 .comb = dcomb.as<float>(), .tokens = kT, .dim = D,
+                                                 .out = out.data()},
+                                          nullptr));
+        expect_close(where_, s.label, bf16_down(out, kT * 4 * D), f32_of(*s.ref_file, s.ref_name), kClassB);
+    }
+}
+
+// The q path (gpu_attention.cpp step 1): linear wq_a → rmsnorm q_norm → qr; from the recorded qr: linear wq_b →
+// q_head_norm_rope (per-head norm and RoPE fused) → q at the stored rows.
+TEST_P(GpuLayerOps, QueryPath) {
+    const auto& c = m_->config;
+    const int64_t H = c.num_heads, ql = c.q_lora_rank, D = c.hidden_size, hd = c.head_dim;
+    ASSERT_EQ(hd, 512) << "the recorded q rows are 512 wide";
+    DeviceWeightView wq_a, q_norm, wq_b;
+    ASSERT_TRUE(gpu_.put(L_->attn.wq_a, &wq_a));
+    ASSERT_TRUE(gpu_.put(L_->attn.q_norm, &q_norm));
+    ASSERT_TRUE(gpu_.put(L_->attn.wq_b, &wq_b));
+    ASSERT_EQ(wq_a.rows, ql);
+    ASSERT_EQ(wq_b.rows, H * hd);
+    OFFICIAL_GPU_ASSIGN(x, rec("attn_norm", kT * D));
+    OFFICIAL_GPU_ASSIGN(qr, ct::poisoned<uint16_t>(kT * ql));
+    DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, wq_a, LinearOut::kBF16, qr.data()));
+    DSV4_ASSERT_OK(cuda::sm90_rmsnorm(
+        kRef, {.x = qr.data(), .rows = kT, .dim = ql, .weight = q_norm, .eps = eps_, .y = qr.data()}, nullptr));
+    expect_close(where_, "qr", bf16_down(qr, kT * ql), f32_of(*z_, "qr"), kClassC);
+
+    OFFICIAL_GPU_ASSIGN(qr_rec, rec("qr", kT * ql));
+    OFFICIAL_GPU_ASSIGN(q, ct::poisoned<uint16_t>(kT * H * hd));
+    DSV4_ASSERT_OK(gpu_.linear(qr_rec.data(), kT, wq_b, LinearOut::kBF16, q.data()));
+    cuda::QHeadNormRopeArgs qn;
+    qn.q = q.data();
+    qn.tokens = kT;
+    qn.heads = H;
+    qn.head_dim = hd;
+    qn.eps = eps_;
+    qn.rope = true;
+    qn.positions = positions();
+    qn.freqs = freqs_;
+    DSV4_ASSERT_OK(cuda::sm90_q_head_norm_rope(kRef, qn, nullptr));
+    expect_close(where_, "q", rows_of(bf16_down(q, kT * H * hd), H * hd), f32_of(*z_, "q"), kClassE);
+}
+
+// Window K=V: linear wkv → window_kv_finish (kv_norm, RoPE, FP8 simulation).
+TEST_P(GpuLayerOps, WindowKv) {
+    const int64_t D = m_->config.hidden_size;
+    DeviceWeightView wkv, kv_norm;
+    ASSERT_TRUE(gpu_.put(L_->attn.wkv, &wkv));
+    ASSERT_TRUE(gpu_.put(L_->attn.kv_norm, &kv_norm));
+    ASSERT_EQ(wkv.rows, 512);
+    OFFICIAL_GPU_ASSIGN(x, rec("attn_norm", kT * D));
+    OFFICIAL_GPU_ASSIGN(kv, ct::poisoned<uint16_t>(kT * 512));
+    DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, wkv, LinearOut::kBF16, kv.data()));
+    cuda::WindowKvFinishArgs kf;
+    kf.kv = kv.data();
+    kf.tokens = kT;
+    kf.kv_norm = kv_norm;
+    kf.positions = positions();
+    kf.freqs = freqs_;
+    kf.eps = eps_;
+    DSV4_ASSERT_OK(cuda::sm90_window_kv_finish(kRef, kf, nullptr));
+    expect_close(where_, "kv", bf16_down(kv, kT * 512), f32_of(*z_, "kv"), kClassD);
+}
+
+// A compressor (gpu_attention.cpp project_rows + absorb_compressor for one prefill from position 0): linear wkv and
+// wgate with f32 out → add_ape → compressor_pool over every complete window (no previous window); then
+// compressor_finish from the recorded pooled rows.
+void GpuLayerOps::run_compressor(const model::CompressorWeights& w, int64_t ratio, int64_t c, CompressedKind kind,
+                                 const std::string& pooled_name, const std::string& normed_name,
+                                 const std::string& out_name) {
+    const int64_t D = m_->config.hidden_size;
+    const bool overlap = ratio == 4;
+    const int64_t width = (overlap ? 2 : 1) * c, n = kT / ratio;
+    DeviceWeightView wkv, wgate, ape, norm;
+    ASSERT_TRUE(gpu_.put(w.wkv, &wkv));
+    ASSERT_TRUE(gpu_.put(w.wgate, &wgate));
+    ASSERT_TRUE(gpu_.put(w.ape, &ape));
+    ASSERT_TRUE(gpu_.put(w.norm, &norm));
+    ASSERT_EQ(wkv.rows, width) << w.wkv.name;
+    ASSERT_EQ(wgate.rows, width) << w.wgate.name;
+    ASSERT_EQ(ape.rows * ape.cols, ratio * width) << w.ape.name;
+    OFFICIAL_GPU_ASSIGN(x, rec("attn_norm", kT * D));
+    OFFICIAL_GPU_ASSIGN(kv, ct::poisoned<float>(kT * width));
+    OFFICIAL_GPU_ASSIGN(score, ct::poisoned<float>(kT * width));
+    DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, wkv, LinearOut::kF32, kv.data()));
+    DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, wgate, LinearOut::kF32, score.data()));
+    cuda::AddApeArgs ap;
+    ap.score = score.as<float>();
+    ap.rows = kT;
+    ap.width = width;
+    ap.ratio = ratio;
+    ap.positions = positions();
+    ap.ape = ape;
+    DSV4_ASSERT_OK(cuda::sm90_add_ape(ap, nullptr));
+    OFFICIAL_GPU_ASSIGN(pooled, ct::poisoned<uint16_t>(n * c));
+    cuda::CompressorPoolArgs pl;
+    pl.kv = kv.as<float>();
+    pl.score = score.as<float>();
+    pl.n_windows = n;
+    pl.ratio = ratio;
+    pl.head_dim = c;
+    pl.overlap = overlap;
+    pl.out = pooled.data();
+    DSV4_ASSERT_OK(cuda::sm90_compressor_pool(kRef, pl, nullptr));
+    expect_close(where_, pooled_name, bf16_down(pooled, n * c), f32_of(*z_, pooled_name), kClassB);
+
+    OFFICIAL_GPU_ASSIGN(pooled_rec, rec(pooled_name, n * c));
+    OFFICIAL_GPU_ASSIGN(normed, ct::poisoned<uint16_t>(n * c));
+    OFFICIAL_GPU_ASSIGN(out, ct::poisoned<uint16_t>(n * c));
+    cuda::CompressorFinishArgs fp;
+    fp.pooled = pooled_rec.data();
+    fp.n = n;
+    fp.head_dim = c;
+    fp.ratio = ratio;
+    fp.first_window = 0;
+    fp.kind = kind;
+    fp.norm = norm;
+    fp.freqs = freqs_;
+    fp.eps = eps_;
+    fp.normed = normed.data();
+    fp.out = out.data();
+    DSV4_ASSERT_OK(cuda::sm90_compressor_finish(kRef, fp, nullptr));
+    expect_close(where_, normed_name, bf16_down(normed, n * c), f32_of(*z_, normed_name), kClassB);
+    expect_close(where_, out_name, bf16_down(out, n * c), f32_of(*z_, out_name),
+                 kind == CompressedKind::kMain ? kClassD : kClassDIdx);
+}
+
+// Compressed layers only (1 and 3 CSA, 2 and 4 HCA; layer 0 is SWA).
+class GpuCompressedLayerOps : public GpuLayerOps {};
+// CSA layers only: the lightning indexer.
+class GpuCsaLayerOps : public GpuLayerOps {};
+
+TEST_P(GpuCompressedLayerOps, Compressor) {
+    ASSERT_NE(ratio_, 0) << "instantiated for a layer without a compressor";
+    run_compressor(L_->attn.compressor, ratio_, 512, CompressedKind::kMain, "cmp_pooled", "cmp_normed", "cmp_entries");
+}
+
+TEST_P(GpuCsaLayerOps, Indexer) {
+    ASSERT_EQ(ratio_, 4) << "instantiated for a layer without an indexer";
+    const auto& c = m_->config;
+    const int64_t IH = c.index_n_heads, ihd = c.index_head_dim, n = kT / 4, ql = c.q_lora_rank,
+                  D = c.hidden_size;
+    ASSERT_EQ(ihd, 128) << "the Hadamard rotation and the recorded arrays are 128 wide";
+
+    // queries (gpu_attention.cpp indexer_rows): linear wq_b → RoPE on the last 64 → Hadamard → FP4 simulation
+    DeviceWeightView wq_b, wproj;
+    ASSERT_TRUE(gpu_.put(L_->attn.indexer.wq_b, &wq_b));
+    ASSERT_TRUE(gpu_.put(L_->attn.indexer.weights_proj, &wproj));
+    ASSERT_EQ(wq_b.rows, IH * ihd);
+    ASSERT_EQ(wproj.rows, IH);
+    OFFICIAL_GPU_ASSIGN(qr, rec("qr", kT * ql));
+    OFFICIAL_GPU_ASSIGN(iq, ct::poisoned<uint16_t>(kT * IH * ihd));
+    DSV4_ASSERT_OK(gpu_.linear(qr.data(), kT, wq_b, LinearOut::kBF16, iq.data()));
+    cuda::RopeArgs r;
+    r.x = iq.data();
+    r.tokens = kT;
+    r.vecs = IH;
+    r.vec_stride = ihd;
+    r.offset = ihd - c.rope_head_dim;
+    r.positions = positions();
+    r.freqs = freqs_;
+    DSV4_ASSERT_OK(cuda::sm90_rope(kRef, r, nullptr));
+    DSV4_ASSERT_OK(cuda::sm90_hadamard128(kRef, {.x = iq.data(), .rows = kT * IH, .y = iq.data()}, nullptr));
+    cuda::Fp4QuantArgs f;
+    f.x = iq.data();
+    f.rows = kT * IH;
+    f.cols = ihd;
+    f.x_sim = iq.data();
+    DSV4_ASSERT_OK(cuda::sm90_fp4_quant_e2m1(f, nullptr));
+    expect_close(where_, "idx_q", bf16_down(iq, kT * IH * ihd), f32_of(*z_, "idx_q"), kClassDIdx);
+
+    // head weights: linear weights_proj → w_raw; scale → w
+    OFFICIAL_GPU_ASSIGN(x, rec("attn_norm", kT * D));
+    OFFICIAL_GPU_ASSIGN(w, ct::poisoned<uint16_t>(kT * IH));
+    DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, wproj, LinearOut::kBF16, w.data()));
+    expect_close(where_, "idx_w_raw", bf16_down(w, kT * IH), f32_of(*z_, "idx_w_raw"), kClassB);
+    const float scale = float(1.0 / std::sqrt(double(ihd)) / std::sqrt(double(IH)));
+    DSV4_ASSERT_OK(cuda::sm90_scale(kRef, {.x = w.data(), .n = kT * IH, .scale = scale}, nullptr));
+    expect_close(where_, "idx_w", bf16_down(w, kT * IH), f32_of(*z_, "idx_w"), kClassB);
+
+    run_compressor(L_->attn.indexer.compressor, 4, ihd, CompressedKind::kIndexer, "idx_k_pooled", "idx_k_normed",
+                   "idx_keys");
+
+    // scores from the recorded queries, keys and weights; -inf exactly where an entry is not yet visible
+    OFFICIAL_GPU_ASSIGN(q_rec, rec("idx_q", kT * IH * ihd));
+    OFFICIAL_GPU_ASSIGN(k_rec, rec("idx_keys", n * ihd));
+    OFFICIAL_GPU_ASSIGN(w_rec, rec("idx_w", kT * IH));
+    OFFICIAL_GPU_ASSIGN(scores, ct::poisoned<uint16_t>(kT * n));
+    cuda::IndexerScoresArgs sp;
+    sp.q = q_rec.data();
+    sp.keys = k_rec.data();
+    sp.w = w_rec.data();
+    sp.tokens = kT;
+    sp.heads = IH;
+    sp.n = n;
+    sp.ratio = 4;
+    sp.positions = positions();
+    sp.scores = scores.data();
+    DSV4_ASSERT_OK(cuda::sm90_indexer_scores(kRef, sp, nullptr));
+    auto s_gpu = bf16_down(scores, kT * n);
+    auto s_rec = f32_of(*z_, "idx_scores");
+    expect_close(where_, "idx_scores", s_gpu, s_rec, kClassB);
+    ASSERT_TRUE(has_size(s_rec, kT * n, where_ + " idx_scores"));
+    int64_t mask_differs = 0;
+    for (int64_t i = 0; i < kT * n; ++i) {
+        const float mine = s_gpu[size_t(i)], ref = s_rec[size_t(i)];
+        mask_differs += std::isinf(ref) ? !(mine == ref) : std::isinf(mine);
+    }
+    EXPECT_EQ(mask_differs, 0) << where_ << " idx_scores: entries whose -inf (not visible) mark differs";
+
+    // top-k from the recorded scores: equal sets, except swaps among candidates tied with the recorded k-th score
+    const int64_t k = c.index_topk;
+    auto ref_idx = i32_of(*z_, "idx_topk");
+    ASSERT_TRUE(has_size(ref_idx, kT * k, where_ + " idx_topk"));
+    OFFICIAL_GPU_ASSIGN(s_dev, rec("idx_scores", kT * n));
+    OFFICIAL_GPU_ASSIGN(didx, ct::poisoned<int32_t>(kT * k));
+    cuda::TopKArgs tp;
+    tp.scores = s_dev.data();
+    tp.rows = kT;
+    tp.n = n;
+    tp.k = k;
+    tp.idx = didx.as<int32_t>();
+    DSV4_ASSERT_OK(cuda::sm90_topk(kRef, tp, nullptr));
+    auto idx = ct::to_host<int32_t>(didx, size_t(kT * k));
+    // the decode form (each row reads only its visible scores) picks the same
+    OFFICIAL_GPU_ASSIGN(didx_vis, ct::poisoned<int32_t>(kT * k));
+    tp.idx = didx_vis.as<int32_t>();
+    tp.positions = positions();
+    tp.ratio = 4;
+    DSV4_ASSERT_OK(cuda::sm90_topk(kRef, tp, nullptr));
+    EXPECT_EQ(ct::to_host<int32_t>(didx_vis, size_t(kT * k)), idx) << where_ << " top-k with visible-only rows";
+    int differing = 0, tie_swaps = 0;
+    for (int64_t t = 0; t < kT; ++t) {
+        std::set<int32_t> a, b;
+        for (int64_t j = 0; j < k; ++j) {
+            if (ref_idx[size_t(t * k + j)] >= 0) a.insert(ref_idx[size_t(t * k + j)]);
+            if (idx[size_t(t * k + j)] >= 0) b.insert(idx[size_t(t * k + j)]);
+        }
+        for (int32_t j : b) ASSERT_LT(j, n) << where_ << " t=" << t << ": pick out of range";
+        if (a == b) continue;
+        ++differing;
+        std::vector<float> finite;
+        for (int64_t s = 0; s < n; ++s)
+            if (std::isfinite(s_rec[size_t(t * n + s)])) finite.push_back(s_rec[size_t(t * n + s)]);
+        ASSERT_FALSE(finite.empty()) << where_ << " t=" << t << ": picks where nothing is visible";
+        std::sort(finite.rbegin(), finite.rend());
+        const float kth = finite[size_t(std::min<int64_t>(k, int64_t(finite.size())) - 1)];
+        bool all_ties = true;
+        for (int32_t j : a)
+            if (!b.count(j)) all_ties &= s_rec[size_t(t * n + j)] == kth;
+        for (int32_t j : b)
+            if (!a.count(j)) all_ties &= s_rec[size_t(t * n + j)] == kth;
+        EXPECT_TRUE(all_ties) << where_ << " t=" << t << ": the sets differ beyond exact ties with the k-th score";
+        tie_swaps += all_ties;
+    }
+    std::printf("[official] %-10s %-14s sets differ at %d of %lld positions (all exact ties: %d)\n", where_.c_str(),
+                "idx_topk", differing, (long long)kT, tie_swaps);
+}
+
+// Sparse attention on the stored rows (plain, and with the forward's fused de-rotation), the de-rotation of the
+// recorded o (sm90_rope inverse), wo_a (sm90_wo_a) and wo_b (linear).
+TEST_P(GpuLayerOps, SparseAttentionAndOutput) {
+    const auto& c = m_->config;
+    const int64_t H = c.num_heads, G = c.o_groups, R = c.o_lora_rank, D = c.hidden_size;
+    auto rows = i32_of(*z_, "rows");
+    const int64_t S = int64_t(rows.size());
+    ASSERT_GT(S, 0);
+    auto kv_all = f32_of(*z_, "kv");
+    ASSERT_TRUE(has_size(kv_all, kT * 512, where_ + " kv"));
+    if (ratio_ != 0) {
+        auto cmp = f32_of(*z_, "cmp_entries");
+        ASSERT_TRUE(has_size(cmp, kT / ratio_ * 512, where_ + " cmp_entries"));
+        kv_all.insert(kv_all.end(), cmp.begin(), cmp.end());
+    }
+    const int64_t n_kv = int64_t(kv_all.size()) / 512;
+    auto topk_all = i32_of(*z_, "attn_topk");
+    ASSERT_TRUE(!topk_all.empty() && topk_all.size() % kT == 0) << where_ << " attn_topk: " << topk_all.size();
+    const int64_t K = int64_t(topk_all.size()) / kT;
+    std::vector<int32_t> topk_rows;
+    std::vector<int64_t> row_pos;
+    for (int32_t r : rows) {
+        ASSERT_TRUE(r >= 0 && r < kT) << where_ << " rows: " << r;
+        topk_rows.insert(topk_rows.end(), topk_all.begin() + r * K, topk_all.begin() + (r + 1) * K);
+        row_pos.push_back(r);
+    }
+    for (int32_t i : topk_rows) ASSERT_LT(i, n_kv) << where_ << " attn_topk entry past the K=V rows";
+    DeviceWeightView sink, wo_a, wo_b;
+    ASSERT_TRUE(gpu_.put(L_->attn.sink, &sink));
+    ASSERT_TRUE(gpu_.put(L_->attn.wo_a, &wo_a));
+    ASSERT_TRUE(gpu_.put(L_->attn.wo_b, &wo_b));
+    ASSERT_EQ(sink.format, WeightFormat::kF32) << L_->attn.sink.name;
+    ASSERT_EQ(sink.rows * sink.cols, H) << L_->attn.sink.name;
+    OFFICIAL_GPU_ASSIGN(q, rec("q", S * H * 512));
+    OFFICIAL_GPU_ASSIGN(kv, bf16_up(kv_all, where_ + " kv|cmp_entries"));
+    OFFICIAL_GPU_ASSIGN(idx, ct::to_device(topk_rows));
+    OFFICIAL_GPU_ASSIGN(pos, ct::to_device(row_pos));
+    auto o_rec = f32_of(*z_, "o"), dr = f32_of(*z_, "o_derot_rope");
+    ASSERT_TRUE(has_size(o_rec, S * H * 512, where_ + " o"));
+    ASSERT_TRUE(has_size(dr, S * H * 64, where_ + " o_derot_rope"));
+
+    cuda::SparseAttnArgs ap;
+    ap.q = q.data();
+    ap.kv = kv.data();
+    ap.idx = idx.as<int32_t>();
+    ap.tokens = S;
+    ap.heads = H;
+    ap.n_kv = n_kv;
+    ap.topk = K;
+    ap.sink = static_cast<const float*>(sink.data);
+    ap.scale = float(1.0 / std::sqrt(512.0));
+    OFFICIAL_GPU_ASSIGN(o, ct::poisoned<uint16_t>(S * H * 512));
+    ap.out = o.data();
+    DSV4_ASSERT_OK(cuda::sm90_sparse_attn(kRef, ap, nullptr));
+    expect_close(where_, "o", bf16_down(o, S * H * 512), o_rec, kClassF);
+
+    // o with its rope channels replaced by the recorded de-rotation: what wo_a takes, and what the fused call gives
+    auto o_in = o_rec;
+    for (int64_t r = 0; r < S * H; ++r) std::copy(dr.begin() + r * 64, dr.begin() + (r + 1) * 64, o_in.begin() + r * 512 + 448);
+    OFFICIAL_GPU_ASSIGN(o_fused, ct::poisoned<uint16_t>(S * H * 512));
+    ap.derotate = true;
+    ap.positions = pos.as<int64_t>();
+    ap.freqs = freqs_;
+    ap.out = o_fused.data();
+    DSV4_ASSERT_OK(cuda::sm90_sparse_attn(kRef, ap, nullptr));
+    expect_close(where_, "o(derotated)", bf16_down(o_fused, S * H * 512), o_in, kClassF);
+
+    // de-rotation of the recorded o
+    OFFICIAL_GPU_ASSIGN(o_dev, bf16_up(o_rec, where_ + " o"));
+    cuda::RopeArgs r;
+    r.x = o_dev.data();
+    r.tokens = S;
+    r.vecs = H;
+    r.vec_stride = 512;
+    r.offset = 448;
+    r.positions = pos.as<int64_t>();
+    r.freqs = freqs_;
+    r.inverse = true;
+    DSV4_ASSERT_OK(cuda::sm90_rope(kRef, r, nullptr));
+    auto o_back = bf16_down(o_dev, S * H * 512);
+    std::vector<float> derot;
+    for (int64_t i = 0; i < S * H; ++i) derot.insert(derot.end(), o_back.begin() + i * 512 + 448, o_back.begin() + (i + 1) * 512);
+    expect_close(where_, "o_derot_rope", derot, dr, kClassB);
+
+    // wo_a on the recorded o with its de-rotated rope channels
+    OFFICIAL_GPU_ASSIGN(o_in_dev, bf16_up(o_in, where_ + " o|o_derot_rope"));
+    OFFICIAL_GPU_ASSIGN(z, ct::poisoned<uint16_t>(S * G * R));
+    cuda::WoAArgs oa;
+    oa.o = o_in_dev.data();
+    oa.tokens = S;
+    oa.heads = H;
+    oa.groups = G;
+    oa.rank = R;
+    oa.wo_a = wo_a;
+    oa.z = z.data();
+    DSV4_ASSERT_OK(cuda::sm90_wo_a(kRef, oa, nullptr));
+    expect_close(where_, "wo_a", bf16_down(z, S * G * R), rows_of(f32_of(*z_, "wo_a"), G * R), kClassB);
+
+    // wo_b on the recorded wo_a (all positions)
+    OFFICIAL_GPU_ASSIGN(za, rec("wo_a", kT * G * R));
+    OFFICIAL_GPU_ASSIGN(out, ct::poisoned<uint16_t>(kT * D));
+    DSV4_ASSERT_OK(gpu_.linear(za.data(), kT, wo_b, LinearOut::kBF16, out.data()));
+    expect_close(where_, "attn_out", bf16_down(out, kT * D), f32_of(*z_, "attn_out"), kClassC);
+}
+
+// The MoE sub-block (gpu_forward.cpp moe_block, generic path: the fused MXFP4 decode kernel needs D % 512 == 0):
+// gate linear (f32 out) → router_select; routed experts and the shared expert from the recorded routing; moe_sum.
+TEST_P(GpuLayerOps, RouterExpertsMoe) {
+    const auto& c = m_->config;
+    const int64_t D = c.hidden_size, E = c.n_routed_experts, K = c.n_experts_per_token, I = c.moe_inter_dim;
+    const auto& ffn = L_->ffn;
+    DeviceWeightView gate, bias;
+    ASSERT_TRUE(gpu_.put(ffn.gate, &gate));
+    ASSERT_EQ(gate.rows, E) << ffn.gate.name;
+    OFFICIAL_GPU_ASSIGN(x, rec("ffn_norm", kT * D));
+    OFFICIAL_GPU_ASSIGN(logits, ct::poisoned<float>(kT * E));
+    OFFICIAL_GPU_ASSIGN(scores, ct::poisoned<float>(kT * E));
+    OFFICIAL_GPU_ASSIGN(didx, ct::poisoned<int32_t>(kT * K));
+    OFFICIAL_GPU_ASSIGN(dw, ct::poisoned<float>(kT * K));
+    DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, gate, LinearOut::kF32, logits.data()));
+    cuda::RouterSelectArgs rp;
+    rp.logits = logits.as<float>();
+    rp.tokens = kT;
+    rp.n_experts = E;
+    rp.k = K;
+    rp.routed_scale = float(c.routed_scaling_factor);
+    rp.scores = scores.as<float>();
+    rp.idx = didx.as<int32_t>();
+    rp.weights = dw.as<float>();
+    DeviceBuffer tid2eid, token_ids;
+    if (ffn.tid2eid.present()) {  // hash routing: the token's row of tid2eid
+        ASSERT_EQ(ffn.tid2eid.cols(), K) << ffn.tid2eid.name;
+        ASSERT_NE(ffn.tid2eid.data, nullptr) << ffn.tid2eid.name;
+        std::vector<int64_t> table(size_t(ffn.tid2eid.numel()));
+        std::memcpy(table.data(), ffn.tid2eid.data, table.size() * 8);
+        auto tokens = i32_of(need("head.npz"), "tokens");
+        ASSERT_TRUE(has_size(tokens, kT, "head.npz tokens"));
+        OFFICIAL_GPU_ASSIGN(dt, ct::to_device(table));
+        OFFICIAL_GPU_ASSIGN(dtok, ct::to_device(tokens));
+        tid2eid = std::move(dt);
+        token_ids = std::move(dtok);
+        rp.tid2eid = tid2eid.as<int64_t>();
+        rp.vocab = ffn.tid2eid.rows();
+        rp.token_ids = token_ids.as<int32_t>();
+    } else {
+        ASSERT_TRUE(gpu_.put(ffn.gate_bias, &bias));
+        rp.bias = bias;
+    }
+    DSV4_ASSERT_OK(cuda::sm90_router_select(rp, nullptr));
+    expect_close(where_, "router_logits", f32_down(logits, kT * E), f32_of(*z_, "router_logits"), kClassA);
+    expect_close(where_, "router_scores", f32_down(scores, kT * E), f32_of(*z_, "router_scores"), kClassA);
+    expect_close(where_, "router_w", f32_down(dw, kT * K), f32_of(*z_, "router_w"), kClassA);
+    EXPECT_EQ(ct::to_host<int32_t>(didx, size_t(kT * K)), i32_of(*z_, "router_idx"))
+        << where_ << ": router_idx must be identical";
+
+    // routed experts with the recorded routing
+    auto ridx = i32_of(*z_, "router_idx");
+    auto rw = f32_of(*z_, "router_w");
+    ASSERT_TRUE(has_size(ridx, kT * K, where_ + " router_idx"));
+    ASSERT_TRUE(has_size(rw, kT * K, where_ + " router_w"));
+    ASSERT_EQ(int64_t(ffn.experts.size()), E);
+    std::vector<cuda::DeviceExpertWeights> experts(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+        const auto& ew = ffn.experts[size_t(e)];
+        ASSERT_TRUE(gpu_.put(ew.w1, &experts[size_t(e)].w1));
+        ASSERT_TRUE(gpu_.put(ew.w2, &experts[size_t(e)].w2));
+        ASSERT_TRUE(gpu_.put(ew.w3, &experts[size_t(e)].w3));
+        ASSERT_EQ(experts[size_t(e)].w1.rows, I) << ew.w1.name;
+        ASSERT_EQ(experts[size_t(e)].w2.rows, D) << ew.w2.name;
+    }
+    OFFICIAL_GPU_ASSIGN(dexperts, ct::to_device(experts));
+    OFFICIAL_GPU_ASSIGN(dridx, ct::to_device(ridx));
+    OFFICIAL_GPU_ASSIGN(drw, ct::to_device(rw));
+    OFFICIAL_GPU_ASSIGN(eo, ct::poisoned<float>(kT * K * D));
+    const size_t re_bytes = cuda::sm90_routed_experts_workspace_bytes(kRef, kT, K, D, I);
+    OFFICIAL_GPU_ASSIGN(re_ws, gpu_.workspace(re_bytes));
+    cuda::RoutedExpertsArgs ra;
+    ra.x = x.data();
+    ra.tokens = kT;
+    ra.k = K;
+    ra.n_experts = E;
+    ra.dim = D;
+    ra.inter = I;
+    ra.experts = dexperts.as<cuda::DeviceExpertWeights>();
+    ra.idx = dridx.as<int32_t>();
+    ra.weights = drw.as<float>();
+    ra.limit = float(c.swiglu_limit);
+    ra.out = eo.as<float>();
+    ra.workspace = re_ws;
+    ra.workspace_bytes = re_bytes;
+    DSV4_ASSERT_OK(cuda::sm90_routed_experts(kRef, ra, nullptr));
+    expect_close(where_, "expert_out", f32_down(eo, kT * K * D), f32_of(*z_, "expert_out"), kClassC);
+
+    // the shared expert
+    cuda::ExpertArgs ea;
+    ASSERT_TRUE(gpu_.put(ffn.shared.w1, &ea.w1));
+    ASSERT_TRUE(gpu_.put(ffn.shared.w2, &ea.w2));
+    ASSERT_TRUE(gpu_.put(ffn.shared.w3, &ea.w3));
+    OFFICIAL_GPU_ASSIGN(so, ct::poisoned<uint16_t>(kT * D));
+    const size_t ex_bytes = cuda::sm90_expert_workspace_bytes(kRef, kT, ea.w1, ea.w2);
+    OFFICIAL_GPU_ASSIGN(ex_ws, gpu_.workspace(ex_bytes));
+    ea.x = x.data();
+    ea.tokens = kT;
+    ea.limit = float(c.swiglu_limit);
+    ea.y = so.data();
+    ea.workspace = ex_ws;
+    ea.workspace_bytes = ex_bytes;
+    DSV4_ASSERT_OK(cuda::sm90_expert(kRef, ea, nullptr));
+    expect_close(where_, "shared_out", bf16_down(so, kT * D), f32_of(*z_, "shared_out"), kClassC);
+
+    // the sum from the recorded expert and shared outputs, then from the ones computed here (class C)
+    auto eo_rec = f32_of(*z_, "expert_out");
+    ASSERT_TRUE(has_size(eo_rec, kT * K * D, where_ + " expert_out"));
+    OFFICIAL_GPU_ASSIGN(deo_rec, ct::to_device(eo_rec));  // f32 array of bf16 values, as routed_experts writes
+    OFFICIAL_GPU_ASSIGN(so_rec, rec("shared_out", kT * D));
+    OFFICIAL_GPU_ASSIGN(mo, ct::poisoned<uint16_t>(kT * D));
+    cuda::MoeSumArgs ms;
+    ms.expert_out = deo_rec.as<float>();
+    ms.idx = dridx.as<int32_t>();
+    ms.shared = so_rec.data();
+    ms.tokens = kT;
+    ms.k = K;
+    ms.dim = D;
+    ms.y = mo.data();
+    DSV4_ASSERT_OK(cuda::sm90_moe_sum(kRef, ms, nullptr));
+    expect_close(where_, "moe_out", bf16_down(mo, kT * D), f32_of(*z_, "moe_out"), kClassB);
+    OFFICIAL_GPU_ASSIGN(mo2, ct::poisoned<uint16_t>(kT * D));
+    ms.expert_out = eo.as<float>();
+    ms.shared = so.data();
+    ms.y = mo2.data();
+    DSV4_ASSERT_OK(cuda::sm90_moe_sum(kRef, ms, nullptr));
+    expect_close(where_, "moe_out(ffn)", bf16_down(mo2, kT * D), f32_of(*z_, "moe_out"), kClassC);
+}
+
+std::string layer_name(const ::testing::TestParamInfo<int>& info) { return "layer" + std::to_string(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Blocks, GpuLayerOps, ::testing::Values(0, 1, 2, 3, 4), layer_name);
+INSTANTIATE_TEST_SUITE_P(Blocks, GpuCompressedLayerOps, ::testing::Values(1, 2, 3, 4), layer_name);
+INSTANTIATE_TEST_SUITE_P(Blocks, GpuCsaLayerOps, ::testing::Values(1, 3), layer_name);
+
+// ------------------------------------------------------------------------------------------- head, primitives
+
+// The embedding (sm90_embedding) and its copy into the 4 streams (sm90_broadcast_streams), the head mix
+// (sm90_hc_head), the final norm, and the f32 logits (linear as the forward runs it, and sm90_bf16_gemm_f32).
+TEST(GpuHeadOps, EmbeddingHcHeadNormLogits) {
+    DSV4_REQUIRE_GPU();
+    std::string err;
+    const Model& m = model_or_fail(&err);
+    ASSERT_TRUE(err.empty()) << err;
+    const auto& z = need("head.npz");
+    const int64_t D = m.config.hidden_size, V = m.config.vocab_size;
+    Gpu gpu;
+    auto tokens = i32_of(z, "tokens");
+    ASSERT_TRUE(has_size(tokens, kT, "head.npz tokens"));
+    DeviceWeightView table, fn, scale, base, norm, head;
+    ASSERT_TRUE(gpu.put(m.weights.embed, &table));
+    ASSERT_TRUE(gpu.put(m.weights.hc_head.fn, &fn));
+    ASSERT_TRUE(gpu.put(m.weights.hc_head.scale, &scale));
+    ASSERT_TRUE(gpu.put(m.weights.hc_head.base, &base));
+    ASSERT_TRUE(gpu.put(m.weights.norm, &norm));
+    ASSERT_TRUE(gpu.put(m.weights.head, &head));
+    ASSERT_EQ(head.rows, V) << m.weights.head.name;
+
+    OFFICIAL_GPU_ASSIGN(dtok, ct::to_device(tokens));
+    OFFICIAL_GPU_ASSIGN(emb, ct::poisoned<uint16_t>(kT * D));
+    OFFICIAL_GPU_ASSIGN(bad, ct::poisoned<int32_t>(1));
+    DSV4_ASSERT_OK(cuda::sm90_embedding(
+        kRef, {.tokens = dtok.as<int32_t>(), .n = kT, .table = table, .out = emb.data(), .bad_position = bad.as<int32_t>()},
+        nullptr));
+    expect_close("gpu:head", "embed", bf16_down(emb, kT * D), f32_of(z, "embed"), kExact);
+    EXPECT_EQ(ct::to_host<int32_t>(bad, 1)[0], cuda::kNoBadToken) << "a recorded token id was reported out of range";
+    // layer 0's input is the embedding repeated on 4 streams
+    OFFICIAL_GPU_ASSIGN(streams, ct::poisoned<uint16_t>(kT * 4 * D));
+    DSV4_ASSERT_OK(cuda::sm90_broadcast_streams(
+        kRef, {.x = emb.data(), .rows = kT, .dim = D, .hc = 4, .streams = streams.data()}, nullptr));
+    expect_close("gpu:head", "h_in(embed)", bf16_down(streams, kT * 4 * D), f32_of(need("layer0.npz"), "h_in"),
+                 kExact);
+
+    auto hf = f32_of(z, "h_final");
+    ASSERT_TRUE(has_size(hf, kT * 4 * D, "head.npz h_final"));
+    OFFICIAL_GPU_ASSIGN(x, bf16_up(hf, "head.npz h_final"));
+    OFFICIAL_GPU_ASSIGN(pre, ct::poisoned<float>(kT * 4));
+    OFFICIAL_GPU_ASSIGN(y, ct::poisoned<uint16_t>(kT * D));
+    cuda::HcHeadArgs hp;
+    hp.x = x.data();
+    hp.tokens = kT;
+    hp.dim = D;
+    hp.fn = fn;
+    hp.scale = scale;
+    hp.base = base;
+    hp.hc_eps = float(m.config.hc_eps);
+    hp.norm_eps = float(m.config.rms_norm_eps);
+    hp.pre = pre.as<float>();
+    hp.y = y.data();
+    DSV4_ASSERT_OK(cuda::sm90_hc_head(kRef, hp, nullptr));
+    expect_close("gpu:head", "head_hc_pre", f32_down(pre, kT * 4), f32_of(z, "head_hc_pre"), kClassA);
+    expect_close("gpu:head", "head_hc_x", bf16_down(y, kT * D), f32_of(z, "head_hc_x"), kClassB);
+
+    auto hx = f32_of(z, "head_hc_x");
+    ASSERT_TRUE(has_size(hx, kT * D, "head.npz head_hc_x"));
+    OFFICIAL_GPU_ASSIGN(dhx, bf16_up(hx, "head.npz head_hc_x"));
+    OFFICIAL_GPU_ASSIGN(nrm, ct::poisoned<uint16_t>(kT * D));
+    DSV4_ASSERT_OK(cuda::sm90_rmsnorm(kRef, {.x = dhx.data(), .rows = kT, .dim = D, .weight = norm,
+                                             .eps = float(m.config.rms_norm_eps), .y = nrm.data()},
+                                      nullptr));
+    expect_close("gpu:head", "head_norm", bf16_down(nrm, kT * D), f32_of(z, "head_norm"), kClassB);
+
+    auto hn = f32_of(z, "head_norm");
+    ASSERT_TRUE(has_size(hn, kT * D, "head.npz head_norm"));
+    OFFICIAL_GPU_ASSIGN(dhn, bf16_up(hn, "head.npz head_norm"));
+    OFFICIAL_GPU_ASSIGN(logits, ct::poisoned<float>(kT * V));
+    DSV4_ASSERT_OK(gpu.linear(dhn.data(), kT, head, LinearOut::kF32, logits.data()));
+    expect_close("gpu:head", "logits", f32_down(logits, kT * V), f32_of(z, "logits"), kClassA);
+    OFFICIAL_GPU_ASSIGN(logits2, ct::poisoned<float>(kT * V));
+    const size_t ws_bytes = cuda::sm90_bf16_gemm_f32_workspace_bytes(kRef, kT, D);
+    OFFICIAL_GPU_ASSIGN(ws, gpu.workspace(ws_bytes));
+    DSV4_ASSERT_OK(cuda::sm90_bf16_gemm_f32(kRef, {.x = dhn.data(), .tokens = kT, .w = head,
+                                                   .y = logits2.as<float>(), .workspace = ws,
+                                                   .workspace_bytes = ws_bytes},
+                                            nullptr));
+    expect_close("gpu:head", "logits(gemm)", f32_down(logits2, kT * V), f32_of(z, "logits"), kClassA);
+}
+
+// Shape of a recorded array, or an empty vector (the test then fails on the size check).
+std::vector<int64_t> shape_of(const io::NpzFile& z, const std::string& name) {
+    const io::NpyArray* a = z.find(name);
+    EXPECT_NE(a, nullptr) << z.label() << ": " << name;
+    return a ? a->shape : std::vector<int64_t>{};
+}
+
+TEST(GpuPrimitives, ActQuantBitExact) {
+    DSV4_REQUIRE_GPU();
+    const auto& z = need("prim_act_quant.npz");
+    auto x = f32_of(z, "x");
+    const int64_t rows = 16, cols = 512;
+    ASSERT_TRUE(has_size(x, rows * cols, "prim_act_quant x"));
+    OFFICIAL_GPU_ASSIGN(dx, bf16_up(x, "prim_act_quant x"));
+    for (int block : {128, 64}) {
+        const std::string b = std::to_string(block);
+        SCOPED_TRACE("block " + b);
+        const int64_t nb = rows * cols / block;
+        OFFICIAL_GPU_ASSIGN(codes, ct::poisoned<uint8_t>(rows * cols));
+        OFFICIAL_GPU_ASSIGN(scale, ct::poisoned<float>(nb));
+        OFFICIAL_GPU_ASSIGN(sbytes, ct::poisoned<uint8_t>(nb));
+        OFFICIAL_GPU_ASSIGN(sim, ct::poisoned<uint16_t>(rows * cols));
+        cuda::ActQuantArgs a;
+        a.x = dx.data();
+        a.rows = rows;
+        a.cols = cols;
+        a.block = block;
+        a.codes = codes.as<uint8_t>();
+        a.scale = scale.as<float>();
+        a.scale_e8m0 = sbytes.as<uint8_t>();
+        a.x_sim = sim.data();
+        DSV4_ASSERT_OK(cuda::sm90_act_quant_e4m3(a, nullptr));
+        auto got_codes = ct::to_host<uint8_t>(codes, size_t(rows * cols));
+        auto got_sbytes = ct::to_host<uint8_t>(sbytes, size_t(nb));
+        EXPECT_EQ(got_codes, u8_of(z, "q" + b + "_bits"));
+        EXPECT_EQ(got_sbytes, u8_of(z, "s" + b + "_e8m0"));
+        expect_close("gpu:prim", "act_quant/q" + b + "_bits", bytes_as_f32(got_codes),
+                     bytes_as_f32(u8_of(z, "q" + b + "_bits")), kExact);
+        expect_close("gpu:prim", "act_quant/s" + b, f32_down(scale, nb), f32_of(z, "s" + b), kExact);
+        expect_close("gpu:prim", "act_quant/x_sim" + b, bf16_down(sim, rows * cols), f32_of(z, "x_sim" + b), kExact);
+        std::vector<float> qv(got_codes.size());
+        for (size_t i = 0; i < qv.size(); ++i) qv[i] = e4m3_to_f32(got_codes[i]);
+        expect_close("gpu:prim", "act_quant/q" + b, qv, f32_of(z, "q" + b), kExact);
+    }
+}
+
+TEST(GpuPrimitives, Fp4ActQuantBitExact) {
+    DSV4_REQUIRE_GPU();
+    const auto& z = need("prim_fp4_act_quant.npz");
+    auto x = f32_of(z, "x");
+    const int64_t rows = 16, cols = 256;
+    ASSERT_TRUE(has_size(x, rows * cols, "prim_fp4_act_quant x"));
+    OFFICIAL_GPU_ASSIGN(dx, bf16_up(x, "prim_fp4_act_quant x"));
+    OFFICIAL_GPU_ASSIGN(packed, ct::poisoned<uint8_t>(rows * cols / 2));
+    OFFICIAL_GPU_ASSIGN(scale, ct::poisoned<float>(rows * cols / 32));
+    OFFICIAL_GPU_ASSIGN(sbytes, ct::poisoned<uint8_t>(rows * cols / 32));
+    OFFICIAL_GPU_ASSIGN(sim, ct::poisoned<uint16_t>(rows * cols));
+    cuda::Fp4QuantArgs a;
+    a.x = dx.data();
+    a.rows = rows;
+    a.cols = cols;
+    a.codes_packed = packed.as<uint8_t>();
+    a.scale = scale.as<float>();
+    a.scale_e8m0 = sbytes.as<uint8_t>();
+    a.x_sim = sim.data();
+    DSV4_ASSERT_OK(cuda::sm90_fp4_quant_e2m1(a, nullptr));
+    auto got_packed = ct::to_host<uint8_t>(packed, size_t(rows * cols / 2));
+    EXPECT_EQ(got_packed, u8_of(z, "codes_packed"));
+    EXPECT_EQ(ct::to_host<uint8_t>(sbytes, size_t(rows * cols / 32)), u8_of(z, "scale_e8m0"));
+    expect_close("gpu:prim", "fp4/codes_packed", bytes_as_f32(got_packed), bytes_as_f32(u8_of(z, "codes_packed")),
+                 kExact);
+    expect_close("gpu:prim", "fp4/scale", f32_down(scale, rows * cols / 32), f32_of(z, "scale"), kExact);
+    // -0 must stay -0: compare bits, not values
+    auto got_sim = bf16_down(sim, rows * cols);
+    auto rec_sim = f32_of(z, "x_sim");
+    ASSERT_TRUE(has_size(rec_sim, rows * cols, "prim_fp4_act_quant x_sim"));
+    EXPECT_EQ(0, std::memcmp(got_sim.data(), rec_sim.data(), got_sim.size() * 4)) << "x_sim bits";
+    expect_close("gpu:prim", "fp4/x_sim", got_sim, rec_sim, kExact);
+}
+
+TEST(GpuPrimitives, HadamardBitExact) {
+    DSV4_REQUIRE_GPU();
+    const auto& z = need("prim_hadamard.npz");
+    auto x = f32_of(z, "x");
+    ASSERT_TRUE(!x.empty() && x.size() % 128 == 0) << "prim_hadamard x: " << x.size();
+    const int64_t rows = int64_t(x.size() / 128);
+    OFFICIAL_GPU_ASSIGN(dx, bf16_up(x, "prim_hadamard x"));
+    OFFICIAL_GPU_ASSIGN(y, ct::poisoned<uint16_t>(rows * 128));
+    DSV4_ASSERT_OK(cuda::sm90_hadamard128(kRef, {.x = dx.data(), .rows = rows, .y = y.data()}, nullptr));
+    expect_close("gpu:prim", "hadamard/y", bf16_down(y, rows * 128), f32_of(z, "y"), kExact);
+}
+
+// W8A8 / W4A8 GEMMs on the checkpoint-format weights of the case: the activation quantisation (bit-exact), the
+// FP8 GEMM on its own (sm90_fp8_gemm_block128, FP8 case) and sm90_linear as the forward calls it.
+void gemm_case(const std::string& file, bool fp4) {
+    const auto& z = need(file);
+    const std::string tag = fp4 ? "fp4_gemm" : "fp8_gemm";
+    auto a = f32_of(z, "a");
+    auto cs = shape_of(z, "c");
+    ASSERT_EQ(cs.size(), 2u) << file << " c";
+    const int64_t M = cs[0], N = cs[1];
+    ASSERT_TRUE(M > 0 && a.size() % size_t(M) == 0) << file << " a: " << a.size();
+    const int64_t K = int64_t(a.size()) / M;
+    ASSERT_EQ(K % 128, 0) << file;
+    backend::WeightView w;
+    w.rows = N;
+    w.cols = K;
+    const io::NpyArray* data = z.find(fp4 ? "w_packed" : "w_bits");
+    const io::NpyArray* scales = z.find("w_scale_e8m0");
+    ASSERT_TRUE(data && scales) << file << ": weight arrays missing";
+    w.format = fp4 ? WeightFormat::kMXFP4 : WeightFormat::kFP8Block;
+    ASSERT_EQ(int64_t(data->bytes.size()), fp4 ? N * K / 2 : N * K) << file << " weight bytes";
+    ASSERT_EQ(int64_t(scales->bytes.size()), fp4 ? N * (K / 32) : ((N + 127) / 128) * (K / 128))
+        << file << " scale bytes";
+    w.data = data->bytes.data();
+    w.scale = scales->bytes.data();
+    Gpu gpu;
+    DeviceWeightView dw;
+    ASSERT_TRUE(gpu.put(w, tag + ".w", &dw));
+    OFFICIAL_GPU_ASSIGN(da, bf16_up(a, file + " a"));
+
+    OFFICIAL_GPU_ASSIGN(codes, ct::poisoned<uint8_t>(M * K));
+    OFFICIAL_GPU_ASSIGN(scale, ct::poisoned<float>(M * K / 128));
+    cuda::ActQuantArgs q;
+    q.x = da.data();
+    q.rows = M;
+    q.cols = K;
+    q.block = 128;
+    q.codes = codes.as<uint8_t>();
+    q.scale = scale.as<float>();
+    DSV4_ASSERT_OK(cuda::sm90_act_quant_e4m3(q, nullptr));
+    EXPECT_EQ(ct::to_host<uint8_t>(codes, size_t(M * K)), u8_of(z, "a_q_bits")) << file << " a_q_bits";
+    expect_close("gpu:prim", tag + "/a_scale", f32_down(scale, M * K / 128), f32_of(z, "a_scale"), kExact);
+
+    if (!fp4) {
+        OFFICIAL_GPU_ASSIGN(c, ct::poisoned<uint16_t>(M * N));
+        const size_t bytes = cuda::sm90_fp8_gemm_workspace_bytes(M, N, K);
+        OFFICIAL_GPU_ASSIGN(ws, gpu.workspace(bytes));
+        cuda::Fp8GemmArgs g;
+        g.a_codes = codes.as<uint8_t>();
+        g.a_scale = scale.as<float>();
+        g.tokens = M;
+        g.w = dw;
+        g.y = c.data();
+        g.workspace = static_cast<float*>(ws);
+        g.workspace_bytes = bytes;
+        DSV4_ASSERT_OK(cuda::sm90_fp8_gemm_block128(g, nullptr));
+        expect_close("gpu:prim", tag + "/c(gemm)", bf16_down(c, M * N), f32_of(z, "c"), kClassC);
+    }
+    OFFICIAL_GPU_ASSIGN(c, ct::poisoned<uint16_t>(M * N));
+    DSV4_ASSERT_OK(gpu.linear(da.data(), M, dw, LinearOut::kBF16, c.data()));
+    expect_close("gpu:prim", tag + "/c", bf16_down(c, M * N), f32_of(z, "c"), kClassC);
+}
+
+TEST(GpuPrimitives, Fp8Gemm) {
+    DSV4_REQUIRE_GPU();
+    gemm_case("prim_fp8_gemm.npz", false);
+}
+TEST(GpuPrimitives, Fp4Gemm) {
+    DSV4_REQUIRE_GPU();
+    gemm_case("prim_fp4_gemm.npz", true);
+}
+
+TEST(GpuPrimitives, SparseAttention) {
+    DSV4_REQUIRE_GPU();
+    const auto& z = need("prim_sparse_attn.npz");
+    auto q = f32_of(z, "q"), kv = f32_of(z, "kv"), sink = f32_of(z, "attn_sink"), sc = f32_of(z, "softmax_scale");
+    auto idx = i32_of(z, "topk_idxs");
+    auto qs = shape_of(z, "q");
+    ASSERT_TRUE(qs.size() == 3 && qs[2] == 512) << "prim_sparse_attn q";
+    const int64_t T = qs[0], H = qs[1];
+    ASSERT_TRUE(has_size(q, T * H * 512, "prim_sparse_attn q"));
+    ASSERT_TRUE(has_size(sink, H, "prim_sparse_attn attn_sink"));
+    ASSERT_TRUE(has_size(sc, 1, "prim_sparse_attn softmax_scale"));
+    ASSERT_TRUE(!kv.empty() && kv.size() % 512 == 0) << "prim_sparse_attn kv: " << kv.size();
+    ASSERT_TRUE(!idx.empty() && idx.size() % size_t(T) == 0) << "prim_sparse_attn topk_idxs: " << idx.size();
+    const int64_t K = int64_t(idx.size()) / T, n_kv = int64_t(kv.size() / 512);
+    OFFICIAL_GPU_ASSIGN(dq, bf16_up(q, "prim_sparse_attn q"));
+    OFFICIAL_GPU_ASSIGN(dkv, bf16_up(kv, "prim_sparse_attn kv"));
+    OFFICIAL_GPU_ASSIGN(didx, ct::to_device(idx));
+    OFFICIAL_GPU_ASSIGN(dsink, ct::to_device(sink));
+    OFFICIAL_GPU_ASSIGN(o, ct::poisoned<uint16_t>(T * H * 512));
+    cuda::SparseAttnArgs ap;
+    ap.q = dq.data();
+    ap.kv = dkv.data();
+    ap.idx = didx.as<int32_t>();
+    ap.tokens = T;
+    ap.heads = H;
+    ap.n_kv = n_kv;
+    ap.topk = K;
+    ap.sink = dsink.as<float>();
+    ap.scale = sc[0];
+    ap.out = o.data();
+    DSV4_ASSERT_OK(cuda::sm90_sparse_attn(kRef, ap, nullptr));
+    expect_close("gpu:prim", "sparse_attn/o", bf16_down(o, T * H * 512), f32_of(z, "o"), kClassF);
+}
+
+// prim_hc_split_sinkhorn.npz has no GPU counterpart of its own: the split and Sinkhorn run inside sm90_hc_pre and
+// sm90_hc_head (mhc.cuh), which take streams, not mix vectors; they are checked through attn/ffn_hc_pre, _post, _comb
+// and head_hc_pre above.
+
+}  // namespace
+}  // namespace dsv4::official
