@@ -97,14 +97,8 @@ public:
     Status linear(const void* x, int64_t tokens, const DeviceWeightView& w, LinearOut out, void* y) {
         const size_t bytes = cuda::sm90_linear_workspace_bytes(kRef, tokens, w, out);
         DSV4_ASSIGN_OR_RETURN(void* ws, workspace(bytes));
-        cuda::LinearArgs a;
-        a.x = x;
-        a.tokens = tokens;
-        a.w = w;
-        a.out = out;
-        a.y = y;
-        a.workspace = ws;
-        a.workspace_bytes = bytes;
+        cuda::LinearArgs a{.x = x, .tokens = tokens, .w = w, .out = out, .y = y, .workspace = ws,
+                           .workspace_bytes = bytes};
         return cuda::sm90_linear(kRef, a, nullptr);
     }
 
@@ -172,8 +166,8 @@ protected:
     Result<DeviceBuffer> rec(const std::string& name, int64_t n) {
         auto v = f32_of(*z_, name);
         if (int64_t(v.size()) != n)
-            return invalid_argument(where_ + " " + name + " holds " + std::to_string(v.size()) + " elements, the op needs " +
-                                    std::to_string(n));
+            return invalid_argument(where_ + " " + name + " holds " + std::to_string(v.size()) +
+                                    " elements, the op needs " + std::to_string(n));
         return bf16_up(v, where_ + " " + name);
     }
     void run_compressor(const model::CompressorWeights& w, int64_t ratio, int64_t c, CompressedKind kind,
@@ -208,21 +202,10 @@ TEST_P(GpuLayerOps, HyperConnectionsAndNorms) {
         OFFICIAL_GPU_ASSIGN(post, ct::poisoned<float>(kT * 4));
         OFFICIAL_GPU_ASSIGN(comb, ct::poisoned<float>(kT * 16));
         OFFICIAL_GPU_ASSIGN(xo, ct::poisoned<uint16_t>(kT * D));
-        cuda::HcPreArgs a;
-        a.x = x.data();
-        a.tokens = kT;
-        a.dim = D;
-        a.fn = fn;
-        a.scale = scale;
-        a.base = base;
-        a.iters = int(c.hc_sinkhorn_iters);
-        a.hc_eps = float(c.hc_eps);
-        a.norm_eps = eps_;
-        a.mixes = mixes.as<float>();
-        a.pre = pre.as<float>();
-        a.post = post.as<float>();
-        a.comb = comb.as<float>();
-        a.x_out = xo.data();
+        cuda::HcPreArgs a{.x = x.data(), .tokens = kT, .dim = D, .fn = fn, .scale = scale, .base = base,
+                          .iters = int(c.hc_sinkhorn_iters), .hc_eps = float(c.hc_eps), .norm_eps = eps_,
+                          .mixes = mixes.as<float>(), .pre = pre.as<float>(), .post = post.as<float>(),
+                          .comb = comb.as<float>(), .x_out = xo.data()};
         DSV4_ASSERT_OK(cuda::sm90_hc_pre(kRef, a, nullptr));
         expect_close(where_, side + "_hc_mixes", f32_down(mixes, kT * 24), f32_of(*z_, side + "_hc_mixes"), kClassA);
         expect_close(where_, side + "_hc_pre", f32_down(pre, kT * 4), f32_of(*z_, side + "_hc_pre"), kClassA);
@@ -293,15 +276,8 @@ TEST_P(GpuLayerOps, QueryPath) {
     OFFICIAL_GPU_ASSIGN(qr_rec, rec("qr", kT * ql));
     OFFICIAL_GPU_ASSIGN(q, ct::poisoned<uint16_t>(kT * H * hd));
     DSV4_ASSERT_OK(gpu_.linear(qr_rec.data(), kT, wq_b, LinearOut::kBF16, q.data()));
-    cuda::QHeadNormRopeArgs qn;
-    qn.q = q.data();
-    qn.tokens = kT;
-    qn.heads = H;
-    qn.head_dim = hd;
-    qn.eps = eps_;
-    qn.rope = true;
-    qn.positions = positions();
-    qn.freqs = freqs_;
+    cuda::QHeadNormRopeArgs qn{.q = q.data(), .tokens = kT, .heads = H, .head_dim = hd, .eps = eps_, .rope = true,
+                               .positions = positions(), .freqs = freqs_};
     DSV4_ASSERT_OK(cuda::sm90_q_head_norm_rope(kRef, qn, nullptr));
     expect_close(where_, "q", rows_of(bf16_down(q, kT * H * hd), H * hd), f32_of(*z_, "q"), kClassE);
 }
@@ -316,13 +292,8 @@ TEST_P(GpuLayerOps, WindowKv) {
     OFFICIAL_GPU_ASSIGN(x, rec("attn_norm", kT * D));
     OFFICIAL_GPU_ASSIGN(kv, ct::poisoned<uint16_t>(kT * 512));
     DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, wkv, LinearOut::kBF16, kv.data()));
-    cuda::WindowKvFinishArgs kf;
-    kf.kv = kv.data();
-    kf.tokens = kT;
-    kf.kv_norm = kv_norm;
-    kf.positions = positions();
-    kf.freqs = freqs_;
-    kf.eps = eps_;
+    cuda::WindowKvFinishArgs kf{.kv = kv.data(), .tokens = kT, .kv_norm = kv_norm, .positions = positions(),
+                                .freqs = freqs_, .eps = eps_};
     DSV4_ASSERT_OK(cuda::sm90_window_kv_finish(kRef, kf, nullptr));
     expect_close(where_, "kv", bf16_down(kv, kT * 512), f32_of(*z_, "kv"), kClassD);
 }
@@ -349,41 +320,21 @@ void GpuLayerOps::run_compressor(const model::CompressorWeights& w, int64_t rati
     OFFICIAL_GPU_ASSIGN(score, ct::poisoned<float>(kT * width));
     DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, wkv, LinearOut::kF32, kv.data()));
     DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, wgate, LinearOut::kF32, score.data()));
-    cuda::AddApeArgs ap;
-    ap.score = score.as<float>();
-    ap.rows = kT;
-    ap.width = width;
-    ap.ratio = ratio;
-    ap.positions = positions();
-    ap.ape = ape;
+    cuda::AddApeArgs ap{.score = score.as<float>(), .rows = kT, .width = width, .ratio = ratio,
+                        .positions = positions(), .ape = ape};
     DSV4_ASSERT_OK(cuda::sm90_add_ape(ap, nullptr));
     OFFICIAL_GPU_ASSIGN(pooled, ct::poisoned<uint16_t>(n * c));
-    cuda::CompressorPoolArgs pl;
-    pl.kv = kv.as<float>();
-    pl.score = score.as<float>();
-    pl.n_windows = n;
-    pl.ratio = ratio;
-    pl.head_dim = c;
-    pl.overlap = overlap;
-    pl.out = pooled.data();
+    cuda::CompressorPoolArgs pl{.kv = kv.as<float>(), .score = score.as<float>(), .n_windows = n, .ratio = ratio,
+                                .head_dim = c, .overlap = overlap, .out = pooled.data()};
     DSV4_ASSERT_OK(cuda::sm90_compressor_pool(kRef, pl, nullptr));
     expect_close(where_, pooled_name, bf16_down(pooled, n * c), f32_of(*z_, pooled_name), kClassB);
 
     OFFICIAL_GPU_ASSIGN(pooled_rec, rec(pooled_name, n * c));
     OFFICIAL_GPU_ASSIGN(normed, ct::poisoned<uint16_t>(n * c));
     OFFICIAL_GPU_ASSIGN(out, ct::poisoned<uint16_t>(n * c));
-    cuda::CompressorFinishArgs fp;
-    fp.pooled = pooled_rec.data();
-    fp.n = n;
-    fp.head_dim = c;
-    fp.ratio = ratio;
-    fp.first_window = 0;
-    fp.kind = kind;
-    fp.norm = norm;
-    fp.freqs = freqs_;
-    fp.eps = eps_;
-    fp.normed = normed.data();
-    fp.out = out.data();
+    cuda::CompressorFinishArgs fp{.pooled = pooled_rec.data(), .n = n, .head_dim = c, .ratio = ratio, .first_window = 0,
+                                  .kind = kind, .norm = norm, .freqs = freqs_, .eps = eps_, .normed = normed.data(),
+                                  .out = out.data()};
     DSV4_ASSERT_OK(cuda::sm90_compressor_finish(kRef, fp, nullptr));
     expect_close(where_, normed_name, bf16_down(normed, n * c), f32_of(*z_, normed_name), kClassB);
     expect_close(where_, out_name, bf16_down(out, n * c), f32_of(*z_, out_name),
@@ -416,21 +367,11 @@ TEST_P(GpuCsaLayerOps, Indexer) {
     OFFICIAL_GPU_ASSIGN(qr, rec("qr", kT * ql));
     OFFICIAL_GPU_ASSIGN(iq, ct::poisoned<uint16_t>(kT * IH * ihd));
     DSV4_ASSERT_OK(gpu_.linear(qr.data(), kT, wq_b, LinearOut::kBF16, iq.data()));
-    cuda::RopeArgs r;
-    r.x = iq.data();
-    r.tokens = kT;
-    r.vecs = IH;
-    r.vec_stride = ihd;
-    r.offset = ihd - c.rope_head_dim;
-    r.positions = positions();
-    r.freqs = freqs_;
+    cuda::RopeArgs r{.x = iq.data(), .tokens = kT, .vecs = IH, .vec_stride = ihd, .offset = ihd - c.rope_head_dim,
+                     .positions = positions(), .freqs = freqs_};
     DSV4_ASSERT_OK(cuda::sm90_rope(kRef, r, nullptr));
     DSV4_ASSERT_OK(cuda::sm90_hadamard128(kRef, {.x = iq.data(), .rows = kT * IH, .y = iq.data()}, nullptr));
-    cuda::Fp4QuantArgs f;
-    f.x = iq.data();
-    f.rows = kT * IH;
-    f.cols = ihd;
-    f.x_sim = iq.data();
+    cuda::Fp4QuantArgs f{.x = iq.data(), .rows = kT * IH, .cols = ihd, .x_sim = iq.data()};
     DSV4_ASSERT_OK(cuda::sm90_fp4_quant_e2m1(f, nullptr));
     expect_close(where_, "idx_q", bf16_down(iq, kT * IH * ihd), f32_of(*z_, "idx_q"), kClassDIdx);
 
@@ -451,16 +392,8 @@ TEST_P(GpuCsaLayerOps, Indexer) {
     OFFICIAL_GPU_ASSIGN(k_rec, rec("idx_keys", n * ihd));
     OFFICIAL_GPU_ASSIGN(w_rec, rec("idx_w", kT * IH));
     OFFICIAL_GPU_ASSIGN(scores, ct::poisoned<uint16_t>(kT * n));
-    cuda::IndexerScoresArgs sp;
-    sp.q = q_rec.data();
-    sp.keys = k_rec.data();
-    sp.w = w_rec.data();
-    sp.tokens = kT;
-    sp.heads = IH;
-    sp.n = n;
-    sp.ratio = 4;
-    sp.positions = positions();
-    sp.scores = scores.data();
+    cuda::IndexerScoresArgs sp{.q = q_rec.data(), .keys = k_rec.data(), .w = w_rec.data(), .tokens = kT, .heads = IH,
+                               .n = n, .ratio = 4, .positions = positions(), .scores = scores.data()};
     DSV4_ASSERT_OK(cuda::sm90_indexer_scores(kRef, sp, nullptr));
     auto s_gpu = bf16_down(scores, kT * n);
     auto s_rec = f32_of(*z_, "idx_scores");
@@ -479,12 +412,7 @@ TEST_P(GpuCsaLayerOps, Indexer) {
     ASSERT_TRUE(has_size(ref_idx, kT * k, where_ + " idx_topk"));
     OFFICIAL_GPU_ASSIGN(s_dev, rec("idx_scores", kT * n));
     OFFICIAL_GPU_ASSIGN(didx, ct::poisoned<int32_t>(kT * k));
-    cuda::TopKArgs tp;
-    tp.scores = s_dev.data();
-    tp.rows = kT;
-    tp.n = n;
-    tp.k = k;
-    tp.idx = didx.as<int32_t>();
+    cuda::TopKArgs tp{.scores = s_dev.data(), .rows = kT, .n = n, .k = k, .idx = didx.as<int32_t>()};
     DSV4_ASSERT_OK(cuda::sm90_topk(kRef, tp, nullptr));
     auto idx = ct::to_host<int32_t>(didx, size_t(kT * k));
     // the decode form (each row reads only its visible scores) picks the same
@@ -563,16 +491,9 @@ TEST_P(GpuLayerOps, SparseAttentionAndOutput) {
     ASSERT_TRUE(has_size(o_rec, S * H * 512, where_ + " o"));
     ASSERT_TRUE(has_size(dr, S * H * 64, where_ + " o_derot_rope"));
 
-    cuda::SparseAttnArgs ap;
-    ap.q = q.data();
-    ap.kv = kv.data();
-    ap.idx = idx.as<int32_t>();
-    ap.tokens = S;
-    ap.heads = H;
-    ap.n_kv = n_kv;
-    ap.topk = K;
-    ap.sink = static_cast<const float*>(sink.data);
-    ap.scale = float(1.0 / std::sqrt(512.0));
+    cuda::SparseAttnArgs ap{.q = q.data(), .kv = kv.data(), .idx = idx.as<int32_t>(), .tokens = S, .heads = H,
+                            .n_kv = n_kv, .topk = K, .sink = static_cast<const float*>(sink.data),
+                            .scale = float(1.0 / std::sqrt(512.0))};
     OFFICIAL_GPU_ASSIGN(o, ct::poisoned<uint16_t>(S * H * 512));
     ap.out = o.data();
     DSV4_ASSERT_OK(cuda::sm90_sparse_attn(kRef, ap, nullptr));
@@ -580,7 +501,8 @@ TEST_P(GpuLayerOps, SparseAttentionAndOutput) {
 
     // o with its rope channels replaced by the recorded de-rotation: what wo_a takes, and what the fused call gives
     auto o_in = o_rec;
-    for (int64_t r = 0; r < S * H; ++r) std::copy(dr.begin() + r * 64, dr.begin() + (r + 1) * 64, o_in.begin() + r * 512 + 448);
+    for (int64_t r = 0; r < S * H; ++r)
+        std::copy(dr.begin() + r * 64, dr.begin() + (r + 1) * 64, o_in.begin() + r * 512 + 448);
     OFFICIAL_GPU_ASSIGN(o_fused, ct::poisoned<uint16_t>(S * H * 512));
     ap.derotate = true;
     ap.positions = pos.as<int64_t>();
@@ -591,32 +513,20 @@ TEST_P(GpuLayerOps, SparseAttentionAndOutput) {
 
     // de-rotation of the recorded o
     OFFICIAL_GPU_ASSIGN(o_dev, bf16_up(o_rec, where_ + " o"));
-    cuda::RopeArgs r;
-    r.x = o_dev.data();
-    r.tokens = S;
-    r.vecs = H;
-    r.vec_stride = 512;
-    r.offset = 448;
-    r.positions = pos.as<int64_t>();
-    r.freqs = freqs_;
-    r.inverse = true;
+    cuda::RopeArgs r{.x = o_dev.data(), .tokens = S, .vecs = H, .vec_stride = 512, .offset = 448,
+                     .positions = pos.as<int64_t>(), .freqs = freqs_, .inverse = true};
     DSV4_ASSERT_OK(cuda::sm90_rope(kRef, r, nullptr));
     auto o_back = bf16_down(o_dev, S * H * 512);
     std::vector<float> derot;
-    for (int64_t i = 0; i < S * H; ++i) derot.insert(derot.end(), o_back.begin() + i * 512 + 448, o_back.begin() + (i + 1) * 512);
+    for (int64_t i = 0; i < S * H; ++i)
+        derot.insert(derot.end(), o_back.begin() + i * 512 + 448, o_back.begin() + (i + 1) * 512);
     expect_close(where_, "o_derot_rope", derot, dr, kClassB);
 
     // wo_a on the recorded o with its de-rotated rope channels
     OFFICIAL_GPU_ASSIGN(o_in_dev, bf16_up(o_in, where_ + " o|o_derot_rope"));
     OFFICIAL_GPU_ASSIGN(z, ct::poisoned<uint16_t>(S * G * R));
-    cuda::WoAArgs oa;
-    oa.o = o_in_dev.data();
-    oa.tokens = S;
-    oa.heads = H;
-    oa.groups = G;
-    oa.rank = R;
-    oa.wo_a = wo_a;
-    oa.z = z.data();
+    cuda::WoAArgs oa{.o = o_in_dev.data(), .tokens = S, .heads = H, .groups = G, .rank = R, .wo_a = wo_a,
+                     .z = z.data()};
     DSV4_ASSERT_OK(cuda::sm90_wo_a(kRef, oa, nullptr));
     expect_close(where_, "wo_a", bf16_down(z, S * G * R), rows_of(f32_of(*z_, "wo_a"), G * R), kClassB);
 
@@ -642,15 +552,9 @@ TEST_P(GpuLayerOps, RouterExpertsMoe) {
     OFFICIAL_GPU_ASSIGN(didx, ct::poisoned<int32_t>(kT * K));
     OFFICIAL_GPU_ASSIGN(dw, ct::poisoned<float>(kT * K));
     DSV4_ASSERT_OK(gpu_.linear(x.data(), kT, gate, LinearOut::kF32, logits.data()));
-    cuda::RouterSelectArgs rp;
-    rp.logits = logits.as<float>();
-    rp.tokens = kT;
-    rp.n_experts = E;
-    rp.k = K;
-    rp.routed_scale = float(c.routed_scaling_factor);
-    rp.scores = scores.as<float>();
-    rp.idx = didx.as<int32_t>();
-    rp.weights = dw.as<float>();
+    cuda::RouterSelectArgs rp{.logits = logits.as<float>(), .tokens = kT, .n_experts = E, .k = K,
+                              .routed_scale = float(c.routed_scaling_factor), .scores = scores.as<float>(),
+                              .idx = didx.as<int32_t>(), .weights = dw.as<float>()};
     DeviceBuffer tid2eid, token_ids;
     if (ffn.tid2eid.present()) {  // hash routing: the token's row of tid2eid
         ASSERT_EQ(ffn.tid2eid.cols(), K) << ffn.tid2eid.name;
@@ -698,20 +602,10 @@ TEST_P(GpuLayerOps, RouterExpertsMoe) {
     OFFICIAL_GPU_ASSIGN(eo, ct::poisoned<float>(kT * K * D));
     const size_t re_bytes = cuda::sm90_routed_experts_workspace_bytes(kRef, kT, K, D, I);
     OFFICIAL_GPU_ASSIGN(re_ws, gpu_.workspace(re_bytes));
-    cuda::RoutedExpertsArgs ra;
-    ra.x = x.data();
-    ra.tokens = kT;
-    ra.k = K;
-    ra.n_experts = E;
-    ra.dim = D;
-    ra.inter = I;
-    ra.experts = dexperts.as<cuda::DeviceExpertWeights>();
-    ra.idx = dridx.as<int32_t>();
-    ra.weights = drw.as<float>();
-    ra.limit = float(c.swiglu_limit);
-    ra.out = eo.as<float>();
-    ra.workspace = re_ws;
-    ra.workspace_bytes = re_bytes;
+    cuda::RoutedExpertsArgs ra{.x = x.data(), .tokens = kT, .k = K, .n_experts = E, .dim = D, .inter = I,
+                               .experts = dexperts.as<cuda::DeviceExpertWeights>(), .idx = dridx.as<int32_t>(),
+                               .weights = drw.as<float>(), .limit = float(c.swiglu_limit), .out = eo.as<float>(),
+                               .workspace = re_ws, .workspace_bytes = re_bytes};
     DSV4_ASSERT_OK(cuda::sm90_routed_experts(kRef, ra, nullptr));
     expect_close(where_, "expert_out", f32_down(eo, kT * K * D), f32_of(*z_, "expert_out"), kClassC);
 
@@ -738,14 +632,8 @@ TEST_P(GpuLayerOps, RouterExpertsMoe) {
     OFFICIAL_GPU_ASSIGN(deo_rec, ct::to_device(eo_rec));  // f32 array of bf16 values, as routed_experts writes
     OFFICIAL_GPU_ASSIGN(so_rec, rec("shared_out", kT * D));
     OFFICIAL_GPU_ASSIGN(mo, ct::poisoned<uint16_t>(kT * D));
-    cuda::MoeSumArgs ms;
-    ms.expert_out = deo_rec.as<float>();
-    ms.idx = dridx.as<int32_t>();
-    ms.shared = so_rec.data();
-    ms.tokens = kT;
-    ms.k = K;
-    ms.dim = D;
-    ms.y = mo.data();
+    cuda::MoeSumArgs ms{.expert_out = deo_rec.as<float>(), .idx = dridx.as<int32_t>(), .shared = so_rec.data(),
+                        .tokens = kT, .k = K, .dim = D, .y = mo.data()};
     DSV4_ASSERT_OK(cuda::sm90_moe_sum(kRef, ms, nullptr));
     expect_close(where_, "moe_out", bf16_down(mo, kT * D), f32_of(*z_, "moe_out"), kClassB);
     OFFICIAL_GPU_ASSIGN(mo2, ct::poisoned<uint16_t>(kT * D));
@@ -789,7 +677,8 @@ TEST(GpuHeadOps, EmbeddingHcHeadNormLogits) {
     OFFICIAL_GPU_ASSIGN(emb, ct::poisoned<uint16_t>(kT * D));
     OFFICIAL_GPU_ASSIGN(bad, ct::poisoned<int32_t>(1));
     DSV4_ASSERT_OK(cuda::sm90_embedding(
-        kRef, {.tokens = dtok.as<int32_t>(), .n = kT, .table = table, .out = emb.data(), .bad_position = bad.as<int32_t>()},
+        kRef,
+        {.tokens = dtok.as<int32_t>(), .n = kT, .table = table, .out = emb.data(), .bad_position = bad.as<int32_t>()},
         nullptr));
     expect_close("gpu:head", "embed", bf16_down(emb, kT * D), f32_of(z, "embed"), kExact);
     EXPECT_EQ(ct::to_host<int32_t>(bad, 1)[0], cuda::kNoBadToken) << "a recorded token id was reported out of range";
@@ -805,17 +694,9 @@ TEST(GpuHeadOps, EmbeddingHcHeadNormLogits) {
     OFFICIAL_GPU_ASSIGN(x, bf16_up(hf, "head.npz h_final"));
     OFFICIAL_GPU_ASSIGN(pre, ct::poisoned<float>(kT * 4));
     OFFICIAL_GPU_ASSIGN(y, ct::poisoned<uint16_t>(kT * D));
-    cuda::HcHeadArgs hp;
-    hp.x = x.data();
-    hp.tokens = kT;
-    hp.dim = D;
-    hp.fn = fn;
-    hp.scale = scale;
-    hp.base = base;
-    hp.hc_eps = float(m.config.hc_eps);
-    hp.norm_eps = float(m.config.rms_norm_eps);
-    hp.pre = pre.as<float>();
-    hp.y = y.data();
+    cuda::HcHeadArgs hp{.x = x.data(), .tokens = kT, .dim = D, .fn = fn, .scale = scale, .base = base,
+                        .hc_eps = float(m.config.hc_eps), .norm_eps = float(m.config.rms_norm_eps),
+                        .pre = pre.as<float>(), .y = y.data()};
     DSV4_ASSERT_OK(cuda::sm90_hc_head(kRef, hp, nullptr));
     expect_close("gpu:head", "head_hc_pre", f32_down(pre, kT * 4), f32_of(z, "head_hc_pre"), kClassA);
     expect_close("gpu:head", "head_hc_x", bf16_down(y, kT * D), f32_of(z, "head_hc_x"), kClassB);
@@ -867,15 +748,8 @@ TEST(GpuPrimitives, ActQuantBitExact) {
         OFFICIAL_GPU_ASSIGN(scale, ct::poisoned<float>(nb));
         OFFICIAL_GPU_ASSIGN(sbytes, ct::poisoned<uint8_t>(nb));
         OFFICIAL_GPU_ASSIGN(sim, ct::poisoned<uint16_t>(rows * cols));
-        cuda::ActQuantArgs a;
-        a.x = dx.data();
-        a.rows = rows;
-        a.cols = cols;
-        a.block = block;
-        a.codes = codes.as<uint8_t>();
-        a.scale = scale.as<float>();
-        a.scale_e8m0 = sbytes.as<uint8_t>();
-        a.x_sim = sim.data();
+        cuda::ActQuantArgs a{.x = dx.data(), .rows = rows, .cols = cols, .block = block, .codes = codes.as<uint8_t>(),
+                             .scale = scale.as<float>(), .scale_e8m0 = sbytes.as<uint8_t>(), .x_sim = sim.data()};
         DSV4_ASSERT_OK(cuda::sm90_act_quant_e4m3(a, nullptr));
         auto got_codes = ct::to_host<uint8_t>(codes, size_t(rows * cols));
         auto got_sbytes = ct::to_host<uint8_t>(sbytes, size_t(nb));
@@ -902,14 +776,8 @@ TEST(GpuPrimitives, Fp4ActQuantBitExact) {
     OFFICIAL_GPU_ASSIGN(scale, ct::poisoned<float>(rows * cols / 32));
     OFFICIAL_GPU_ASSIGN(sbytes, ct::poisoned<uint8_t>(rows * cols / 32));
     OFFICIAL_GPU_ASSIGN(sim, ct::poisoned<uint16_t>(rows * cols));
-    cuda::Fp4QuantArgs a;
-    a.x = dx.data();
-    a.rows = rows;
-    a.cols = cols;
-    a.codes_packed = packed.as<uint8_t>();
-    a.scale = scale.as<float>();
-    a.scale_e8m0 = sbytes.as<uint8_t>();
-    a.x_sim = sim.data();
+    cuda::Fp4QuantArgs a{.x = dx.data(), .rows = rows, .cols = cols, .codes_packed = packed.as<uint8_t>(),
+                         .scale = scale.as<float>(), .scale_e8m0 = sbytes.as<uint8_t>(), .x_sim = sim.data()};
     DSV4_ASSERT_OK(cuda::sm90_fp4_quant_e2m1(a, nullptr));
     auto got_packed = ct::to_host<uint8_t>(packed, size_t(rows * cols / 2));
     EXPECT_EQ(got_packed, u8_of(z, "codes_packed"));
@@ -968,13 +836,8 @@ void gemm_case(const std::string& file, bool fp4) {
 
     OFFICIAL_GPU_ASSIGN(codes, ct::poisoned<uint8_t>(M * K));
     OFFICIAL_GPU_ASSIGN(scale, ct::poisoned<float>(M * K / 128));
-    cuda::ActQuantArgs q;
-    q.x = da.data();
-    q.rows = M;
-    q.cols = K;
-    q.block = 128;
-    q.codes = codes.as<uint8_t>();
-    q.scale = scale.as<float>();
+    cuda::ActQuantArgs q{.x = da.data(), .rows = M, .cols = K, .block = 128, .codes = codes.as<uint8_t>(),
+                         .scale = scale.as<float>()};
     DSV4_ASSERT_OK(cuda::sm90_act_quant_e4m3(q, nullptr));
     EXPECT_EQ(ct::to_host<uint8_t>(codes, size_t(M * K)), u8_of(z, "a_q_bits")) << file << " a_q_bits";
     expect_close("gpu:prim", tag + "/a_scale", f32_down(scale, M * K / 128), f32_of(z, "a_scale"), kExact);
@@ -983,14 +846,8 @@ void gemm_case(const std::string& file, bool fp4) {
         OFFICIAL_GPU_ASSIGN(c, ct::poisoned<uint16_t>(M * N));
         const size_t bytes = cuda::sm90_fp8_gemm_workspace_bytes(M, N, K);
         OFFICIAL_GPU_ASSIGN(ws, gpu.workspace(bytes));
-        cuda::Fp8GemmArgs g;
-        g.a_codes = codes.as<uint8_t>();
-        g.a_scale = scale.as<float>();
-        g.tokens = M;
-        g.w = dw;
-        g.y = c.data();
-        g.workspace = static_cast<float*>(ws);
-        g.workspace_bytes = bytes;
+        cuda::Fp8GemmArgs g{.a_codes = codes.as<uint8_t>(), .a_scale = scale.as<float>(), .tokens = M, .w = dw,
+                            .y = c.data(), .workspace = static_cast<float*>(ws), .workspace_bytes = bytes};
         DSV4_ASSERT_OK(cuda::sm90_fp8_gemm_block128(g, nullptr));
         expect_close("gpu:prim", tag + "/c(gemm)", bf16_down(c, M * N), f32_of(z, "c"), kClassC);
     }
@@ -1027,17 +884,8 @@ TEST(GpuPrimitives, SparseAttention) {
     OFFICIAL_GPU_ASSIGN(didx, ct::to_device(idx));
     OFFICIAL_GPU_ASSIGN(dsink, ct::to_device(sink));
     OFFICIAL_GPU_ASSIGN(o, ct::poisoned<uint16_t>(T * H * 512));
-    cuda::SparseAttnArgs ap;
-    ap.q = dq.data();
-    ap.kv = dkv.data();
-    ap.idx = didx.as<int32_t>();
-    ap.tokens = T;
-    ap.heads = H;
-    ap.n_kv = n_kv;
-    ap.topk = K;
-    ap.sink = dsink.as<float>();
-    ap.scale = sc[0];
-    ap.out = o.data();
+    cuda::SparseAttnArgs ap{.q = dq.data(), .kv = dkv.data(), .idx = didx.as<int32_t>(), .tokens = T, .heads = H,
+                            .n_kv = n_kv, .topk = K, .sink = dsink.as<float>(), .scale = sc[0], .out = o.data()};
     DSV4_ASSERT_OK(cuda::sm90_sparse_attn(kRef, ap, nullptr));
     expect_close("gpu:prim", "sparse_attn/o", bf16_down(o, T * H * 512), f32_of(z, "o"), kClassF);
 }
