@@ -112,7 +112,8 @@ public:
     // keeps its reduction order; see docs/architecture.md "Batched steps"). Errors before any work (no session
     // changed): null session or out, a session of another engine or twice in the step, a session that failed
     // earlier, empty tokens, an id outside the vocabulary, a context overflow. A failure during the forward leaves
-    // every session of the step needing reset(). Steps of one engine run one at a time (a lock); allocates nothing
+    // every session of the step needing reset(), except a full CUDA cache at the step's first pass
+    // (kResourceExhausted, nothing run: retry once other sessions end). Steps of one engine run one at a time (a lock); allocates nothing
     // once the outputs have their capacity and a step of as many items has run before.
     Status step(std::span<const StepItem> items);
 

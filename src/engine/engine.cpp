@@ -283,7 +283,12 @@ Status run_gpu_passes(Engine::Impl& e) {
         }
         if (e.gpu_pass.empty()) return Status::ok();
         if (Status st = engine::gpu_forward_batch(*e.gpu, e.gpu_pass); !st) {
-            for (const Engine::Impl::GpuWork& w : e.gpu_work) w.session->broken = true;
+            // A full cache is found before a pass does any work: in the step's first pass no session has moved,
+            // so they stay usable (the step can be retried once other sessions end).
+            const bool untouched = st.code() == StatusCode::kResourceExhausted &&
+                                   std::all_of(e.done.begin(), e.done.end(), [](int64_t d) { return d == 0; });
+            if (!untouched)
+                for (const Engine::Impl::GpuWork& w : e.gpu_work) w.session->broken = true;
             return st;
         }
         for (size_t k = 0; k < e.gpu_pass.size(); ++k) e.done[e.pass_item[k]] += e.gpu_pass[k].n;

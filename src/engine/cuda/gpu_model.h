@@ -72,8 +72,9 @@ struct GpuBatchSeq {
 };
 
 // Runs every share in one pass (sum of n <= gpu_max_rows), copies each share's logits to its host buffer and
-// advances each sequence by its n. Waits for the GPU once, at the end (to hand back the logits). On error the
-// sequences are unusable until reset.
+// advances each sequence by its n. Waits for the GPU once, at the end (to hand back the logits). A full cache is
+// kResourceExhausted before any work (the sequences unchanged, though pages taken for earlier shares stay theirs);
+// after another error the sequences are unusable until reset.
 // A pass whose shares are all single tokens past position 0 (a decode step) is captured as a CUDA graph the first
 // time its sequences step together and replayed afterwards (set_gpu_graphs(false): always queued op by op).
 Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs);
