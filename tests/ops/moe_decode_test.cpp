@@ -36,14 +36,23 @@ constexpr MoeShape kFlash{"flash", 4096, 2048, 256, 6};
 constexpr MoeShape kPro{"pro", 7168, 3072, 384, 6};
 
 // Random MXFP4 weight [rows, cols] through the encoder; each 32-block scaled by 2^u, u in [-6, 2].
+// Rows are drawn in parallel, each from its own generator seeded by `rng` (a Pro expert is 22M values; every gtest
+// case runs in its own process and draws its pool again).
 Mxfp4Tensor random_mxfp4(std::mt19937_64& rng, int64_t rows, int64_t cols) {
-    std::normal_distribution<float> n(0.0f, 0.02f);
-    std::uniform_int_distribution<int> binade(-6, 2);
     std::vector<float> w(size_t(rows * cols));
-    for (size_t b = 0; b < w.size(); b += 32) {
-        const float s = std::ldexp(1.0f, binade(rng));
-        for (size_t i = b; i < b + 32; ++i) w[i] = n(rng) * s;
-    }
+    const uint64_t seed = rng();
+    pool().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            std::mt19937_64 row_rng(seed ^ (0x9e3779b97f4a7c15ull * uint64_t(r + 1)));
+            std::normal_distribution<float> n(0.0f, 0.02f);
+            std::uniform_int_distribution<int> binade(-6, 2);
+            float* row = w.data() + r * cols;
+            for (int64_t b = 0; b < cols; b += 32) {
+                const float s = std::ldexp(1.0f, binade(row_rng));
+                for (int64_t i = b; i < b + 32; ++i) row[i] = n(row_rng) * s;
+            }
+        }
+    });
     auto t = mxfp4_encode(w, rows, cols);
     EXPECT_TRUE(t.is_ok()) << t.status().to_string();
     return std::move(*t);
