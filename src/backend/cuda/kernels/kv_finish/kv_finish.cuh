@@ -20,41 +20,19 @@ struct KvFinishConfig {
 
 enum class FinishSim { kNone, kFp8Nope, kHadamardFp4 };
 
-// One warp per row. kDim 512 (sim kNone / kFp8Nope) or 128 (kNone / kHadamardFp4). Position of row r:
-// positions ? positions[r] : (first_window + r)·ratio. decode_position (rows = 1): the row is finished only when
-// that position closes a window, with first_window = pos / ratio read here and y moved to entry first_window, so
-// the host never needs the position (a captured graph replays with the step's position). decode_positions
-// (rows = B, one per sequence): row r is finished only when decode_positions[r] closes a window, at RoPE position
-// (pos / ratio)·ratio, into y row r (no entry offset: the caller scatters). A negative position never closes.
+// One 512- or 128-channel row finished by the calling warp (all 32 lanes take part; lane L holds 8-channel chunks L
+// and L+32 of a 512-row, channels 4L..4L+3 of a 128-row): y = RMSNorm_norm(x) (also stored to normed_row unless
+// null), RoPE at `pos` on the last 64 channels (lane p computes frequency p), then the simulation `sim`. x,
+// normed_row and y are 16-byte aligned rows in global or shared memory; y may alias x.
 template <typename ActT, int kDim>
-__global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
-    sm90_kv_row_finish_kernel(const ActT* x, int64_t rows, const __nv_bfloat16* __restrict__ norm, float eps,
-                              const int64_t* __restrict__ positions, int64_t first_window, int64_t ratio,
-                              backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y,
-                              const int64_t* __restrict__ decode_position,
-                              const int64_t* __restrict__ decode_positions) {
+__device__ __forceinline__ void kv_row_finish_warp(const ActT* xr, const __nv_bfloat16* __restrict__ norm, float eps,
+                                                   int64_t pos, const backend::RopeFreqs& freqs, FinishSim sim,
+                                                   ActT* normed_row, ActT* yr) {
     static_assert(kDim == 512 || kDim == 128);
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     constexpr int kChunks = kDim == 512 ? 2 : 1, kW = kDim == 512 ? 8 : 4;  // per lane: kChunks x kW channels
     const int lane = threadIdx.x & 31;
-    const int64_t r = int64_t(blockIdx.x) * KvFinishConfig::kWarps + (threadIdx.x >> 5);
-    if (r >= rows) return;  // whole warps leave together
-    if (decode_position) {
-        const int64_t dp = *decode_position;
-        if (dp % ratio != ratio - 1) return;  // the open window did not close: nothing to finish
-        first_window = dp / ratio;
-        y += first_window * kDim;
-    }
-    int64_t pos = 0;  // RoPE position of the row
-    if (decode_positions) {
-        const int64_t dp = decode_positions[r];
-        if (dp % ratio != ratio - 1) return;  // this sequence's window is still open (the whole warp leaves)
-        pos = dp / ratio * ratio;
-    } else {
-        pos = positions ? positions[r] : (first_window + r) * ratio;
-    }
     auto channel = [&](int j) { return kDim == 512 ? 8 * (lane + 32 * j) : 4 * lane; };
-    const ActT* xr = x + r * kDim;
     float v[kChunks][8];
     double ss = 0;
 #pragma unroll
@@ -76,12 +54,12 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
             v[j][i] = __fmul_rn(__bfloat162float(norm[channel(j) + i]), __fmul_rn(v[j][i], rs));
             if constexpr (kRef) v[j][i] = round_bf16(v[j][i]);
         }
-        if (normed) {
+        if (normed_row) {
             if constexpr (kW == 8)
-                store8(normed + r * kDim + channel(j), v[j]);
+                store8(normed_row + channel(j), v[j]);
             else
 #pragma unroll
-                for (int i = 0; i < 4; ++i) normed[r * kDim + channel(j) + i] = from_f32<ActT>(v[j][i]);
+                for (int i = 0; i < 4; ++i) normed_row[channel(j) + i] = from_f32<ActT>(v[j][i]);
         }
     }
     // RoPE on channels [kDim-64, kDim): lane p computes frequency p, pairs move by shuffle.
@@ -142,7 +120,6 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
             v[0][i] = round_bf16(__fmul_rn(e2m1_to_f32(f32_to_e2m1(q)), s));
         }
     }
-    ActT* yr = y + r * kDim;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
         if constexpr (kW == 8)
@@ -151,6 +128,68 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
 #pragma unroll
             for (int i = 0; i < 4; ++i) yr[channel(j) + i] = from_f32<ActT>(v[j][i]);
     }
+}
+
+// One warp per row. kDim 512 (sim kNone / kFp8Nope) or 128 (kNone / kHadamardFp4). Position of row r:
+// positions ? positions[r] : (first_window + r)·ratio. decode_position (rows = 1): the row is finished only when
+// that position closes a window, with first_window = pos / ratio read here and y moved to entry first_window, so
+// the host never needs the position (a captured graph replays with the step's position). decode_positions
+// (rows = B, one per sequence): row r is finished only when decode_positions[r] closes a window, at RoPE position
+// (pos / ratio)·ratio, into y row r (no entry offset: the caller scatters). A negative position never closes.
+template <typename ActT, int kDim>
+__global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
+    sm90_kv_row_finish_kernel(const ActT* x, int64_t rows, const __nv_bfloat16* __restrict__ norm, float eps,
+                              const int64_t* __restrict__ positions, int64_t first_window, int64_t ratio,
+                              backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y,
+                              const int64_t* __restrict__ decode_position,
+                              const int64_t* __restrict__ decode_positions) {
+    static_assert(kDim == 512 || kDim == 128);
+    const int64_t r = int64_t(blockIdx.x) * KvFinishConfig::kWarps + (threadIdx.x >> 5);
+    if (r >= rows) return;  // whole warps leave together
+    if (decode_position) {
+        const int64_t dp = *decode_position;
+        if (dp % ratio != ratio - 1) return;  // the open window did not close: nothing to finish
+        first_window = dp / ratio;
+        y += first_window * kDim;
+    }
+    int64_t pos = 0;  // RoPE position of the row
+    if (decode_positions) {
+        const int64_t dp = decode_positions[r];
+        if (dp % ratio != ratio - 1) return;  // this sequence's window is still open (the whole warp leaves)
+        pos = dp / ratio * ratio;
+    } else {
+        pos = positions ? positions[r] : (first_window + r) * ratio;
+    }
+    kv_row_finish_warp<ActT, kDim>(x + r * kDim, norm, eps, pos, freqs, sim,
+                                   normed ? normed + r * kDim : nullptr, y + r * kDim);
+}
+
+// Pooled value (f32) of one channel of one window, backend/cpu/compressor.cpp compressor_pool's order of operations:
+// a softmax over the window's m rows of column `cur` (rows of `width` f32 at kw / sw) and, with_prev, first over
+// the previous window's m rows of column ch (pkv / psc), weighting the kv values. Two passes over the
+// (L1/L2-resident) candidates instead of a local array: max, then the sums.
+__device__ __forceinline__ float compressor_pool_channel(const float* kw, const float* sw, const float* pkv,
+                                                         const float* psc, int m, int width, int ch, int cur,
+                                                         bool with_prev) {
+    float mx = -INFINITY;
+    if (with_prev)
+        for (int t = 0; t < m; ++t) mx = fmaxf(mx, psc[int64_t(t) * width + ch]);
+    for (int t = 0; t < m; ++t) mx = fmaxf(mx, sw[int64_t(t) * width + cur]);
+    float sum = 0;
+    if (with_prev)
+        for (int t = 0; t < m; ++t) sum = __fadd_rn(sum, exp_f32(__fsub_rn(psc[int64_t(t) * width + ch], mx)));
+    for (int t = 0; t < m; ++t) sum = __fadd_rn(sum, exp_f32(__fsub_rn(sw[int64_t(t) * width + cur], mx)));
+    float acc = 0;
+    if (with_prev)
+        for (int t = 0; t < m; ++t) {
+            const float e = exp_f32(__fsub_rn(psc[int64_t(t) * width + ch], mx));
+            acc = __fadd_rn(acc, __fmul_rn(pkv[int64_t(t) * width + ch], __fdiv_rn(e, sum)));
+        }
+    for (int t = 0; t < m; ++t) {
+        const float e = exp_f32(__fsub_rn(sw[int64_t(t) * width + cur], mx));
+        acc = __fadd_rn(acc, __fmul_rn(kw[int64_t(t) * width + cur], __fdiv_rn(e, sum)));
+    }
+    return acc;
 }
 
 // One thread per (window, channel); backend/cpu/compressor.cpp compressor_pool's order of operations. Host-driven
@@ -189,25 +228,7 @@ __global__ void __launch_bounds__(KvFinishConfig::kPoolThreads)
     }
     const bool with_prev = overlap && pkv != nullptr && !first_of_sequence;
     const int cur = overlap ? c + ch : ch;
-    // two passes over the (L1/L2-resident) candidates instead of a local array: max, then the sums
-    float mx = -INFINITY;
-    if (with_prev)
-        for (int t = 0; t < m; ++t) mx = fmaxf(mx, psc[int64_t(t) * width + ch]);
-    for (int t = 0; t < m; ++t) mx = fmaxf(mx, sw[int64_t(t) * width + cur]);
-    float sum = 0;
-    if (with_prev)
-        for (int t = 0; t < m; ++t) sum = __fadd_rn(sum, exp_f32(__fsub_rn(psc[int64_t(t) * width + ch], mx)));
-    for (int t = 0; t < m; ++t) sum = __fadd_rn(sum, exp_f32(__fsub_rn(sw[int64_t(t) * width + cur], mx)));
-    float acc = 0;
-    if (with_prev)
-        for (int t = 0; t < m; ++t) {
-            const float e = exp_f32(__fsub_rn(psc[int64_t(t) * width + ch], mx));
-            acc = __fadd_rn(acc, __fmul_rn(pkv[int64_t(t) * width + ch], __fdiv_rn(e, sum)));
-        }
-    for (int t = 0; t < m; ++t) {
-        const float e = exp_f32(__fsub_rn(sw[int64_t(t) * width + cur], mx));
-        acc = __fadd_rn(acc, __fmul_rn(kw[int64_t(t) * width + cur], __fdiv_rn(e, sum)));
-    }
+    const float acc = compressor_pool_channel(kw, sw, pkv, psc, m, width, ch, cur, with_prev);
     out[w * c + ch] = from_f32<ActT>(acc);
 }
 

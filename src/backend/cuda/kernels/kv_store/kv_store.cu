@@ -23,26 +23,6 @@ __device__ __forceinline__ int64_t pool_row_of(const int32_t* rows, int64_t firs
     return rows ? int64_t(rows[i]) : first + i;
 }
 
-__device__ __forceinline__ void bf16x8_to_f32(uint4 u, float (&v)[8]) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        v[2 * i] = __uint_as_float(w[i] << 16);
-        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-}
-
-// Largest |v| of the `lanes` adjacent lanes (an aligned group) holding one quantisation block.
-template <int kLanes>
-__device__ __forceinline__ float group_amax(const float (&v)[8]) {
-    float m = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));
-#pragma unroll
-    for (int o = 1; o < kLanes; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    return m;
-}
-
 // kReference K=V pack: grid ceil(n / 4) x 256 threads, 64 threads per row, thread = channels 8c..8c+7.
 __global__ void __launch_bounds__(Cfg::kThreads)
     sm90_kv_pack_ref_kernel(const __nv_bfloat16* __restrict__ rows, int64_t n, const int32_t* __restrict__ dst_rows,
@@ -51,26 +31,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int c = threadIdx.x % kKvChunks;
     const int64_t d = i < n ? pool_row_of(dst_rows, dst_first, i) : -1;
     const uint4 raw = d >= 0 ? *reinterpret_cast<const uint4*>(rows + i * Cfg::kKvDim + 8 * c) : make_uint4(0, 0, 0, 0);
-    float v[8];
-    bf16x8_to_f32(raw, v);
-    const float amax = group_amax<Cfg::kKvBlock / 8>(v);  // rope lanes (c >= 56) form their own group, unused
-    if (d < 0) return;
-    uint8_t* out = pool + d * kKvFp8RowBytes;
-    if (c < Cfg::kKvCodes / 8) {
-        const uint8_t sb = kv_scale_byte(amax);
-        const float s = e8m0_to_f32(sb);
-        uint32_t w[2] = {0, 0};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) w[e / 4] |= uint32_t(f32_to_e4m3(__fdiv_rn(v[e], s))) << (8 * (e % 4));
-        *reinterpret_cast<uint2*>(out + 8 * c) = make_uint2(w[0], w[1]);
-        if (c % 8 == 0) out[kKvFp8ScaleOffset + c / 8] = sb;
-    } else {
-        const int r = c - Cfg::kKvCodes / 8;
-        if (r == 0) out[kKvFp8ScaleOffset + 7] = 0;
-        uint2* dst = reinterpret_cast<uint2*>(out + kKvFp8RopeOffset + 16 * r);
-        dst[0] = make_uint2(raw.x, raw.y);
-        dst[1] = make_uint2(raw.z, raw.w);
-    }
+    kv_pack_ref_chunk(raw, c, d >= 0 ? pool + d * kKvFp8RowBytes : nullptr);
 }
 
 // kReference key pack: grid ceil(n / 16) x 256 threads, 16 threads per key.
@@ -82,21 +43,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int64_t d = i < n ? pool_row_of(dst_rows, dst_first, i) : -1;
     const uint4 raw =
         d >= 0 ? *reinterpret_cast<const uint4*>(rows + i * Cfg::kKeyDim + 8 * c) : make_uint4(0, 0, 0, 0);
-    float v[8];
-    bf16x8_to_f32(raw, v);
-    const float amax = group_amax<Cfg::kKeyBlock / 8>(v);
-    if (d < 0) return;
-    uint8_t* out = pool + d * kKeyFp4RowBytes;
-    const uint8_t sb = key_scale_byte(amax);
-    const float s = e8m0_to_f32(sb);
-    uint32_t w = 0;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        // -0 stays -0 (code 8): the quotient keeps the sign and f32_to_e2m1 takes it from the sign bit
-        w |= uint32_t(f32_to_e2m1(fminf(fmaxf(__fdiv_rn(v[e], s), -Cfg::kE2m1Max), Cfg::kE2m1Max))) << (4 * e);
-    }
-    *reinterpret_cast<uint32_t*>(out + 4 * c) = w;
-    if (c % 4 == 0) out[kKeyFp4ScaleOffset + c / 4] = sb;
+    key_pack_ref_chunk(raw, c, d >= 0 ? pool + d * kKeyFp4RowBytes : nullptr);
 }
 
 // kF32 pack (a row copy) and every unpack: thread = 8 channels of one row. kPack: rows -> pool[dst]; else

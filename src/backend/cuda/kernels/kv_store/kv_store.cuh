@@ -31,6 +31,77 @@ __device__ __forceinline__ uint8_t key_scale_byte(float amax) {
                                       KvStoreConfig::kE2m1Max) + 127);
 }
 
+// 8 channels given as bf16 bits (uint4, channel 2i in the low half of word i) as f32.
+__device__ __forceinline__ void bf16x8_to_f32(uint4 u, float (&v)[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+// Largest |v| of the `lanes` adjacent lanes (an aligned group) holding one quantisation block.
+template <int kLanes>
+__device__ __forceinline__ float group_amax(const float (&v)[8]) {
+    float m = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));
+#pragma unroll
+    for (int o = 1; o < kLanes; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
+// Pack of one 8-channel chunk c (channels 8c..8c+7, bf16 bits `raw`) of a K=V row into its 584-byte pool row
+// `out` (kReference): e4m3 codes and, from the chunk starting its block, the UE8M0 byte for c < 56; the bf16 bits
+// as they are for the rope chunks c >= 56 (chunk 56 also writes the zero byte 455). The block amax is a butterfly
+// over the 8 aligned lanes holding chunks 8k..8k+7 (lane i of the group = chunk 8k+i), so every lane of the warp
+// calls this; out == nullptr: the lane's row is skipped after the shuffles (a skipped row never leaves a shuffle
+// half-populated).
+__device__ __forceinline__ void kv_pack_ref_chunk(uint4 raw, int c, uint8_t* out) {
+    float v[8];
+    bf16x8_to_f32(raw, v);
+    const float amax = group_amax<KvStoreConfig::kKvBlock / 8>(v);  // rope lanes (c >= 56) form their own group
+    if (out == nullptr) return;
+    if (c < KvStoreConfig::kKvCodes / 8) {
+        const uint8_t sb = kv_scale_byte(amax);
+        const float s = e8m0_to_f32(sb);
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) w[e / 4] |= uint32_t(f32_to_e4m3(__fdiv_rn(v[e], s))) << (8 * (e % 4));
+        *reinterpret_cast<uint2*>(out + 8 * c) = make_uint2(w[0], w[1]);
+        if (c % 8 == 0) out[kKvFp8ScaleOffset + c / 8] = sb;
+    } else {
+        const int r = c - KvStoreConfig::kKvCodes / 8;
+        if (r == 0) out[kKvFp8ScaleOffset + 7] = 0;
+        uint2* dst = reinterpret_cast<uint2*>(out + kKvFp8RopeOffset + 16 * r);
+        dst[0] = make_uint2(raw.x, raw.y);
+        dst[1] = make_uint2(raw.z, raw.w);
+    }
+}
+
+// Pack of one 8-channel chunk c < 16 of an indexer key into its 68-byte pool row `out` (kReference): 8 e2m1
+// nibbles and, from the chunk starting its 32-channel block, the UE8M0 byte. Block amax over 4 aligned lanes (lane
+// i of the group = chunk 4k+i); every lane of the warp calls this, out == nullptr skips the stores.
+__device__ __forceinline__ void key_pack_ref_chunk(uint4 raw, int c, uint8_t* out) {
+    float v[8];
+    bf16x8_to_f32(raw, v);
+    const float amax = group_amax<KvStoreConfig::kKeyBlock / 8>(v);
+    if (out == nullptr) return;
+    const uint8_t sb = key_scale_byte(amax);
+    const float s = e8m0_to_f32(sb);
+    uint32_t w = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        // -0 stays -0 (code 8): the quotient keeps the sign and f32_to_e2m1 takes it from the sign bit
+        w |= uint32_t(f32_to_e2m1(fminf(fmaxf(__fdiv_rn(v[e], s), -KvStoreConfig::kE2m1Max),
+                                        KvStoreConfig::kE2m1Max)))
+             << (4 * e);
+    }
+    *reinterpret_cast<uint32_t*>(out + 4 * c) = w;
+    if (c % 4 == 0) out[kKeyFp4ScaleOffset + c / 4] = sb;
+}
+
 // 8 e4m3 codes (byte i of the 8-byte word = channel i) times the block scale: the exact bf16 values (as f32).
 __device__ __forceinline__ void kv_decode8(uint2 codes, uint8_t scale_byte, float (&v)[8]) {
     const float s = e8m0_to_f32(scale_byte);
