@@ -34,6 +34,24 @@ struct SparseAttnArgs {
 };
 Status sm90_sparse_attn(backend::Precision precision, const SparseAttnArgs& a, StreamHandle stream);
 
+// The same op for decode with the candidate axis split over CTAs (flash-decoding; attention_split.cuh): each list is
+// cut into chunks of `chunk` candidates; a CTA computes the partial (running max, sum, unnormalised o) of one
+// 16-head tile over one chunk with the reference kernel's per-64-block arithmetic, and a combine kernel merges the
+// partials in chunk order with the sink, then de-rotates and writes bf16. match_reference_max (default) first runs
+// a block-max pass so that every chunk starts from the reference's running max: bf16(P) is then the one-pass
+// kernel's bit for bit and only the f32 rounding of the final sums differs. Without it each chunk starts from its
+// own max (one launch and one K read fewer), which re-rounds P: as accurate against the exact softmax as the
+// reference, but about 2e-3 rel_l2 away from it. kF32 falls back to sm90_sparse_attn (no workspace used).
+struct SparseAttnSplitOptions {
+    int64_t chunk = 0;                // candidates per chunk, a multiple of 64 up to 16384; 0: chosen to fill the SMs
+    bool match_reference_max = true;
+};
+// Device workspace the call needs (partials, block maxima) for these shapes; 0 when there is nothing to split.
+size_t sm90_sparse_attn_split_workspace_bytes(const SparseAttnArgs& a, const SparseAttnSplitOptions& o = {});
+// workspace: at least sm90_sparse_attn_split_workspace_bytes(a, o) bytes, 16-byte aligned; no initial contents.
+Status sm90_sparse_attn_split(backend::Precision precision, const SparseAttnArgs& a, void* workspace,
+                              size_t workspace_bytes, StreamHandle stream, const SparseAttnSplitOptions& o = {});
+
 // z[t, g·R + r] = Σ_i wo_a[g·R + r, i] · o[t, g·W + i], W = (H/G)·512. The weight (FP8 blocks or bf16) is
 // dequantised to bf16 in registers (exact); kReference: bf16 o, f32 accumulation on tensor cores, bf16 z.
 // kF32: f32 o split into three bf16 terms (exact), f32 z.

@@ -1,0 +1,145 @@
+// Launcher of the split-candidate sparse attention: plan the chunks, lay out the workspace, validate, launch the
+// block-max pass (reference-max mode, more than one chunk), the partial pass and the combine.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/attention/attention_split.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using Cfg = AttnSplitConfig;
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// SMs of the current device (132 on an H200; also when there is no device to ask, so that sizing works anywhere).
+int64_t sm_count() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        n <= 0) {
+        (void)cudaGetLastError();
+        return 132;
+    }
+    return n;
+}
+
+struct SplitPlan {
+    int64_t tiles = 0;         // head tiles per token
+    int64_t n_blocks = 0;      // 64-candidate blocks per list
+    int64_t chunk_blocks = 0;  // blocks per chunk
+    int64_t chunks = 0;        // chunks per list (0: empty lists, the combine alone writes zeros)
+    bool block_max_pass = false;
+    size_t o_off = 0, ml_off = 0, bm_off = 0, bytes = 0;
+};
+
+// Chunk size: the k (blocks) that minimises waves x (k + 1) over one CTA per SM — k block-steps plus about one
+// block-step of fixed cost per CTA (q load, the first gather's latency, the partial write) — ties to the larger k
+// (fewer partials). An explicit options.chunk wins. Shapes are assumed validated (or give an empty plan).
+SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
+    SplitPlan p;
+    if (a.tokens <= 0 || a.heads <= 0 || a.topk <= 0) return p;
+    p.tiles = (a.heads + Cfg::kHeads - 1) / Cfg::kHeads;
+    p.n_blocks = (a.topk + Cfg::kBlock - 1) / Cfg::kBlock;
+    const int64_t lists = a.tokens * p.tiles;
+    if (o.chunk > 0) {
+        p.chunk_blocks = std::min(o.chunk / Cfg::kBlock, p.n_blocks);
+    } else {
+        const int64_t sms = sm_count();
+        int64_t best_cost = -1;
+        for (int64_t k = 1; k <= std::min<int64_t>(p.n_blocks, Cfg::kMaxChunkBlocks); ++k) {
+            const int64_t ctas = lists * ((p.n_blocks + k - 1) / k);
+            const int64_t cost = (ctas + sms - 1) / sms * (k + 1);
+            if (best_cost < 0 || cost <= best_cost) best_cost = cost, p.chunk_blocks = k;
+        }
+    }
+    p.chunk_blocks = std::max<int64_t>(p.chunk_blocks, 1);
+    p.chunks = (p.n_blocks + p.chunk_blocks - 1) / p.chunk_blocks;
+    p.block_max_pass = o.match_reference_max && p.chunks > 1;
+    const size_t parts = size_t(lists * p.chunks);
+    p.o_off = 0;
+    p.ml_off = align_up(parts * Cfg::kPartialFloats * sizeof(float));
+    p.bm_off = p.ml_off + align_up(parts * 2 * Cfg::kHeads * sizeof(float));
+    p.bytes = p.bm_off + (p.block_max_pass ? align_up(size_t(lists * p.n_blocks) * Cfg::kHeads * sizeof(float)) : 0);
+    return p;
+}
+
+template <bool kPacked, int kPass>
+Status launch_pass(const SplitAttnParams& sp, int64_t grid_x, int64_t tiles, int64_t tokens, cudaStream_t s) {
+    constexpr size_t smem = Cfg::smem_bytes(kPacked);
+    auto* kernel = sm90_sparse_attn_split_kernel<kPacked, kPass>;
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                  "sm90_sparse_attn_split: shared memory opt-in");
+    kernel<<<dim3(unsigned(grid_x), unsigned(tiles), unsigned(tokens)), Cfg::kThreads, smem, s>>>(sp);
+    return launch_status(kPass == kSplitBlockMax ? "sm90_sparse_attn_split (block maxima)"
+                                                 : "sm90_sparse_attn_split (partials)");
+}
+
+template <bool kPacked>
+Status launch_passes(const SplitAttnParams& sp, const SplitPlan& plan, int64_t tokens, cudaStream_t s) {
+    if (plan.block_max_pass) {
+        DSV4_RETURN_IF_ERROR((launch_pass<kPacked, kSplitBlockMax>(sp, plan.chunks - 1, plan.tiles, tokens, s)));
+        return launch_pass<kPacked, kSplitPartialFromPrefix>(sp, plan.chunks, plan.tiles, tokens, s);
+    }
+    return launch_pass<kPacked, kSplitPartial>(sp, plan.chunks, plan.tiles, tokens, s);
+}
+
+}  // namespace
+
+size_t sm90_sparse_attn_split_workspace_bytes(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
+    if (o.chunk < 0 || o.chunk % Cfg::kBlock != 0 || o.chunk > int64_t(Cfg::kMaxChunkBlocks) * Cfg::kBlock) return 0;
+    return make_plan(a, o).bytes;
+}
+
+Status sm90_sparse_attn_split(Precision precision, const SparseAttnArgs& a, void* workspace, size_t workspace_bytes,
+                              StreamHandle stream, const SparseAttnSplitOptions& o) {
+    const std::string op = "sm90_sparse_attn_split";
+    if (precision != Precision::kReference) return sm90_sparse_attn(precision, a, stream);  // kF32: exact softmax
+    if (!a.q || !a.kv || !a.idx || !a.sink || !a.out || a.tokens < 0 || a.topk < 0 || a.n_kv < 0)
+        return invalid_argument(op + ": null pointer or bad shape");
+    if (a.heads <= 0 || a.heads > 65535 * Cfg::kHeads)
+        return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be in [1, 1048560]");
+    if (a.derotate && !a.positions) return invalid_argument(op + ": derotate needs positions");
+    if (o.chunk < 0 || o.chunk % Cfg::kBlock != 0 || o.chunk > int64_t(Cfg::kMaxChunkBlocks) * Cfg::kBlock)
+        return invalid_argument(op + ": chunk " + std::to_string(o.chunk) + " must be 0 (automatic) or a multiple of " +
+                                std::to_string(Cfg::kBlock) + " up to " +
+                                std::to_string(Cfg::kMaxChunkBlocks * Cfg::kBlock));
+    const auto addr = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr); };
+    if ((addr(a.q) & 15) || (addr(a.out) & 15) || (addr(a.kv) & (a.kv_packed ? 7 : 15)))
+        return invalid_argument(op + ": q, out (and unpacked kv) must be 16-byte aligned, a packed kv pool 8-byte");
+    if (a.topk > 0x7fffffff - Cfg::kBlock || a.tokens > 65535)
+        return invalid_argument(op + ": too many tokens or candidates");
+    if (a.tokens == 0) return Status::ok();
+    const SplitPlan plan = make_plan(a, o);
+    if (plan.bytes > 0 && (!workspace || (addr(workspace) & 15)))
+        return invalid_argument(op + ": needs a 16-byte aligned workspace of " + std::to_string(plan.bytes) + " bytes");
+    if (workspace_bytes < plan.bytes)
+        return invalid_argument(op + ": workspace of " + std::to_string(workspace_bytes) + " bytes, needs " +
+                                std::to_string(plan.bytes) + " (sm90_sparse_attn_split_workspace_bytes)");
+    if (plan.chunks > 0x7fffffff) return invalid_argument(op + ": too many chunks");
+
+    auto* ws = static_cast<uint8_t*>(workspace);
+    SplitAttnParams sp;
+    sp.q = static_cast<const __nv_bfloat16*>(a.q);
+    sp.kv = a.kv;
+    sp.idx = a.idx;
+    sp.heads = int(a.heads), sp.topk = int(a.topk), sp.n_kv = a.n_kv, sp.scale = a.scale;
+    sp.n_blocks = int(plan.n_blocks), sp.chunk_blocks = int(plan.chunk_blocks), sp.chunks = int(plan.chunks);
+    sp.part_o = plan.bytes ? reinterpret_cast<float*>(ws + plan.o_off) : nullptr;
+    sp.part_ml = plan.bytes ? reinterpret_cast<float*>(ws + plan.ml_off) : nullptr;
+    sp.block_max = plan.block_max_pass ? reinterpret_cast<float*>(ws + plan.bm_off) : nullptr;
+    if (plan.chunks > 0) {
+        DSV4_RETURN_IF_ERROR(a.kv_packed ? launch_passes<true>(sp, plan, a.tokens, stream)
+                                         : launch_passes<false>(sp, plan, a.tokens, stream));
+    }
+    sm90_sparse_attn_split_combine_kernel<<<dim3(unsigned(a.heads), unsigned(a.tokens)), Cfg::kCombineThreads, 0,
+                                            stream>>>(sp.part_o, sp.part_ml, int(a.heads), int(plan.chunks), a.sink,
+                                                      a.derotate, a.positions, a.freqs,
+                                                      static_cast<__nv_bfloat16*>(a.out));
+    return launch_status("sm90_sparse_attn_split (combine)");
+}
+
+}  // namespace dsv4::cuda

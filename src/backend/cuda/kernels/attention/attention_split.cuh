@@ -1,0 +1,427 @@
+// Split-candidate ("flash-decoding") sparse attention, kReference (attention.h: sm90_sparse_attn_split).
+//
+// grid (chunks, head tiles, tokens) x 128 threads, one CTA per SM (~165 KB shared memory). A CTA owns one token,
+// 16 heads and the chunk of candidate blocks [chunk·kb, chunk·kb + kb) (64 candidates a block):
+//   1. scan: the chunk's indices are read once (all threads) into a bitmask of the blocks holding a valid candidate;
+//      a chunk without one writes "empty" and leaves (a -1-padded capacity-wide list costs this read only).
+//   2. pipeline over the non-empty blocks: the next block's rows are copied by cp.async into the other stage while
+//      this one computes (packed: the raw 584-byte rows by 8-byte copies, decoded in shared memory into the bf16
+//      tile exactly as the one-pass kernel decodes them; unpacked: the bf16 rows by 16-byte copies, two tiles).
+//   3. per block the one-pass kernel's arithmetic (attention.cuh): S = Q·Kᵀ on mma.m16n8k16 (warp w: keys
+//      16w..16w+15), logits ·scale (-inf for -1), running max and rescale in f32, P = exp(l - M) rounded to bf16,
+//      the block sum in candidate order, O = O·rescale + P·V (warp w: channels 128w..128w+127).
+//   4. the partial (running max m, sum l, unnormalised o[16][512], f32) goes to the workspace.
+// Passes (kPass): kBlockMax runs steps 1–3 up to S and writes each block's max logit per head; kPartial starts the
+// running max at -inf; kPartialFromPrefix starts it at the max of the block maxima of all earlier blocks — the
+// one-pass kernel's running max at the chunk's first block — so every bf16(P) equals the one-pass kernel's.
+// Combine: one CTA per (head, token), thread = 4 channels: M = max_c m_c, den = Σ_c e^{m_c-M}·l_c + e^{sink-M},
+// o = Σ_c e^{m_c-M}·o_c / den in chunk order, bf16 rounding, conjugate RoPE on 448..511, bf16 out; no valid
+// candidate anywhere → 0, as the one-pass kernel.
+#pragma once
+
+// (not attention.cuh: it defines a non-template kernel, which two translation units may not both hold)
+#include "backend/cuda/common/mma_bf16.cuh"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/kv_store/kv_store.cuh"
+#include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
+
+namespace dsv4::cuda {
+
+struct AttnSplitConfig {
+    static constexpr int kDim = 512;
+    static constexpr int kLd = kDim + 8;   // padded bf16 row (ldmatrix rows on distinct banks)
+    static constexpr int kHeads = 16;      // heads per CTA (one MMA row tile)
+    static constexpr int kBlock = 64;      // candidates per online-softmax block (the reference's)
+    static constexpr int kThreads = 128;
+    static constexpr int kLLd = kBlock + 4;  // f32 logit rows: float4 reads of 8 heads hit distinct banks
+    static constexpr int kPLd = kBlock + 8;
+    static constexpr int kRawRow = int(kKvFp8RowBytes);  // 584
+    static constexpr int kRawWords = kRawRow / 8;         // 73 8-byte copies per packed row
+    static constexpr int kMaxChunkBlocks = 256;           // bitmask of non-empty blocks: 8 words
+    static constexpr int kMaskWords = kMaxChunkBlocks / 32;
+    static constexpr int kCombineThreads = kDim / 4;      // 4 channels per thread
+    static constexpr int kPartialFloats = kHeads * kDim;  // o of one partial
+    // shared-memory layout (bytes; every region 16-byte aligned)
+    static constexpr size_t kQBytes = size_t(kHeads) * kLd * 2;               // 16,640
+    static constexpr size_t kTileBytes = size_t(kBlock) * kLd * 2;            // 66,560
+    static constexpr size_t kRawStageBytes = size_t(kBlock) * kRawRow;       // 37,376
+    static constexpr size_t kLBytes = size_t(kHeads) * kLLd * 4;              // 4,352
+    static constexpr size_t kPBytes = size_t(kHeads) * kPLd * 2;              // 2,304
+    static constexpr size_t kIdxBytes = 2 * kBlock * 4;                       // 512
+    static constexpr size_t kMaskBytes = kMaskWords * 4;                      // 32
+    static constexpr size_t kStateBytes = 4 * kHeads * 4;                     // 256
+    // packed: one decoded tile + two raw stages; unpacked: two bf16 tiles
+    static constexpr size_t tiles_bytes(bool packed) { return packed ? kTileBytes + 2 * kRawStageBytes : 2 * kTileBytes; }
+    static constexpr size_t smem_bytes(bool packed) {
+        return kQBytes + tiles_bytes(packed) + kLBytes + kPBytes + kIdxBytes + kMaskBytes + kStateBytes;
+    }
+};
+static_assert(AttnSplitConfig::smem_bytes(true) == 165408 && AttnSplitConfig::smem_bytes(false) == 157216,
+              "the layout the documentation quotes");
+static_assert(AttnSplitConfig::kRawRow % 8 == 0 && AttnSplitConfig::kRawStageBytes % 16 == 0);
+
+enum SplitPass : int { kSplitBlockMax = 0, kSplitPartial = 1, kSplitPartialFromPrefix = 2 };
+
+struct SplitAttnParams {
+    const __nv_bfloat16* q = nullptr;  // [T, H, 512]
+    const void* kv = nullptr;          // [n_kv, 512] bf16 or n_kv packed rows
+    const int32_t* idx = nullptr;      // [T, topk]
+    int heads = 0, topk = 0;
+    int64_t n_kv = 0;
+    float scale = 0;
+    int n_blocks = 0;      // ceil(topk / 64)
+    int chunk_blocks = 0;  // blocks per chunk (<= kMaxChunkBlocks)
+    int chunks = 0;        // chunks per list: ceil(n_blocks / chunk_blocks)
+    float* part_o = nullptr;     // [T][tiles][chunks][16][512] unnormalised o (rows of real heads only)
+    float* part_ml = nullptr;    // [T][tiles][chunks][2][16]: running max (-inf: no valid candidate), sum
+    float* block_max = nullptr;  // [T][tiles][n_blocks][16] max logit per block and head (-inf: none valid)
+};
+
+__device__ __forceinline__ void split_cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async8_zfill(void* smem, const void* gmem, bool valid) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+    const int n = valid ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+
+// The first block >= from (chunk-relative) whose bit is set in mask, or n when there is none. Uniform: every
+// thread reads the same shared words.
+__device__ __forceinline__ int next_valid_block(const uint32_t* mask, int from, int n) {
+    for (int w = from >> 5; w * 32 < n; ++w) {
+        const int sh = from - 32 * w;  // in [0, 31] for the first word, <= 0 after
+        const uint32_t bits = mask[w] & (sh > 0 ? (~0u << sh) : ~0u);
+        if (bits) return 32 * w + __ffs(bits) - 1;
+    }
+    return n;
+}
+
+// The raw packed rows of one block (64 x 584 bytes in shared memory, a -1 row all zeros) decoded into the bf16 tile
+// kv_s [64][kLd]: the same values, in the same thread layout, as gather_packed_kv_block (attention.cuh) produces.
+// Thread = channel chunk tid % 64 (8 channels) of rows tid / 64 + 2k.
+__device__ __forceinline__ void decode_packed_block(const uint8_t* raw, __nv_bfloat16* kv_s, int tid) {
+    using Cfg = AttnSplitConfig;
+    constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = Cfg::kThreads / kChunks;  // 64, 2
+    constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                           // 56
+    const int c = tid % kChunks, r0 = tid / kChunks;
+    const bool codes = c < kCodeChunks;
+    const int off_a = codes ? 8 * c : int(kKvFp8RopeOffset) + 16 * (c - kCodeChunks);
+    const int off_s = int(kKvFp8ScaleOffset) + (codes ? c / 8 : 0);
+#pragma unroll 4
+    for (int k = 0; k < Cfg::kBlock / kRowsPerPass; ++k) {
+        const int r = r0 + kRowsPerPass * k;
+        const uint8_t* row = raw + r * Cfg::kRawRow;
+        const uint2 a = *reinterpret_cast<const uint2*>(row + off_a);
+        uint4 u;
+        if (codes) {
+            // a zero-filled (-1) row decodes its zero codes with scale byte 0: +0, as the one-pass kernel
+            float v[8];
+            kv_decode8(a, row[off_s], v);
+            u = pack_bf16x8(v);
+        } else {
+            const uint2 b = *reinterpret_cast<const uint2*>(row + off_a + 8);
+            u = make_uint4(a.x, a.y, b.x, b.y);
+        }
+        *reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c) = u;
+    }
+}
+
+template <bool kPacked, int kPass>
+__global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
+    sm90_sparse_attn_split_kernel(const SplitAttnParams p) {
+    using Cfg = AttnSplitConfig;
+    extern __shared__ __align__(16) uint8_t smem[];
+    auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                  // [16][kLd]
+    auto* tiles = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kQBytes);  // kv_s [64][kLd] (x2 unpacked)
+    uint8_t* raw_s = smem + Cfg::kQBytes + Cfg::kTileBytes;              // packed: [2][64][584]
+    auto* l_s = reinterpret_cast<float*>(smem + Cfg::kQBytes + Cfg::tiles_bytes(kPacked));  // [16][kLLd]
+    auto* p_s = reinterpret_cast<__nv_bfloat16*>(l_s + Cfg::kHeads * Cfg::kLLd);            // [16][kPLd]
+    auto* idx_s = reinterpret_cast<int32_t*>(p_s + Cfg::kHeads * Cfg::kPLd);                // [2][64]
+    auto* mask_s = reinterpret_cast<uint32_t*>(idx_s + 2 * Cfg::kBlock);                    // [kMaskWords]
+    float* m_s = reinterpret_cast<float*>(mask_s + Cfg::kMaskWords);                        // [16] running max
+    float* sum_s = m_s + Cfg::kHeads;                                                       // [16] running sum
+    float* mnew_s = sum_s + Cfg::kHeads;                                                    // [16] block's max
+    float* resc_s = mnew_s + Cfg::kHeads;                                                   // [16] rescale
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int chunk = blockIdx.x, tile = blockIdx.y;
+    const int64_t t = blockIdx.z, n_tiles = gridDim.y;
+    const int h0 = tile * Cfg::kHeads;
+    const int h_valid = min(Cfg::kHeads, p.heads - h0);
+    const int blk0 = chunk * p.chunk_blocks;                   // first block of the chunk in the whole list
+    const int nblk = min(p.chunk_blocks, p.n_blocks - blk0);  // blocks of this chunk
+    const int64_t list = t * n_tiles + tile;                   // (token, tile)
+    const int64_t part = list * p.chunks + chunk;              // this CTA's partial
+    const int32_t* it = p.idx + t * p.topk;
+    float* bmax = p.block_max + list * p.n_blocks * Cfg::kHeads;
+
+    // 1. scan the chunk's indices: bit b of mask_s = block b holds a valid candidate; block 0's indices land in
+    // idx_s[0] (thread tid < 64 writes both the -1 default and, at j = tid, the index: same thread, in order).
+    if (tid < Cfg::kMaskWords) mask_s[tid] = 0;
+    if (tid < Cfg::kBlock) idx_s[tid] = -1;
+    __syncthreads();
+    const int j_begin = blk0 * Cfg::kBlock, j_end = min(p.topk, (blk0 + nblk) * Cfg::kBlock);
+    for (int base = j_begin; base < j_end; base += Cfg::kThreads) {  // uniform trip count
+        const int j = base + tid, rel = j - j_begin;
+        int32_t s = j < j_end ? it[j] : -1;
+        if (s < 0 || s >= p.n_kv) s = -1;
+        if (rel < Cfg::kBlock) idx_s[rel] = s;
+        // a warp's 32 positions are one aligned run inside one block
+        const unsigned any = __ballot_sync(0xffffffffu, s >= 0);
+        if (lane == 0 && any) atomicOr(&mask_s[(rel >> 6) >> 5], 1u << ((rel >> 6) & 31));
+    }
+    __syncthreads();
+    if constexpr (kPass == kSplitBlockMax) {  // empty blocks: -inf (the non-empty ones are written below)
+        for (int i = tid; i < nblk * Cfg::kHeads; i += Cfg::kThreads) {
+            const int rb = i / Cfg::kHeads;
+            if (!((mask_s[rb >> 5] >> (rb & 31)) & 1u)) bmax[(blk0 + rb) * Cfg::kHeads + i % Cfg::kHeads] = -INFINITY;
+        }
+    }
+    int b = next_valid_block(mask_s, 0, nblk);
+    if (b >= nblk) {  // no valid candidate in the chunk
+        if constexpr (kPass != kSplitBlockMax) {
+            if (tid < Cfg::kHeads) {
+                p.part_ml[part * 2 * Cfg::kHeads + tid] = -INFINITY;
+                p.part_ml[part * 2 * Cfg::kHeads + Cfg::kHeads + tid] = 0.0f;
+            }
+        }
+        return;
+    }
+
+    // q (zero rows past the real heads), in the first copy group with the first block's rows
+    const __nv_bfloat16* qt = p.q + (t * p.heads + h0) * Cfg::kDim;
+    for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += Cfg::kThreads) {
+        const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
+        const bool valid = r < h_valid;
+        split_cp_async16_zfill(q_s + r * Cfg::kLd + c, qt + (valid ? r : 0) * Cfg::kDim + c, valid);
+    }
+    // running state: -inf, or the one-pass kernel's running max at this chunk's first block
+    if constexpr (kPass == kSplitPartialFromPrefix) {
+        const int h = tid >> 3, r = tid & 7;  // 8 threads per head (one aligned 8-lane group)
+        const float* bm = p.block_max + list * p.n_blocks * Cfg::kHeads;
+        float mx = -INFINITY;
+        for (int k = r; k < blk0; k += 8) mx = fmaxf(mx, bm[k * Cfg::kHeads + h]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        if (r == 0) m_s[h] = mx, sum_s[h] = 0.0f;
+    } else {
+        if (tid < Cfg::kHeads) m_s[tid] = -INFINITY, sum_s[tid] = 0.0f;
+    }
+
+    auto load_idx = [&](int rb, int stage) {  // block rb's indices into idx_s[stage] (-1 past the list / n_kv)
+        if (tid < Cfg::kBlock) {
+            const int j = (blk0 + rb) * Cfg::kBlock + tid;
+            int32_t s = j < p.topk ? it[j] : -1;
+            if (s < 0 || s >= p.n_kv) s = -1;
+            idx_s[stage * Cfg::kBlock + tid] = s;
+        }
+    };
+    auto issue_gather = [&](int stage) {  // the rows of idx_s[stage] into stage `stage` (zeros for -1)
+        const int32_t* bi = idx_s + stage * Cfg::kBlock;
+        if constexpr (kPacked) {
+            const auto* pool = static_cast<const uint8_t*>(p.kv);
+            uint8_t* dst = raw_s + stage * Cfg::kRawStageBytes;
+            for (int i = tid; i < Cfg::kBlock * Cfg::kRawWords; i += Cfg::kThreads) {
+                const int r = i / Cfg::kRawWords, w = i - r * Cfg::kRawWords;
+                const int32_t s = bi[r];
+                cp_async8_zfill(dst + r * Cfg::kRawRow + 8 * w,
+                                pool + int64_t(s < 0 ? 0 : s) * Cfg::kRawRow + 8 * w, s >= 0);
+            }
+        } else {
+            const auto* rows = static_cast<const __nv_bfloat16*>(p.kv);
+            __nv_bfloat16* dst = tiles + stage * Cfg::kBlock * Cfg::kLd;
+            for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += Cfg::kThreads) {
+                const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
+                const int32_t s = bi[r];
+                split_cp_async16_zfill(dst + r * Cfg::kLd + c, rows + int64_t(s < 0 ? 0 : s) * Cfg::kDim + c, s >= 0);
+            }
+        }
+    };
+
+    if (b != 0) load_idx(b, 0);
+    __syncthreads();  // idx_s[0], the running state
+    issue_gather(0);
+    asm volatile("cp.async.commit_group;\n" ::);
+
+    float acc[16][4] = {};  // O rows g, g+8 x channels 128·warp + 8·nt + 2qd (+1)
+    int stage = 0;
+    while (b < nblk) {
+        const int nb = next_valid_block(mask_s, b + 1, nblk);
+        // idx_s[stage ^ 1] and the other stage were last read before the previous iteration's final barrier
+        if (nb < nblk) load_idx(nb, stage ^ 1);
+        __syncthreads();
+        if (nb < nblk) {
+            issue_gather(stage ^ 1);
+            asm volatile("cp.async.commit_group;\ncp.async.wait_group 1;\n" ::);
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+        }
+        __syncthreads();  // this stage's rows (and q) from every thread's copies
+        const int32_t* bi = idx_s + stage * Cfg::kBlock;
+        const __nv_bfloat16* kv_s;
+        if constexpr (kPacked) {
+            decode_packed_block(raw_s + stage * Cfg::kRawStageBytes, tiles, tid);
+            __syncthreads();
+            kv_s = tiles;
+        } else {
+            kv_s = tiles + stage * Cfg::kBlock * Cfg::kLd;
+        }
+        // S = Q·Kᵀ for keys 16·warp .. +15 (the one-pass kernel's instruction sequence)
+        float sacc[2][4] = {};
+#pragma unroll 4
+        for (int k0 = 0; k0 < Cfg::kDim; k0 += 16) {
+            uint32_t af[4], bf[4];
+            load_a_frag(af, q_s, Cfg::kLd, 0, k0);
+            load_b_frag_nk(bf, kv_s, Cfg::kLd, warp * 16, k0);
+            mma_bf16_16816(sacc[0], af, bf[0], bf[1]);
+            mma_bf16_16816(sacc[1], af, bf[2], bf[3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int h = g + 8 * (e >> 1), key = warp * 16 + nt * 8 + 2 * qd + (e & 1);
+                l_s[h * Cfg::kLLd + key] = bi[key] >= 0 ? __fmul_rn(sacc[nt][e], p.scale) : -INFINITY;
+            }
+        __syncthreads();
+        // the block's max per head: 8 threads per head, 8 logits each (a max is exact in any order)
+        const int mh = tid >> 3, mr = tid & 7;
+        float bmx;
+        {
+            const float4 x = *reinterpret_cast<const float4*>(l_s + mh * Cfg::kLLd + 8 * mr);
+            const float4 y = *reinterpret_cast<const float4*>(l_s + mh * Cfg::kLLd + 8 * mr + 4);
+            bmx = fmaxf(fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w)), fmaxf(fmaxf(y.x, y.y), fmaxf(y.z, y.w)));
+            bmx = fmaxf(bmx, __shfl_xor_sync(0xffffffffu, bmx, 4));
+            bmx = fmaxf(bmx, __shfl_xor_sync(0xffffffffu, bmx, 2));
+            bmx = fmaxf(bmx, __shfl_xor_sync(0xffffffffu, bmx, 1));
+        }
+        if constexpr (kPass == kSplitBlockMax) {
+            if (mr == 0) bmax[(blk0 + b) * Cfg::kHeads + mh] = bmx;
+        } else {
+            if (mr == 0) {
+                const float mo = m_s[mh], mx = fmaxf(mo, bmx);
+                mnew_s[mh] = mx;
+                resc_s[mh] = mx == -INFINITY ? 1.0f : exp_f32(__fsub_rn(mo, mx));  // e^{-inf} = 0 the first time
+            }
+            __syncthreads();
+            for (int i = tid; i < Cfg::kHeads * Cfg::kBlock; i += Cfg::kThreads) {
+                const int h = i / Cfg::kBlock, j = i % Cfg::kBlock;
+                const float l = l_s[h * Cfg::kLLd + j], mx = mnew_s[h];
+                const float pv = (l == -INFINITY || mx == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(l, mx));
+                l_s[h * Cfg::kLLd + j] = pv;
+                p_s[h * Cfg::kPLd + j] = __float2bfloat16_rn(pv);
+            }
+            __syncthreads();
+            if (tid < Cfg::kHeads && mnew_s[tid] != -INFINITY) {
+                // the block sum in candidate order (the one-pass kernel's order): 16 float4 reads, 64 adds
+                const float* row = l_s + tid * Cfg::kLLd;
+                float block_sum = 0;
+#pragma unroll
+                for (int j = 0; j < Cfg::kBlock; j += 4) {
+                    const float4 v = *reinterpret_cast<const float4*>(row + j);
+                    block_sum = __fadd_rn(block_sum, v.x), block_sum = __fadd_rn(block_sum, v.y);
+                    block_sum = __fadd_rn(block_sum, v.z), block_sum = __fadd_rn(block_sum, v.w);
+                }
+                sum_s[tid] = __fadd_rn(__fmul_rn(sum_s[tid], resc_s[tid]), block_sum);
+                m_s[tid] = mnew_s[tid];
+            }
+            // O = O·rescale + P·V (P 16 x 64 keys, V 64 keys x channels 128·warp ..)
+            const float r0 = resc_s[g], r1 = resc_s[g + 8];
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt) {
+                acc[nt][0] = __fmul_rn(acc[nt][0], r0), acc[nt][1] = __fmul_rn(acc[nt][1], r0);
+                acc[nt][2] = __fmul_rn(acc[nt][2], r1), acc[nt][3] = __fmul_rn(acc[nt][3], r1);
+            }
+#pragma unroll
+            for (int k0 = 0; k0 < Cfg::kBlock; k0 += 16) {
+                uint32_t af[4];
+                load_a_frag(af, p_s, Cfg::kPLd, 0, k0);
+#pragma unroll
+                for (int nt = 0; nt < 16; nt += 2) {
+                    uint32_t bf[4];
+                    load_b_frag_kn(bf, kv_s, Cfg::kLd, warp * 128 + nt * 8, k0);
+                    mma_bf16_16816(acc[nt], af, bf[0], bf[1]);
+                    mma_bf16_16816(acc[nt + 1], af, bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads();  // the stages, kv_s, l_s, p_s, idx_s and the softmax state are rewritten next
+        b = nb;
+        stage ^= 1;
+    }
+    if constexpr (kPass != kSplitBlockMax) {
+        // the partial: m, l of the 16 rows; o of the real heads (the combine reads no other row)
+        if (tid < Cfg::kHeads) {
+            p.part_ml[part * 2 * Cfg::kHeads + tid] = m_s[tid];
+            p.part_ml[part * 2 * Cfg::kHeads + Cfg::kHeads + tid] = sum_s[tid];
+        }
+        float* po = p.part_o + part * Cfg::kPartialFloats;
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+            const int ch = warp * 128 + nt * 8 + 2 * qd;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int h = g + 8 * half;
+                if (h < h_valid)
+                    *reinterpret_cast<float2*>(po + h * Cfg::kDim + ch) =
+                        make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+            }
+        }
+    }
+}
+
+// grid (heads, tokens) x kCombineThreads; thread = channels 4·tid .. 4·tid + 3.
+__global__ void __launch_bounds__(AttnSplitConfig::kCombineThreads)
+    sm90_sparse_attn_split_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                                          int heads, int chunks, const float* __restrict__ sink, bool derotate,
+                                          const int64_t* __restrict__ positions,
+                                          const __grid_constant__ backend::RopeFreqs freqs,
+                                          __nv_bfloat16* __restrict__ out) {
+    using Cfg = AttnSplitConfig;
+    const int h = blockIdx.x, tid = threadIdx.x, ch = 4 * tid;
+    const int64_t t = blockIdx.y;
+    const int n_tiles = (heads + Cfg::kHeads - 1) / Cfg::kHeads, tile = h / Cfg::kHeads, hr = h % Cfg::kHeads;
+    const int64_t first = (t * n_tiles + tile) * chunks;  // the (token, tile)'s first partial
+    float M = -INFINITY;
+    for (int c = 0; c < chunks; ++c) M = fmaxf(M, part_ml[(first + c) * 2 * Cfg::kHeads + hr]);
+    float den = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (M != -INFINITY) {
+        bool seen = false;
+        for (int c = 0; c < chunks; ++c) {
+            const float* ml = part_ml + (first + c) * 2 * Cfg::kHeads;
+            const float mc = ml[hr];
+            if (mc == -INFINITY) continue;  // no valid candidate: its o was never written
+            const float w = exp_f32(__fsub_rn(mc, M)), lc = ml[Cfg::kHeads + hr];  // w = 1 exactly at the max
+            const float4 v = *reinterpret_cast<const float4*>(part_o + (first + c) * Cfg::kPartialFloats +
+                                                              hr * Cfg::kDim + ch);
+            const float wv[4] = {__fmul_rn(w, v.x), __fmul_rn(w, v.y), __fmul_rn(w, v.z), __fmul_rn(w, v.w)};
+            const float wl = __fmul_rn(w, lc);
+            den = seen ? __fadd_rn(den, wl) : wl;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[i] = seen ? __fadd_rn(o[i], wv[i]) : wv[i];
+            seen = true;
+        }
+        den = __fadd_rn(den, exp_f32(__fsub_rn(sink[h], M)));
+    }
+    float a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(o[i], den));
+    if (derotate && ch >= Cfg::kDim - 64) {
+        const int64_t pos = positions[t];
+#pragma unroll
+        for (int pr = 0; pr < 2; ++pr) {
+            float cs, sn;
+            rope_cos_sin(pos, freqs.f[(ch - (Cfg::kDim - 64)) / 2 + pr], true, cs, sn);
+            rotate_pair(a[2 * pr], a[2 * pr + 1], cs, sn);
+        }
+    }
+    __nv_bfloat16* dst = out + (t * heads + h) * Cfg::kDim + ch;
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a[0], a[1]);
+    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(a[2], a[3]);
+}
+
+}  // namespace dsv4::cuda
