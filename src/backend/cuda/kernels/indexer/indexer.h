@@ -2,6 +2,7 @@
 // backend::cpu::indexer_scores and topk.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/common/stream.h"
@@ -45,5 +46,14 @@ struct TopKArgs {
     int64_t ratio = 0;                   // > 0 when positions is set
 };
 Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
+
+// The picks of sm90_topk, identical for every input (same indices, order and -1s), by a radix select that reads a
+// row of n <= 16384 scores once (one block per row, keys in shared memory) and a longer row 2 (bf16) or 4 (f32)
+// times in chunks spread over many blocks. Rows longer than 16384 need `workspace` (device memory, 16-byte
+// aligned, contents ignored) of sm90_topk_select_workspace_bytes(a) bytes, which covers both precisions; n must fit
+// an int32 index. Not safe to run concurrently on one workspace.
+size_t sm90_topk_select_workspace_bytes(const TopKArgs& a);
+Status sm90_topk_select(backend::Precision precision, const TopKArgs& a, void* workspace, size_t workspace_bytes,
+                        StreamHandle stream);
 
 }  // namespace dsv4::cuda

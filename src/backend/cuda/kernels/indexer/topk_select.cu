@@ -1,0 +1,119 @@
+// Launchers of sm90_topk_select (indexer.h): validate, choose the short-row or the chunked long-row path, lay out
+// the workspace, launch on the stream.
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/kernels/indexer/indexer.h"
+#include "backend/cuda/kernels/indexer/topk_select.cuh"
+
+namespace dsv4::cuda {
+
+using backend::Precision;
+
+namespace {
+
+using Cfg = TopKSelectConfig;
+
+// Long-row workspace: picks, then the zeroed-per-call histograms and tickets, then the per-chunk counts. Every
+// region starts on a 256-byte boundary. Sized for 4 passes, so one size serves both precisions.
+struct SelectLayout {
+    int64_t chunk = 0, chunks = 0;  // scores per chunk, chunks per row
+    size_t picks = 0, hist = 0, tickets = 0, above = 0, equal = 0;
+    size_t zero_bytes = 0;  // hist .. end of tickets
+    size_t total = 0;
+};
+
+size_t round256(size_t b) { return (b + 255) / 256 * 256; }
+
+// The chunk halves from kChunkMax down to kChunkMin while rows · chunks stays below ≈ 2 CTAs per SM, so few long
+// rows still spread over the GPU (the result never depends on the chunk size).
+SelectLayout select_layout(int64_t rows, int64_t n) {
+    SelectLayout l;
+    l.chunk = Cfg::kChunkMax;
+    while (l.chunk > Cfg::kChunkMin && rows * ((n + l.chunk - 1) / l.chunk) < Cfg::kTargetCtas) l.chunk /= 2;
+    l.chunks = (n + l.chunk - 1) / l.chunk;
+    const size_t r = size_t(rows), per_chunk = size_t(rows * l.chunks) * Cfg::kBins * sizeof(unsigned);
+    size_t at = 0;
+    l.picks = at, at += round256(r * Cfg::kMaxK * sizeof(unsigned long long));
+    l.hist = at, at += round256(r * Cfg::kMaxPasses * Cfg::kBins * sizeof(unsigned));
+    l.tickets = at, at += round256(r * sizeof(unsigned));
+    l.zero_bytes = at - l.hist;
+    l.above = at, at += round256(per_chunk);
+    l.equal = at, at += round256(per_chunk);
+    l.total = at;
+    return l;
+}
+
+bool long_rows(const TopKArgs& a) { return a.n > Cfg::kShortMax; }
+
+template <typename ScoreT>
+Status launch_short(const TopKArgs& a, StreamHandle stream, const std::string& op) {
+    using KeyT = typename SelectKey<ScoreT>::T;
+    const size_t smem = 2 * Cfg::kThreads * sizeof(unsigned long long) + size_t((a.n + 7) / 8 * 8) * sizeof(KeyT);
+    auto* kernel = sm90_topk_select_short_kernel<ScoreT>;
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                  op + ": shared memory opt-in");
+    kernel<<<unsigned(a.rows), Cfg::kThreads, smem, stream>>>(static_cast<const ScoreT*>(a.scores), a.n, int(a.k),
+                                                              a.positions, a.ratio, a.idx);
+    return launch_status(op.c_str());
+}
+
+template <typename ScoreT>
+Status launch_long(const TopKArgs& a, const SelectLayout& l, void* workspace, StreamHandle stream,
+                   const std::string& op) {
+    auto* base = static_cast<unsigned char*>(workspace);
+    TopKSelectWorkspace ws;
+    ws.picks = reinterpret_cast<unsigned long long*>(base + l.picks);
+    ws.hist = reinterpret_cast<unsigned*>(base + l.hist);
+    ws.tickets = reinterpret_cast<unsigned*>(base + l.tickets);
+    ws.above = reinterpret_cast<unsigned*>(base + l.above);
+    ws.equal = reinterpret_cast<unsigned*>(base + l.equal);
+    DSV4_CUDA_TRY(cudaMemsetAsync(base + l.hist, 0, l.zero_bytes, stream), op + ": clearing the workspace");
+    const unsigned grid = unsigned(a.rows * l.chunks);
+    const auto* scores = static_cast<const ScoreT*>(a.scores);
+    for (int pass = 0; pass < SelectKey<ScoreT>::kPasses; ++pass) {
+        sm90_topk_select_hist_kernel<ScoreT><<<grid, Cfg::kThreads, 0, stream>>>(
+            scores, a.n, int(a.k), a.positions, a.ratio, int(l.chunk), int(l.chunks), pass, ws);
+        DSV4_RETURN_IF_ERROR(launch_status((op + " histogram pass").c_str()));
+    }
+    sm90_topk_select_collect_kernel<ScoreT><<<grid, Cfg::kThreads, 0, stream>>>(
+        scores, a.n, int(a.k), a.positions, a.ratio, int(l.chunk), int(l.chunks), ws, a.idx);
+    return launch_status((op + " collect").c_str());
+}
+
+}  // namespace
+
+size_t sm90_topk_select_workspace_bytes(const TopKArgs& a) {
+    if (a.rows <= 0 || a.k <= 0 || !long_rows(a)) return 0;
+    return select_layout(a.rows, a.n).total;
+}
+
+Status sm90_topk_select(Precision precision, const TopKArgs& a, void* workspace, size_t workspace_bytes,
+                        StreamHandle stream) {
+    const std::string op = "sm90_topk_select";
+    if (!a.scores || !a.idx || a.rows < 0 || a.n < 0 || a.k < 0)
+        return invalid_argument(op + ": null pointer or bad shape");
+    if (a.k > Cfg::kMaxK) return invalid_argument(op + ": k " + std::to_string(a.k) + " above the supported 1024");
+    if (a.positions && a.ratio <= 0)
+        return invalid_argument(op + ": positions need the compression ratio (got " + std::to_string(a.ratio) + ")");
+    if (a.n > 0x7fffffff)
+        return invalid_argument(op + ": n " + std::to_string(a.n) + " scores per row do not fit an int32 index");
+    if (a.rows == 0 || a.k == 0) return Status::ok();
+    if (a.rows > 0x7fffffff) return invalid_argument(op + ": too many rows");
+    const bool ref = precision == Precision::kReference;
+    if (!long_rows(a))
+        return ref ? launch_short<__nv_bfloat16>(a, stream, op) : launch_short<float>(a, stream, op);
+    const SelectLayout l = select_layout(a.rows, a.n);
+    if (!workspace || workspace_bytes < l.total)
+        return invalid_argument(op + ": rows of " + std::to_string(a.n) + " scores need a workspace of " +
+                                std::to_string(l.total) + " bytes (sm90_topk_select_workspace_bytes), got " +
+                                std::to_string(workspace ? workspace_bytes : 0));
+    if (reinterpret_cast<uintptr_t>(workspace) & 15) return invalid_argument(op + ": workspace must be 16-byte aligned");
+    if (a.rows * l.chunks > 0x7fffffff)
+        return invalid_argument(op + ": " + std::to_string(a.rows) + " rows of " + std::to_string(a.n) +
+                                " scores are too many blocks for one launch");
+    return ref ? launch_long<__nv_bfloat16>(a, l, workspace, stream, op)
+               : launch_long<float>(a, l, workspace, stream, op);
+}
+
+}  // namespace dsv4::cuda

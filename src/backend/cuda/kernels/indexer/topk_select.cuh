@@ -1,0 +1,455 @@
+// Kernels of sm90_topk_select (indexer.h): the picks of sm90_topk (k largest, descending, ties by ascending index,
+// -inf / NaN / past-n picks -1), found by a radix select that reads the row once (short rows) or P times in chunks
+// (long rows) instead of five times from one CTA.
+//
+// Keys: a score maps to an order-preserving unsigned key, exactly the order of topk_key (indexer.cuh): bf16 bits b
+// → 16-bit key (b | 0x8000 when positive, ~b when negative, NaN → 0), f32 → topk_key. A pick is (key << 32) |
+// (0xffffffff - index): one 64-bit compare orders by key descending, then index ascending; 0 is no pick.
+// Select: P passes (2 for 16-bit keys, 4 for 32-bit) of 8-bit digits from the top. Pass p histograms digit p of the
+// keys whose higher digits equal the prefix chosen so far; the chosen digit d is the largest whose bin and the bins
+// above it hold >= `remaining` keys; remaining -= keys in the bins above d. After the last pass the prefix is the
+// threshold key T (the kk-th largest key, kk = min(n, k)), kk - remaining keys are > T, and the first `remaining`
+// keys == T by index complete the picks: the same set and tie rule as sm90_topk's loop (its fallback to digit 0
+// is never needed: the histogrammed keys always number >= remaining).
+//
+// Short rows (n <= kShortMax): one CTA per row, keys in shared memory; the load builds pass 0's histogram.
+// Long rows: chunks of the row, one launch per pass (hist kernel: chunk histogram in shared memory, added into the
+// row's histogram in the workspace with integer atomics, whose sums do not depend on their order). Every CTA derives
+// the digits of the earlier passes again from the finished histograms. The last pass also stores, per chunk and
+// last digit d, the chunk's count of keys > (prefix | d) and == (prefix | d); the collect kernel turns those into
+// its output offsets by summing over the chunks before it, writes its picks into the row's pick slots in the
+// workspace, and the row's last CTA to finish (ticket after a fence) sorts them and writes the output.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels/indexer/indexer.cuh"
+
+namespace dsv4::cuda {
+
+struct TopKSelectConfig {
+    static constexpr int kThreads = 1024;  // every kernel; the sort holds one pick per thread
+    static constexpr int kMaxK = 1024;
+    static constexpr int kBins = 256;
+    static constexpr int kMaxPasses = 4;
+    static constexpr int kBatch = 8;  // global loads in flight per thread
+    static constexpr int64_t kShortMax = 16384;
+    static constexpr int kChunkMin = 2048, kChunkMax = kThreads * kBatch;  // long rows: scores per chunk
+    static constexpr int64_t kTargetCtas = 264;                           // ≈ 2 CTAs per SM on 132 SMs
+};
+
+template <typename ScoreT>
+struct SelectKey;
+template <>
+struct SelectKey<__nv_bfloat16> {
+    using T = uint16_t;
+    static constexpr int kPasses = 2;
+    static constexpr uint32_t kNegInf = 0x007fu;  // key of -inf: picks at or below it are -1
+    __device__ __forceinline__ static uint32_t of(__nv_bfloat16 v) {
+        const uint32_t b = __bfloat16_as_ushort(v);
+        if ((b & 0x7fffu) > 0x7f80u) return 0;  // NaN
+        return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
+    }
+};
+template <>
+struct SelectKey<float> {
+    using T = uint32_t;
+    static constexpr int kPasses = 4;
+    static constexpr uint32_t kNegInf = kTopkNegInfKey;
+    __device__ __forceinline__ static uint32_t of(float v) { return topk_key(v); }
+};
+
+// Workspace of the long-row path (layout: topk_select.cu).
+struct TopKSelectWorkspace {
+    unsigned long long* picks = nullptr;  // [rows, kMaxK] pick codes
+    unsigned* hist = nullptr;             // [rows, kMaxPasses, kBins] row histograms (zeroed per call)
+    unsigned* tickets = nullptr;          // [rows] CTAs of the collect kernel done (zeroed per call)
+    unsigned* above = nullptr;            // [rows, chunks, kBins] keys of the chunk > (prefix | d)
+    unsigned* equal = nullptr;            // [rows, chunks, kBins] keys of the chunk == (prefix | d)
+};
+
+__device__ __forceinline__ int64_t select_row_count(int64_t n, const int64_t* __restrict__ positions, int64_t ratio,
+                                                    int64_t row) {
+    if (!positions) return n;
+    const int64_t visible = (positions[row] + 1) / ratio;
+    return visible < n ? (visible > 0 ? visible : 0) : n;
+}
+
+__device__ __forceinline__ unsigned long long pick_code(uint32_t key, int64_t index) {
+    return (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - uint32_t(index));
+}
+
+// hist[bin] += 1 for every active lane, one shared atomic per distinct bin of the warp. All 32 lanes call it.
+__device__ __forceinline__ void hist_add_warp(unsigned* hist, uint32_t bin, bool active) {
+    const unsigned act = __ballot_sync(0xffffffffu, active);
+    if (active) {
+        const unsigned peers = __match_any_sync(act, bin);
+        if (int(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], unsigned(__popc(peers)));
+    }
+}
+
+struct DigitPick {
+    uint32_t digit, remaining;
+};
+
+// One warp: the largest digit d whose bins d..255 of `hist` hold >= remaining keys, and remaining minus the keys in
+// the bins above d. Lane l owns bins 8l..8l+7. Returns the same value in every lane.
+__device__ __forceinline__ DigitPick warp_select_digit(const unsigned* hist, uint32_t remaining) {
+    const int lane = int(threadIdx.x & 31);
+    uint32_t h[8], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = hist[lane * 8 + j], sum += h[j];
+    uint32_t incl = sum;  // keys in the bins of lanes >= lane
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const uint32_t t = __shfl_down_sync(0xffffffffu, incl, off);
+        if (lane + off < 32) incl += t;
+    }
+    uint32_t above = incl - sum;
+    int found = -1;
+    uint32_t found_above = 0;
+#pragma unroll
+    for (int j = 7; j >= 0; --j) {
+        if (found < 0) {
+            if (above + h[j] >= remaining)
+                found = lane * 8 + j, found_above = above;
+            else
+                above += h[j];
+        }
+    }
+    const unsigned hits = __ballot_sync(0xffffffffu, found >= 0);
+    if (hits == 0) {  // fewer keys than remaining (not reached): sm90_topk's loop would stop at digit 0
+        const uint32_t total = __shfl_sync(0xffffffffu, incl, 0), h0 = __shfl_sync(0xffffffffu, h[0], 0);
+        return {0u, remaining - (total - h0)};
+    }
+    const int src = 31 - __clz(int(hits));
+    return {uint32_t(__shfl_sync(0xffffffffu, found, src)), remaining - __shfl_sync(0xffffffffu, found_above, src)};
+}
+
+// One warp: the digits of passes 0..passes-1 from the row histograms hist[p][kBins] (long rows).
+template <int kPasses>
+__device__ __forceinline__ void warp_select_prefix(const unsigned* hist, int passes, uint32_t kk, uint32_t& prefix,
+                                                   uint32_t& mask, uint32_t& remaining) {
+    prefix = 0, mask = 0, remaining = kk;
+    for (int p = 0; p < passes; ++p) {
+        const int shift = 8 * (kPasses - 1 - p);
+        const DigitPick d = warp_select_digit(hist + p * TopKSelectConfig::kBins, remaining);
+        prefix |= d.digit << shift;
+        mask |= 0xffu << shift;
+        remaining = d.remaining;
+    }
+}
+
+// Block (kThreads): sorts one value per thread descending across the first `len` threads (len a power of two
+// <= kThreads; threads >= len hold 0 and only meet each other). Strides >= 32 go through buf [2][kThreads]
+// (ping-pong: one barrier per stage), smaller ones through shuffles. Every thread calls it with the same len.
+__device__ __forceinline__ unsigned long long block_sort_desc(unsigned long long v, int len, unsigned long long* buf) {
+    constexpr int kT = TopKSelectConfig::kThreads;
+    const int tid = int(threadIdx.x);
+    int parity = 0;
+    for (int size = 2; size <= len; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            unsigned long long other;
+            if (stride >= 32) {
+                unsigned long long* b = buf + parity * kT;
+                parity ^= 1;
+                b[tid] = v;
+                __syncthreads();
+                other = b[tid ^ stride];
+            } else {
+                other = __shfl_xor_sync(0xffffffffu, v, stride);
+            }
+            // pair (i, i ^ stride), i the lower: in a descending run (i & size == 0) i keeps the larger
+            const bool keep_max = ((tid & size) == 0) == ((tid & stride) == 0);
+            v = keep_max ? (v > other ? v : other) : (v < other ? v : other);
+        }
+    return v;
+}
+
+// Block: picks of keys[0..count) (index first_index + i) into out: every key > thr at out[gt_base + rank], the keys
+// == thr whose rank r = eq_base + rank < remaining at out[n_above + r], ranks in index order. Warp w owns a
+// contiguous segment; phase 1 counts, phase 2 writes after an exclusive prefix over the warps. counts: shared [64].
+// Ends without a barrier after the writes.
+template <typename KeyT>
+__device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64_t first_index, uint32_t thr,
+                                              uint32_t gt_base, uint32_t eq_base, uint32_t remaining,
+                                              uint32_t n_above, unsigned long long* out, unsigned* counts) {
+    constexpr int kWarps = TopKSelectConfig::kThreads / 32;
+    const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+    const int seg = ((count + kWarps - 1) / kWarps + 31) & ~31;
+    const int begin = warp * seg, end = min(count, begin + seg);
+    unsigned n_gt = 0, n_eq = 0;
+    for (int i0 = begin; i0 < end; i0 += 32) {
+        const int i = i0 + lane;
+        const uint32_t key = i < end ? uint32_t(keys[i]) : 0;
+        n_gt += __popc(__ballot_sync(0xffffffffu, i < end && key > thr));
+        n_eq += __popc(__ballot_sync(0xffffffffu, i < end && key == thr));
+    }
+    if (lane == 0) counts[warp] = n_gt, counts[kWarps + warp] = n_eq;
+    __syncthreads();
+    unsigned gt = gt_base + __reduce_add_sync(0xffffffffu, lane < warp ? counts[lane] : 0u);
+    unsigned eq = eq_base + __reduce_add_sync(0xffffffffu, lane < warp ? counts[kWarps + lane] : 0u);
+    const unsigned gt_end = gt + n_gt, below = (1u << lane) - 1u;
+    // warp-uniform loop; stops once this warp's keys above thr are written and the tie quota is full
+    for (int i0 = begin; i0 < end && (gt < gt_end || eq < remaining); i0 += 32) {
+        const int i = i0 + lane;
+        const uint32_t key = i < end ? uint32_t(keys[i]) : 0;
+        const bool is_gt = i < end && key > thr, is_eq = i < end && key == thr;
+        const unsigned b_gt = __ballot_sync(0xffffffffu, is_gt), b_eq = __ballot_sync(0xffffffffu, is_eq);
+        if (is_gt) out[gt + __popc(b_gt & below)] = pick_code(key, first_index + i);
+        if (is_eq) {
+            const unsigned r = eq + __popc(b_eq & below);
+            if (r < remaining) out[n_above + r] = pick_code(key, first_index + i);
+        }
+        gt += __popc(b_gt), eq += __popc(b_eq);
+    }
+}
+
+// Block: sort the kk picks in buf[0..kk) (thread t reads slot t only) and write the row's k outputs.
+template <typename ScoreT>
+__device__ __forceinline__ void block_sort_write(unsigned long long v, int kk, int k, unsigned long long* buf,
+                                                 int32_t* __restrict__ out) {
+    int len = 1;
+    while (len < kk) len <<= 1;
+    v = block_sort_desc(v, len, buf);
+    const int tid = int(threadIdx.x);
+    if (tid < k) {
+        int32_t r = -1;
+        if (tid < kk && uint32_t(v >> 32) > SelectKey<ScoreT>::kNegInf) r = int32_t(0xffffffffu - uint32_t(v));
+        out[tid] = r;
+    }
+}
+
+// Short rows: grid = rows, kThreads threads, dynamic shared memory = 2·kThreads picks + n keys (topk_select.cu).
+template <typename ScoreT>
+__global__ void __launch_bounds__(TopKSelectConfig::kThreads)
+    sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
+                                  const int64_t* __restrict__ positions, int64_t ratio, int32_t* __restrict__ idx) {
+    using Cfg = TopKSelectConfig;
+    using Key = SelectKey<ScoreT>;
+    using KeyT = typename Key::T;
+    constexpr int kP = Key::kPasses;
+    extern __shared__ __align__(16) unsigned char topk_select_smem[];
+    auto* buf = reinterpret_cast<unsigned long long*>(topk_select_smem);  // [2][kThreads]; buf[0..kk) = picks
+    auto* keys = reinterpret_cast<KeyT*>(buf + 2 * Cfg::kThreads);         // [n]
+    __shared__ unsigned hist[Cfg::kBins];
+    __shared__ unsigned counts[64];
+    __shared__ uint32_t sel_digit, sel_remaining;
+
+    const int64_t row = blockIdx.x;
+    const int tid = int(threadIdx.x);
+    const int n = int(select_row_count(stride, positions, ratio, row));
+    const int kk = min(n, k);
+    int32_t* out = idx + row * k;
+    if (kk == 0) {
+        for (int j = tid; j < k; j += Cfg::kThreads) out[j] = -1;
+        return;
+    }
+    if (tid < Cfg::kBins) hist[tid] = 0;
+    __syncthreads();
+    // load: keys to shared memory, pass 0's histogram (top digit, every key)
+    const ScoreT* src = scores + row * stride;
+    for (int base = 0; base < n; base += Cfg::kThreads * Cfg::kBatch) {
+        ScoreT v[Cfg::kBatch];
+#pragma unroll
+        for (int u = 0; u < Cfg::kBatch; ++u) {
+            const int i = base + u * Cfg::kThreads + tid;
+            if (i < n) v[u] = src[i];
+        }
+#pragma unroll
+        for (int u = 0; u < Cfg::kBatch; ++u) {
+            const int i = base + u * Cfg::kThreads + tid;
+            const uint32_t key = i < n ? Key::of(v[u]) : 0u;
+            if (i < n) keys[i] = KeyT(key);
+            hist_add_warp(hist, key >> (8 * (kP - 1)), i < n);
+        }
+    }
+    __syncthreads();
+    uint32_t prefix = 0, mask = 0, remaining = uint32_t(kk);
+    const int n_pad = (n + 31) & ~31;  // warp-uniform trip counts
+#pragma unroll 1
+    for (int p = 0; p < kP; ++p) {
+        const int shift = 8 * (kP - 1 - p);
+        if (p > 0) {
+            if (tid < Cfg::kBins) hist[tid] = 0;
+            __syncthreads();
+            for (int i = tid; i < n_pad; i += Cfg::kThreads) {
+                const uint32_t key = i < n ? uint32_t(keys[i]) : 0u;
+                hist_add_warp(hist, (key >> shift) & 0xffu, i < n && (key & mask) == prefix);
+            }
+            __syncthreads();
+        }
+        if (tid < 32) {
+            const DigitPick d = warp_select_digit(hist, remaining);
+            if (tid == 0) sel_digit = d.digit, sel_remaining = d.remaining;
+        }
+        __syncthreads();  // the next writes of hist / sel_* come after the next pass's barriers
+        prefix |= sel_digit << shift;
+        mask |= 0xffu << shift;
+        remaining = sel_remaining;
+    }
+    const uint32_t n_above = uint32_t(kk) - remaining;
+    block_collect(keys, n, 0, prefix, 0u, 0u, remaining, n_above, buf, counts);
+    __syncthreads();
+    const unsigned long long v = tid < kk ? buf[tid] : 0ull;
+    block_sort_write<ScoreT>(v, kk, k, buf, out);
+}
+
+// Long rows, pass `pass`: grid = rows · chunks (block b: row b / chunks, chunk b % chunks), kThreads threads.
+template <typename ScoreT>
+__global__ void __launch_bounds__(TopKSelectConfig::kThreads)
+    sm90_topk_select_hist_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
+                                 const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks, int pass,
+                                 TopKSelectWorkspace ws) {
+    using Cfg = TopKSelectConfig;
+    using Key = SelectKey<ScoreT>;
+    constexpr int kP = Key::kPasses;
+    __shared__ unsigned hist[Cfg::kBins];
+    __shared__ unsigned warp_suffix[Cfg::kBins / 32];
+    __shared__ unsigned above_total;
+    __shared__ uint32_t sel_prefix, sel_mask;
+
+    const int64_t row = blockIdx.x / unsigned(chunks);
+    const int c = int(blockIdx.x % unsigned(chunks));
+    const int tid = int(threadIdx.x), lane = tid & 31;
+    const int64_t n = select_row_count(stride, positions, ratio, row);
+    const int64_t kk = n < k ? n : k;
+    const int64_t begin = int64_t(c) * chunk;
+    if (kk == 0 || begin >= n) return;
+    const int count = int(n - begin < chunk ? n - begin : chunk);
+    const bool last = pass == kP - 1;
+    unsigned* row_hist = ws.hist + row * Cfg::kMaxPasses * Cfg::kBins;
+    if (tid < Cfg::kBins) hist[tid] = 0;
+    if (tid == 0) above_total = 0;
+    if (tid < 32) {
+        uint32_t prefix, mask, remaining;
+        warp_select_prefix<kP>(row_hist, pass, uint32_t(kk), prefix, mask, remaining);
+        if (tid == 0) sel_prefix = prefix, sel_mask = mask;
+    }
+    __syncthreads();
+    const uint32_t prefix = sel_prefix, mask = sel_mask;
+    const int shift = 8 * (kP - 1 - pass);
+    const ScoreT* src = scores + row * stride + begin;
+    unsigned above = 0;  // last pass: keys whose higher digits exceed the prefix
+    for (int base = 0; base < count; base += Cfg::kThreads * Cfg::kBatch) {
+        ScoreT v[Cfg::kBatch];
+#pragma unroll
+        for (int u = 0; u < Cfg::kBatch; ++u) {
+            const int i = base + u * Cfg::kThreads + tid;
+            if (i < count) v[u] = src[i];
+        }
+#pragma unroll
+        for (int u = 0; u < Cfg::kBatch; ++u) {
+            const int i = base + u * Cfg::kThreads + tid;
+            const uint32_t key = i < count ? Key::of(v[u]) : 0u;
+            hist_add_warp(hist, (key >> shift) & 0xffu, i < count && (key & mask) == prefix);
+            above += unsigned(i < count && (key & mask) > prefix);
+        }
+    }
+    if (last) {
+        above = __reduce_add_sync(0xffffffffu, above);
+        if (lane == 0 && above) atomicAdd(&above_total, above);
+    }
+    __syncthreads();
+    if (tid < Cfg::kBins && hist[tid]) atomicAdd(&row_hist[pass * Cfg::kBins + tid], hist[tid]);
+    if (!last) return;
+    // per chunk and last digit b: keys > (prefix | b) and == (prefix | b)
+    const unsigned h = tid < Cfg::kBins ? hist[tid] : 0u;
+    unsigned incl = h;  // bins b.. of this warp's 32
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const unsigned t = __shfl_down_sync(0xffffffffu, incl, off);
+        if (lane + off < 32) incl += t;
+    }
+    if (tid < Cfg::kBins && lane == 0) warp_suffix[tid >> 5] = incl;
+    __syncthreads();
+    if (tid < Cfg::kBins) {
+        for (int w = (tid >> 5) + 1; w < Cfg::kBins / 32; ++w) incl += warp_suffix[w];
+        const int64_t at = (row * chunks + c) * Cfg::kBins + tid;
+        ws.above[at] = above_total + incl - h;
+        ws.equal[at] = h;
+    }
+}
+
+// Long rows: each chunk writes its picks into the row's slots, the row's last CTA sorts them and writes idx.
+template <typename ScoreT>
+__global__ void __launch_bounds__(TopKSelectConfig::kThreads)
+    sm90_topk_select_collect_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
+                                    const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks,
+                                    TopKSelectWorkspace ws, int32_t* __restrict__ idx) {
+    using Cfg = TopKSelectConfig;
+    using Key = SelectKey<ScoreT>;
+    using KeyT = typename Key::T;
+    constexpr int kP = Key::kPasses;
+    constexpr int kKeyBytes = Cfg::kChunkMax * int(sizeof(KeyT)), kSortBytes = 2 * Cfg::kThreads * 8;
+    __shared__ __align__(16) unsigned char smem[kKeyBytes > kSortBytes ? kKeyBytes : kSortBytes];
+    auto* keys = reinterpret_cast<KeyT*>(smem);                 // [chunk] (collect)
+    auto* buf = reinterpret_cast<unsigned long long*>(smem);    // [2][kThreads] (sort, row's last CTA)
+    __shared__ unsigned counts[64];
+    __shared__ uint32_t sel_prefix, sel_remaining;
+    __shared__ unsigned offsets[2], mine[2];
+    __shared__ int is_last;
+
+    const int64_t row = blockIdx.x / unsigned(chunks);
+    const int c = int(blockIdx.x % unsigned(chunks));
+    const int tid = int(threadIdx.x), lane = tid & 31;
+    const int64_t n = select_row_count(stride, positions, ratio, row);
+    const int kk = int(n < k ? n : k);
+    const int64_t begin = int64_t(c) * chunk;
+    unsigned long long* row_picks = ws.picks + row * Cfg::kMaxK;
+    if (kk > 0 && begin < n) {  // block-uniform
+        const int count = int(n - begin < chunk ? n - begin : chunk);
+        if (tid < 32) {
+            uint32_t prefix, mask, remaining;
+            warp_select_prefix<kP>(ws.hist + row * Cfg::kMaxPasses * Cfg::kBins, kP, uint32_t(kk), prefix, mask,
+                                   remaining);
+            if (tid == 0) sel_prefix = prefix, sel_remaining = remaining;
+        }
+        if (tid < 2) offsets[tid] = 0;
+        __syncthreads();
+        const uint32_t thr = sel_prefix, remaining = sel_remaining, d = thr & 0xffu;
+        const unsigned* above = ws.above + row * chunks * Cfg::kBins + d;
+        const unsigned* equal = ws.equal + row * chunks * Cfg::kBins + d;
+        unsigned gt_before = 0, eq_before = 0;
+        for (int cc = tid; cc < c; cc += Cfg::kThreads)
+            gt_before += above[int64_t(cc) * Cfg::kBins], eq_before += equal[int64_t(cc) * Cfg::kBins];
+        gt_before = __reduce_add_sync(0xffffffffu, gt_before);
+        eq_before = __reduce_add_sync(0xffffffffu, eq_before);
+        if (lane == 0 && (gt_before | eq_before)) atomicAdd(&offsets[0], gt_before), atomicAdd(&offsets[1], eq_before);
+        if (tid == 0) mine[0] = above[int64_t(c) * Cfg::kBins], mine[1] = equal[int64_t(c) * Cfg::kBins];
+        __syncthreads();
+        const unsigned gt_off = offsets[0], eq_off = offsets[1];
+        if (mine[0] > 0 || (mine[1] > 0 && eq_off < remaining)) {  // the chunk holds picks
+            const ScoreT* src = scores + row * stride + begin;
+            for (int base = 0; base < count; base += Cfg::kThreads * Cfg::kBatch) {
+                ScoreT v[Cfg::kBatch];
+#pragma unroll
+                for (int u = 0; u < Cfg::kBatch; ++u) {
+                    const int i = base + u * Cfg::kThreads + tid;
+                    if (i < count) v[u] = src[i];
+                }
+#pragma unroll
+                for (int u = 0; u < Cfg::kBatch; ++u) {
+                    const int i = base + u * Cfg::kThreads + tid;
+                    if (i < count) keys[i] = KeyT(Key::of(v[u]));
+                }
+            }
+            __syncthreads();
+            block_collect(keys, count, begin, thr, gt_off, eq_off, remaining, uint32_t(kk) - remaining, row_picks,
+                          counts);
+        }
+    }
+    // ticket: the row's last CTA sees every pick (each writer fenced before its CTA took a ticket)
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) is_last = atomicAdd(&ws.tickets[row], 1u) == unsigned(chunks - 1);
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const unsigned long long v = tid < kk ? __ldcg(row_picks + tid) : 0ull;
+    block_sort_write<ScoreT>(v, kk, k, buf, idx + row * k);
+}
+
+}  // namespace dsv4::cuda

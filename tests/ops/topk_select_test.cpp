@@ -1,0 +1,279 @@
+// sm90_topk_select against sm90_topk and backend::cpu::topk (std::partial_sort): the same scores in, bit-identical
+// index lists out, both precisions. Rows of n in {1, 5, 511, 512, 513, 1024, 16384, 16385, 65536, 262144} (both
+// sides of the 16,384 switch between the shared-memory and the chunked path), k in {8, 16, 512, 1024}, 1..64 rows,
+// rows drawn continuous, from a few values (exact ties across the k-th place), with -inf / NaN / +inf entries,
+// almost all -inf, masked tails; rows shorter than k; rows cut by positions / ratio; signed zeros (against
+// sm90_topk only: the CPU treats -0 == +0, the GPU keys order -0 below +0). Outputs are poisoned with a byte
+// pattern that is neither an index nor -1, with a guard past the last row; the workspace starts poisoned and is
+// reused by a second call that must give the same picks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/indexer/indexer.h"
+#include "ops/gpu_testing.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using namespace dsv4::cuda::testing;
+
+constexpr uint8_t kIdxPoison = 0x5a;  // 0x5a5a5a5a: above every tested n, not -1
+constexpr int64_t kGuard = 64;        // int32 slots past rows·k that must stay poisoned
+
+enum class RowKind { kContinuous, kFewValues, kSpecials, kMostlyMasked, kCount };
+
+// One row of n scores (values the precision holds: bf16-rounded in kReference).
+void fill_row(Precision prec, std::mt19937_64& rng, RowKind kind, float* s, int64_t n) {
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+    std::uniform_int_distribution<int> level4(0, 3), level16(0, 15);
+    const float few[4] = {-1.5f, 0.25f, 2.0f, 2.125f};
+    for (int64_t i = 0; i < n; ++i) {
+        float v = 0;
+        switch (kind) {
+            case RowKind::kContinuous: v = normal(rng); break;
+            case RowKind::kFewValues: v = few[level4(rng)]; break;
+            case RowKind::kSpecials: {
+                const float r = u01(rng);
+                v = r < 0.10f ? -INFINITY : r < 0.15f ? NAN : r < 0.17f ? INFINITY : float(level16(rng)) * 0.5f - 4.0f;
+                break;
+            }
+            default: {
+                const float r = u01(rng);
+                v = r < 0.01f ? normal(rng) : r < 0.03f ? NAN : -INFINITY;
+                break;
+            }
+        }
+        s[i] = prec == Precision::kReference ? round_bf16(v) : v;
+    }
+}
+
+std::vector<float> random_rows(Precision prec, std::mt19937_64& rng, int64_t rows, int64_t n, int salt) {
+    std::vector<float> s(size_t(rows * n));
+    std::uniform_int_distribution<int64_t> tail(0, n);
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto kind = RowKind(int((r + salt) % int(RowKind::kCount)));
+        float* row = s.data() + r * n;
+        fill_row(prec, rng, kind, row, n);
+        if ((r + salt) % 3 == 1) std::fill(row + (n - tail(rng)), row + n, -INFINITY);  // a masked tail
+    }
+    return s;
+}
+
+// "first difference at i (row r, slot j): got a want b", or "" when equal.
+std::string first_difference(const std::vector<int32_t>& got, const std::vector<int32_t>& want, int64_t k) {
+    if (got.size() != want.size()) return "sizes differ";
+    size_t diff = 0, first = got.size();
+    for (size_t i = 0; i < got.size(); ++i)
+        if (got[i] != want[i]) diff++, first = std::min(first, i);
+    if (diff == 0) return "";
+    return std::to_string(diff) + " differences, first at row " + std::to_string(int64_t(first) / k) + " slot " +
+           std::to_string(int64_t(first) % k) + ": got " + std::to_string(got[first]) + " want " +
+           std::to_string(want[first]);
+}
+
+// sm90_topk_select twice on a workspace that starts poisoned (the second call reuses it as left by the first);
+// both calls' outputs must be equal and leave the guard poisoned. Returns the picks [rows, k].
+std::vector<int32_t> run_select(Precision prec, const DeviceBuffer& scores, TopKArgs a) {
+    const size_t count = size_t(a.rows * a.k);
+    auto idx = DeviceBuffer::allocate((count + kGuard) * sizeof(int32_t));
+    const size_t ws_bytes = sm90_topk_select_workspace_bytes(a);
+    auto ws = DeviceBuffer::allocate(std::max<size_t>(ws_bytes, 16));
+    EXPECT_TRUE(idx.is_ok() && ws.is_ok());
+    if (!idx.is_ok() || !ws.is_ok()) return {};
+    EXPECT_TRUE(ws->fill_bytes(0xa5).is_ok());
+    a.scores = scores.data();
+    a.idx = idx->as<int32_t>();
+    std::vector<int32_t> first;
+    for (int call = 0; call < 2; ++call) {
+        EXPECT_TRUE(idx->fill_bytes(kIdxPoison).is_ok());
+        const Status s = sm90_topk_select(prec, a, ws->data(), ws_bytes, nullptr);
+        EXPECT_TRUE(s.is_ok()) << s.to_string();
+        auto all = to_host<int32_t>(*idx, count + kGuard);
+        const int64_t guard_hit = std::count_if(all.begin() + int64_t(count), all.end(),
+                                                [](int32_t v) { return v != 0x5a5a5a5a; });
+        EXPECT_EQ(guard_hit, 0) << "slots past rows·k were written";
+        all.resize(count);
+        if (call == 0)
+            first = std::move(all);
+        else
+            EXPECT_EQ(first_difference(all, first, a.k), "") << "a second call on the same workspace differs";
+    }
+    return first;
+}
+
+std::vector<int32_t> run_topk(Precision prec, const DeviceBuffer& scores, TopKArgs a) {
+    auto idx = poisoned<int32_t>(size_t(a.rows * a.k));
+    EXPECT_TRUE(idx.is_ok());
+    if (!idx.is_ok()) return {};
+    a.scores = scores.data();
+    a.idx = idx->as<int32_t>();
+    const Status s = sm90_topk(prec, a, nullptr);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    return to_host<int32_t>(*idx, size_t(a.rows * a.k));
+}
+
+// CPU picks; with positions, row t alone over its first min(n, (pos + 1) / ratio) scores.
+std::vector<int32_t> run_cpu(Precision prec, const std::vector<float>& s, int64_t rows, int64_t n, int64_t k,
+                             const std::vector<int64_t>* positions = nullptr, int64_t ratio = 0) {
+    std::vector<int32_t> want(size_t(rows * k), 0x5a5a5a5a);
+    if (!positions) {
+        const Status st = backend::cpu::topk({prec, &pool()}, {s.data(), rows, n, k, want.data()});
+        EXPECT_TRUE(st.is_ok()) << st.to_string();
+        return want;
+    }
+    for (int64_t t = 0; t < rows; ++t) {
+        const int64_t visible = std::clamp<int64_t>(((*positions)[size_t(t)] + 1) / ratio, 0, n);
+        const Status st = backend::cpu::topk({prec, &pool()}, {s.data() + t * n, 1, visible, k, want.data() + t * k});
+        EXPECT_TRUE(st.is_ok()) << st.to_string();
+    }
+    return want;
+}
+
+// A test that can fail: some rows must pick real entries.
+void expect_some_picks(const std::vector<int32_t>& picks) {
+    EXPECT_GT(std::count_if(picks.begin(), picks.end(), [](int32_t v) { return v >= 0; }), 0);
+}
+
+class TopKSelectTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(TopKSelectTest, IdenticalToTopkAndCpu) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const int64_t ns[] = {1, 5, 511, 512, 513, 1024, 16384, 16385, 65536, 262144};
+    const int64_t ks[] = {8, 16, 512, 1024};
+    constexpr int64_t kElementBudget = int64_t(2) << 20;  // rows · n per case, 1..64 rows
+    int salt = 0;
+    for (int64_t n : ns)
+        for (int64_t k : ks) {
+            const int64_t max_rows = std::clamp<int64_t>(kElementBudget / n, 1, 64);
+            const int64_t rows = std::uniform_int_distribution<int64_t>(1, max_rows)(rng);
+            SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n) + " k " + std::to_string(k));
+            const auto s = random_rows(prec, rng, rows, n, salt++);
+            auto ds = act_to_device(prec, s);
+            ASSERT_TRUE(ds.is_ok());
+            const TopKArgs a{nullptr, rows, n, k, nullptr};
+            const auto got = run_select(prec, *ds, a);
+            EXPECT_EQ(first_difference(got, run_topk(prec, *ds, a), k), "") << "against sm90_topk";
+            EXPECT_EQ(first_difference(got, run_cpu(prec, s, rows, n, k), k), "") << "against cpu::topk";
+            if (n >= 512) expect_some_picks(got);
+        }
+}
+
+// The full batch at the largest rows, Flash / Pro top-k, and the test models' k over many rows.
+TEST_P(TopKSelectTest, SixtyFourLongRows) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    struct Case {
+        int64_t rows, n, k;
+    };
+    const Case cases[] = {{64, 262144, 512}, {64, 65536, 1024}, {64, 16384, 1024}, {64, 16385, 8}, {64, 1024, 16}};
+    int salt = 0;
+    for (const Case& c : cases) {
+        SCOPED_TRACE("rows " + std::to_string(c.rows) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k));
+        const auto s = random_rows(prec, rng, c.rows, c.n, salt++);
+        auto ds = act_to_device(prec, s);
+        ASSERT_TRUE(ds.is_ok());
+        const TopKArgs a{nullptr, c.rows, c.n, c.k, nullptr};
+        const auto got = run_select(prec, *ds, a);
+        EXPECT_EQ(first_difference(got, run_topk(prec, *ds, a), c.k), "") << "against sm90_topk";
+        EXPECT_EQ(first_difference(got, run_cpu(prec, s, c.rows, c.n, c.k), c.k), "") << "against cpu::topk";
+        expect_some_picks(got);
+    }
+}
+
+// Decode mode: row t reads only its first min(n, (positions[t] + 1) / ratio) scores; the rest of the row is
+// poisoned (NaN bytes in bf16 and f32), so a read past the cut changes the picks.
+TEST_P(TopKSelectTest, PositionsCutEachRow) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    constexpr int64_t kRatio = 4;
+    const int64_t ns[] = {700, 16384, 16385, 100000, 262144};
+    const int64_t ks[] = {16, 512, 1024};
+    int salt = 0;
+    for (int64_t n : ns)
+        for (int64_t k : ks) {
+            const int64_t rows = std::uniform_int_distribution<int64_t>(1, std::clamp<int64_t>((int64_t(2) << 20) / n,
+                                                                                               1, 64))(rng);
+            SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n) + " k " + std::to_string(k));
+            // visible counts: none, one, fewer than k, a partial chunk, all, past the capacity
+            std::vector<int64_t> pos(static_cast<size_t>(rows));
+            std::uniform_int_distribution<int64_t> any_pos(0, kRatio * n + 100);
+            const int64_t fixed[] = {0, 3, 4 * k - 5, 4 * (n / 2) + 1, 4 * n - 1, 4 * n + 77};
+            for (int64_t t = 0; t < rows; ++t) pos[size_t(t)] = t < 6 ? fixed[t] : any_pos(rng);
+            auto s = random_rows(prec, rng, rows, n, salt++);
+            for (int64_t t = 0; t < rows; ++t) {
+                const int64_t visible = std::clamp<int64_t>((pos[size_t(t)] + 1) / kRatio, 0, n);
+                std::fill(s.begin() + t * n + visible, s.begin() + (t + 1) * n, NAN);
+            }
+            auto ds = act_to_device(prec, s);
+            auto dpos = to_device(pos);
+            ASSERT_TRUE(ds.is_ok() && dpos.is_ok());
+            TopKArgs a{nullptr, rows, n, k, nullptr};
+            a.positions = dpos->as<int64_t>();
+            a.ratio = kRatio;
+            const auto got = run_select(prec, *ds, a);
+            EXPECT_EQ(first_difference(got, run_topk(prec, *ds, a), k), "") << "against sm90_topk";
+            EXPECT_EQ(first_difference(got, run_cpu(prec, s, rows, n, k, &pos, kRatio), k), "") << "against cpu::topk";
+            expect_some_picks(got);
+        }
+}
+
+// Signed zeros, infinities and NaN only: exactly sm90_topk's order (+0 above -0).
+TEST_P(TopKSelectTest, SignedZerosAndInfinitiesLikeTopk) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const float values[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f};
+    std::uniform_int_distribution<int> pick(0, 6);
+    for (int64_t n : {int64_t(513), int64_t(16385)})
+        for (int64_t k : {int64_t(16), int64_t(1024)}) {
+            const int64_t rows = 5;
+            SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
+            std::vector<float> s(size_t(rows * n));
+            for (auto& v : s) v = values[pick(rng)];
+            auto ds = act_to_device(prec, s);
+            ASSERT_TRUE(ds.is_ok());
+            const TopKArgs a{nullptr, rows, n, k, nullptr};
+            const auto got = run_select(prec, *ds, a);
+            EXPECT_EQ(first_difference(got, run_topk(prec, *ds, a), k), "") << "against sm90_topk";
+            expect_some_picks(got);
+        }
+}
+
+TEST(TopKSelectValidation, ClearErrors) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 16);
+    ASSERT_TRUE(buf.is_ok());
+    const TopKArgs too_many{buf->data(), 1, 4096, 2048, buf->as<int32_t>()};
+    Status s = sm90_topk_select(Precision::kReference, too_many, nullptr, 0, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("above the supported 1024"), std::string::npos) << s.message();
+    TopKArgs no_ratio{buf->data(), 1, 100, 16, buf->as<int32_t>()};
+    no_ratio.positions = buf->as<int64_t>();
+    s = sm90_topk_select(Precision::kReference, no_ratio, nullptr, 0, nullptr);
+    EXPECT_NE(s.message().find("compression ratio"), std::string::npos) << s.message();
+    // short rows need no workspace; long rows name the size they need
+    EXPECT_EQ(sm90_topk_select_workspace_bytes({buf->data(), 8, 16384, 512, buf->as<int32_t>()}), 0u);
+    const TopKArgs long_rows{buf->data(), 2, 16385, 512, buf->as<int32_t>()};
+    const size_t need = sm90_topk_select_workspace_bytes(long_rows);
+    EXPECT_GT(need, 0u);
+    s = sm90_topk_select(Precision::kReference, long_rows, buf->data(), need - 1, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("workspace of " + std::to_string(need) + " bytes"), std::string::npos) << s.message();
+}
+
+const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
+std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
+INSTANTIATE_TEST_SUITE_P(Cuda, TopKSelectTest, kPrecisions, precision_label);
+
+}  // namespace
+}  // namespace dsv4::cuda
