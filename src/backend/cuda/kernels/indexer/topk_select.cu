@@ -49,9 +49,12 @@ bool long_rows(const TopKArgs& a) { return a.n > Cfg::kShortMax; }
 template <typename ScoreT>
 Status launch_short(const TopKArgs& a, StreamHandle stream, const std::string& op) {
     using KeyT = typename SelectKey<ScoreT>::T;
-    const size_t smem = 2 * Cfg::kThreads * sizeof(unsigned long long) + size_t((a.n + 7) / 8 * 8) * sizeof(KeyT);
+    constexpr size_t kPicks = 2 * Cfg::kThreads * sizeof(unsigned long long);
+    const size_t smem = kPicks + size_t((a.n + 7) / 8 * 8) * sizeof(KeyT);
     auto* kernel = sm90_topk_select_short_kernel<ScoreT>;
-    DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    // the opt-in is always the largest row's, so calls with other n on other threads never lower it under a launch
+    constexpr size_t kMaxSmem = kPicks + size_t(Cfg::kShortMax) * sizeof(KeyT);
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)),
                   op + ": shared memory opt-in");
     kernel<<<unsigned(a.rows), Cfg::kThreads, smem, stream>>>(static_cast<const ScoreT*>(a.scores), a.n, int(a.k),
                                                               a.positions, a.ratio, a.idx);

@@ -31,6 +31,7 @@ namespace dsv4::cuda {
 
 struct TopKSelectConfig {
     static constexpr int kThreads = 1024;  // every kernel; the sort holds one pick per thread
+    static constexpr int kMinBlocks = 2;   // two CTAs per SM: 32 registers (the long-row passes hide latency so)
     static constexpr int kMaxK = 1024;
     static constexpr int kBins = 256;
     static constexpr int kMaxPasses = 4;
@@ -224,7 +225,7 @@ __device__ __forceinline__ void block_sort_write(unsigned long long v, int kk, i
 
 // Short rows: grid = rows, kThreads threads, dynamic shared memory = 2·kThreads picks + n keys (topk_select.cu).
 template <typename ScoreT>
-__global__ void __launch_bounds__(TopKSelectConfig::kThreads)
+__global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
                                   const int64_t* __restrict__ positions, int64_t ratio, int32_t* __restrict__ idx) {
     using Cfg = TopKSelectConfig;
@@ -299,7 +300,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads)
 
 // Long rows, pass `pass`: grid = rows · chunks (block b: row b / chunks, chunk b % chunks), kThreads threads.
 template <typename ScoreT>
-__global__ void __launch_bounds__(TopKSelectConfig::kThreads)
+__global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_hist_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
                                  const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks, int pass,
                                  TopKSelectWorkspace ws) {
@@ -375,7 +376,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads)
 
 // Long rows: each chunk writes its picks into the row's slots, the row's last CTA sorts them and writes idx.
 template <typename ScoreT>
-__global__ void __launch_bounds__(TopKSelectConfig::kThreads)
+__global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_collect_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
                                     const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks,
                                     TopKSelectWorkspace ws, int32_t* __restrict__ idx) {
