@@ -18,7 +18,11 @@
 // (N sized so a graph takes ~10 ms, at least 2); time per call = graph time / N; median of 21 timings after 2 warm
 // launches. Direct launches replace the graph if capture fails (reported).
 //
-// Usage: dsv4_bench_attention [--date YYYY-MM-DD]
+// --split adds, at every CSA / HCA attention point, the split-candidate kernel (sm90_sparse_attn_split, automatic
+// chunks) in both modes — reference max (block-max pass + partials + combine) and plain (partials + combine) — on the
+// same packed inputs, next to the one-pass kernel; --attention-only skips the indexer, compressor and layer parts.
+//
+// Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -88,6 +92,7 @@ struct Env {
     double copy_tbs = 0;
     backend::RopeFreqs freqs;  // compressed-entry RoPE (compress_rope_theta 160000, YaRN 16 over 65536)
     uint64_t seed = 1;
+    bool split = false;  // --split: time sm90_sparse_attn_split next to the one-pass kernel
 };
 Env* g = nullptr;
 
@@ -269,8 +274,12 @@ double bench_attention(bool csa, int64_t B, int64_t ctx) {
     const int pool_copies = copies_for(copy_bytes);
     const int rotations = std::min(kMaxRotations, std::max({2, pool_copies, copies_for(touched)}));
     const size_t q_bytes = size_t(B * kHeads * kHeadDim) * 2, list = size_t(B * width);
+    // the split kernel's workspace (partials and block maxima) at this shape, automatic chunks
+    SparseAttnArgs shape;
+    shape.tokens = B, shape.heads = kHeads, shape.topk = width, shape.kv_packed = true;
+    const size_t ws_bytes = g->split ? sm90_sparse_attn_split_workspace_bytes(shape) : 0;
     const double need = pool_copies * copy_bytes + double(rotations) * double(q_bytes + list * 4) + double(q_bytes) +
-                        double(list) * (1024 + 4) + 33e6;
+                        double(list) * (1024 + 4) + double(ws_bytes) + 33e6;
     if (!fits(need, B, cn, op)) return -1;
 
     DeviceBuffer pool = alloc(size_t(pool_copies * copy_bytes), "K=V pool");
@@ -326,6 +335,20 @@ double bench_attention(bool csa, int64_t B, int64_t ctx) {
         return a;
     };
     const Timing tp = time_op(rotations, [&](int i) { return sm90_sparse_attn(kRef, args(i, true), g->s); });
+    Timing ts_ref, ts_plain;
+    int64_t split_chunk = 0;
+    DeviceBuffer ws = alloc(ws_bytes, "split workspace");
+    if (g->split) {
+        split_chunk = sm90_sparse_attn_split_chunk(shape);
+        SparseAttnSplitOptions ref_max, plain;
+        plain.match_reference_max = false;
+        ts_ref = time_op(rotations, [&](int i) {
+            return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, ref_max);
+        });
+        ts_plain = time_op(rotations, [&](int i) {
+            return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, plain);
+        });
+    }
     const Timing tu = time_op(rotations, [&](int i) {
         return sm90_kv_unpack(kRef, pool.data(), d_idx.as<int32_t>() + size_t(i) * list, int64_t(list),
                               unpacked.data(), g->s);
@@ -341,6 +364,20 @@ double bench_attention(bool csa, int64_t B, int64_t ctx) {
     std::snprintf(note, sizeof note, "%lld candidates/query; pool %.1f MB x %d copies", (long long)width,
                   copy_bytes / 1e6, pool_copies);
     print_row(B, cn, op, tp, bytes, flops, note);
+    if (g->split) {
+        const int64_t chunks = split_chunk > 0 ? (width + split_chunk - 1) / split_chunk : 0;
+        std::snprintf(note, sizeof note,
+                      "chunk %lld (%lld chunks, %lld CTAs); block-max pass + partials + combine; %.2fx the one-pass "
+                      "speed; workspace %.1f MB",
+                      (long long)split_chunk, (long long)chunks, (long long)(chunks * B * kHeads / 16),
+                      tp.us / ts_ref.us, double(ws_bytes) / 1e6);
+        print_row(B, cn, csa ? "CSA split attention, reference max" : "HCA split attention, reference max", ts_ref,
+                  bytes, flops, note);
+        std::snprintf(note, sizeof note, "chunk %lld; partials + combine (P re-rounded per chunk); %.2fx the one-pass "
+                      "speed", (long long)split_chunk, tp.us / ts_plain.us);
+        print_row(B, cn, csa ? "CSA split attention, plain" : "HCA split attention, plain", ts_plain, bytes, flops,
+                  note);
+    }
     std::snprintf(note, sizeof note, "unpack alone %.2f us; packed is %.2fx faster (rates on the packed bytes)", tu.us,
                   tb.us / tp.us);
     print_row(B, cn, base_op, tb, bytes, flops, note);
@@ -517,16 +554,22 @@ double bench_compressor(int64_t B, bool indexer) {
 
 int main(int argc, char** argv) {
     std::string date = "undated";
+    bool split = false, attention_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--date") == 0 && i + 1 < argc) {
             date = argv[++i];
+        } else if (std::strcmp(argv[i], "--split") == 0) {
+            split = true;
+        } else if (std::strcmp(argv[i], "--attention-only") == 0) {
+            attention_only = true;
         } else {
-            std::fprintf(stderr, "usage: %s [--date YYYY-MM-DD]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only]\n", argv[0]);
             return 2;
         }
     }
     Env env;
     g = &env;
+    env.split = split;
     auto stream = Stream::create();
     CHECK(stream.status());
     env.stream = std::move(*stream);
@@ -566,6 +609,7 @@ int main(int argc, char** argv) {
         for (int64_t B : batches) bench_attention(true, B, ctx);
     for (int64_t ctx : contexts)
         for (int64_t B : batches) bench_attention(false, B, ctx);
+    if (attention_only) return 0;
     for (int64_t ctx : contexts)
         for (int64_t B : batches) bench_indexer(B, ctx);
     double comp_main_b1 = -1, comp_index_b1 = -1;

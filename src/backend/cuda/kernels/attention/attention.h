@@ -48,6 +48,8 @@ struct SparseAttnSplitOptions {
 };
 // Device workspace the call needs (partials, block maxima) for these shapes; 0 when there is nothing to split.
 size_t sm90_sparse_attn_split_workspace_bytes(const SparseAttnArgs& a, const SparseAttnSplitOptions& o = {});
+// Candidates per chunk the call would use (a multiple of 64; 0 when there is nothing to split), for reports.
+int64_t sm90_sparse_attn_split_chunk(const SparseAttnArgs& a, const SparseAttnSplitOptions& o = {});
 // workspace: at least sm90_sparse_attn_split_workspace_bytes(a, o) bytes, 16-byte aligned; no initial contents.
 Status sm90_sparse_attn_split(backend::Precision precision, const SparseAttnArgs& a, void* workspace,
                               size_t workspace_bytes, StreamHandle stream, const SparseAttnSplitOptions& o = {});

@@ -94,6 +94,11 @@ size_t sm90_sparse_attn_split_workspace_bytes(const SparseAttnArgs& a, const Spa
     return make_plan(a, o).bytes;
 }
 
+int64_t sm90_sparse_attn_split_chunk(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
+    if (o.chunk < 0 || o.chunk % Cfg::kBlock != 0 || o.chunk > int64_t(Cfg::kMaxChunkBlocks) * Cfg::kBlock) return 0;
+    return make_plan(a, o).chunk_blocks * Cfg::kBlock;
+}
+
 Status sm90_sparse_attn_split(Precision precision, const SparseAttnArgs& a, void* workspace, size_t workspace_bytes,
                               StreamHandle stream, const SparseAttnSplitOptions& o) {
     const std::string op = "sm90_sparse_attn_split";
