@@ -1,0 +1,245 @@
+// sm90_mxfp4_moe_decode_v2 against (a) sm90_mxfp4_moe_decode (v1) on the same inputs: v2 performs the same f32
+// operations on the same values (moe_v2.cuh), so every output is expected to be byte-identical — the fraction is
+// printed and anything short of 100 % fails; and (b) the CPU composition v1 is tested against
+// (backend::cpu::routed_experts + backend::cpu::moe_sum, kReference) with v1's bar: rel_l2 <= 2e-3 and >= 95 % of
+// outputs bit-exact. Outputs and both workspaces are NaN-poisoned first; a second v2 call on the same workspace must
+// give the same bits (counters re-armed by launch 1).
+//
+// Shapes: V4-Flash and V4-Pro; T in {1, 2, 7, 16, 64, 256}; uniform routing and skewed routing (every token on the
+// same 6 experts: 7..256 tokens per expert, i.e. several 8-token tiles per work item). Weights as in
+// moe_decode_test.cpp: a pool of 5 distinct random MXFP4 experts drawn in parallel, aliased across the table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/moe/moe.h"
+#include "core/quant_formats.h"
+#include "core/thread_pool.h"
+#include "ops/gpu_testing.h"
+#include "testing/testing.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using backend::Precision;
+using namespace dsv4::cuda::testing;
+
+struct MoeShape {
+    const char* name;
+    int64_t dim, inter, n_experts, k;
+};
+constexpr MoeShape kFlash{"flash", 4096, 2048, 256, 6};
+constexpr MoeShape kPro{"pro", 7168, 3072, 384, 6};
+
+// Random MXFP4 weight [rows, cols] through the encoder; each 32-block scaled by 2^u, u in [-6, 2].
+// Rows are drawn in parallel, each from its own generator seeded by `rng` (a Pro expert is 22M values; every gtest
+// case runs in its own process and draws its pool again).
+Mxfp4Tensor random_mxfp4(std::mt19937_64& rng, int64_t rows, int64_t cols) {
+    std::vector<float> w(size_t(rows * cols));
+    const uint64_t seed = rng();
+    pool().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            std::mt19937_64 row_rng(seed ^ (0x9e3779b97f4a7c15ull * uint64_t(r + 1)));
+            std::normal_distribution<float> n(0.0f, 0.02f);
+            std::uniform_int_distribution<int> binade(-6, 2);
+            float* row = w.data() + r * cols;
+            for (int64_t b = 0; b < cols; b += 32) {
+                const float s = std::ldexp(1.0f, binade(row_rng));
+                for (int64_t i = b; i < b + 32; ++i) row[i] = n(row_rng) * s;
+            }
+        }
+    });
+    auto t = mxfp4_encode(w, rows, cols);
+    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+    return std::move(*t);
+}
+
+// A pool of distinct random experts, on the host (for the CPU op) and on the device, plus the expert table.
+struct ExpertPool {
+    int64_t size = 0;
+    std::vector<Mxfp4Tensor> w1, w3, w2;
+    std::vector<DeviceBuffer> dev;  // per entry: w1, w1s, w3, w3s, w2, w2s
+    std::vector<backend::ExpertWeights> views;  // [E]
+    DeviceBuffer table;                         // Mxfp4ExpertPtrs [E]
+};
+
+ExpertPool* expert_pool(const MoeShape& s) {
+    static std::map<std::string, std::unique_ptr<ExpertPool>> cache;
+    auto& slot = cache[s.name];
+    if (slot) return slot.get();
+    auto p = std::make_unique<ExpertPool>();
+    std::mt19937_64 rng(fresh_seed());
+    p->size = 5;
+    const auto mx = backend::WeightFormat::kMXFP4;
+    for (int64_t i = 0; i < p->size; ++i) {
+        p->w1.push_back(random_mxfp4(rng, s.inter, s.dim));
+        p->w3.push_back(random_mxfp4(rng, s.inter, s.dim));
+        p->w2.push_back(random_mxfp4(rng, s.dim, s.inter));
+        for (const Mxfp4Tensor* t : {&p->w1.back(), &p->w3.back(), &p->w2.back()}) {
+            auto d = to_device(t->packed);
+            auto sc = to_device(t->scales);
+            if (!d.is_ok() || !sc.is_ok()) return nullptr;
+            p->dev.push_back(std::move(*d));
+            p->dev.push_back(std::move(*sc));
+        }
+    }
+    std::vector<Mxfp4ExpertPtrs> table(size_t(s.n_experts));
+    for (int64_t e = 0; e < s.n_experts; ++e) {
+        const int64_t i = e % p->size;
+        const DeviceBuffer* d = &p->dev[size_t(6 * i)];
+        table[size_t(e)] = {d[0].as<uint8_t>(), d[1].as<uint8_t>(), d[2].as<uint8_t>(),
+                            d[3].as<uint8_t>(), d[4].as<uint8_t>(), d[5].as<uint8_t>()};
+        const Mxfp4Tensor &w1 = p->w1[size_t(i)], &w2 = p->w2[size_t(i)], &w3 = p->w3[size_t(i)];
+        p->views.push_back({.w1 = {mx, s.inter, s.dim, w1.packed.data(), w1.scales.data()},
+                            .w2 = {mx, s.dim, s.inter, w2.packed.data(), w2.scales.data()},
+                            .w3 = {mx, s.inter, s.dim, w3.packed.data(), w3.scales.data()}});
+    }
+    auto tb = to_device(table);
+    if (!tb.is_ok()) return nullptr;
+    p->table = std::move(*tb);
+    slot = std::move(p);
+    return slot.get();
+}
+
+enum class Routing { kUniform, kSkewed };
+
+void run_case(const MoeShape& s, int64_t T, Routing routing) {
+    const char* rname = routing == Routing::kUniform ? "uniform" : "skewed";
+    SCOPED_TRACE(std::string(s.name) + " T " + std::to_string(T) + " " + rname);
+    ExpertPool* ep = expert_pool(s);
+    ASSERT_NE(ep, nullptr) << "could not upload the expert pool";
+    std::mt19937_64 rng(fresh_seed());
+    const int64_t K = s.k, D = s.dim;
+    std::vector<int32_t> idx(size_t(T * K));
+    std::vector<float> rw(size_t(T * K));
+    std::vector<int32_t> all(size_t(s.n_experts));
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<int32_t> hot = {int32_t(s.n_experts - 1), 3, 200, 17, 42, 101};
+    std::uniform_real_distribution<float> u(0.5f, 2.0f);
+    for (int64_t t = 0; t < T; ++t) {
+        if (routing == Routing::kUniform) {
+            std::shuffle(all.begin(), all.end(), rng);
+            std::copy(all.begin(), all.begin() + K, idx.begin() + t * K);
+        } else {
+            std::shuffle(hot.begin(), hot.end(), rng);
+            std::copy(hot.begin(), hot.begin() + K, idx.begin() + t * K);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < K; ++j) sum += (rw[size_t(t * K + j)] = u(rng));
+        for (int64_t j = 0; j < K; ++j) rw[size_t(t * K + j)] = rw[size_t(t * K + j)] / sum * 1.5f;
+    }
+    const auto x = random_bf16(rng, size_t(T * D), 1.0f);
+    const bool with_shared = routing == Routing::kUniform;
+    const auto shared = random_bf16(rng, size_t(T * D), 0.05f);
+
+    const backend::Exec ex{Precision::kReference, &pool()};
+    std::vector<float> per_pick(size_t(T * K * D)), want(size_t(T * D));
+    DSV4_ASSERT_OK(backend::cpu::routed_experts(
+        ex, {.x = x.data(), .tokens = T, .k = K, .n_experts = s.n_experts, .experts = ep->views.data(),
+             .idx = idx.data(), .weights = rw.data(), .limit = 10.0f, .out = per_pick.data()}));
+    DSV4_ASSERT_OK(backend::cpu::moe_sum(ex, {.expert_out = per_pick.data(), .idx = idx.data(),
+                                              .shared = with_shared ? shared.data() : nullptr, .tokens = T, .k = K,
+                                              .dim = D, .y = want.data()}));
+
+    auto dx = to_device(to_bf16_bits(x));
+    auto didx = to_device(idx);
+    auto drw = to_device(rw);
+    auto dsh = to_device(to_bf16_bits(shared));
+    auto dy1 = poisoned<uint16_t>(size_t(T * D));
+    auto dy2 = poisoned<uint16_t>(size_t(T * D));
+    const size_t ws1_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, K, s.n_experts, D, s.inter);
+    const size_t ws2_bytes = sm90_mxfp4_moe_decode_v2_workspace_bytes(T, K, s.n_experts, D, s.inter);
+    auto dws1 = poisoned<uint8_t>(ws1_bytes);
+    auto dws2 = poisoned<uint8_t>(ws2_bytes);
+    ASSERT_TRUE(dx.is_ok() && didx.is_ok() && drw.is_ok() && dsh.is_ok() && dy1.is_ok() && dy2.is_ok() &&
+                dws1.is_ok() && dws2.is_ok());
+    MoeDecodeArgs a;
+    a.x = dx->data();
+    a.idx = didx->as<int32_t>();
+    a.route_w = drw->as<float>();
+    a.experts = ep->table.as<Mxfp4ExpertPtrs>();
+    a.shared = with_shared ? dsh->data() : nullptr;
+    a.tokens = T, a.k = K, a.n_experts = s.n_experts, a.dim = D, a.inter = s.inter;
+    MoeDecodeArgs a1 = a, a2 = a;
+    a1.y = dy1->data(), a1.workspace = dws1->data(), a1.workspace_bytes = ws1_bytes;
+    a2.y = dy2->data(), a2.workspace = dws2->data(), a2.workspace_bytes = ws2_bytes;
+    auto st = Stream::create();
+    ASSERT_TRUE(st.is_ok());
+    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a1, st->handle()));
+    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode_v2(a2, st->handle()));
+    DSV4_ASSERT_OK(st->synchronize());
+    const auto v1 = to_host<uint16_t>(*dy1, size_t(T * D));
+    const auto v2 = to_host<uint16_t>(*dy2, size_t(T * D));
+    const auto got = from_bf16_bits(v2);
+    size_t exact = 0, same_v1 = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        exact += f32_to_bf16(got[i]) == f32_to_bf16(want[i]);
+        same_v1 += v1[i] == v2[i];
+    }
+    const double share = double(exact) / double(got.size()), share_v1 = double(same_v1) / double(got.size());
+    std::printf("  v2 %s T %3lld %-7s bytes identical to v1 %.4f%%, bit-exact vs CPU %.4f%%\n", s.name,
+                (long long)T, rname, 100.0 * share_v1, 100.0 * share);
+    DSV4_EXPECT_CLOSE(got, want, 2e-3);
+    EXPECT_GE(share, 0.95) << "class C: nearly every output should be bit-exact against the CPU";
+    EXPECT_EQ(same_v1, got.size()) << "v2 performs v1's f32 operations on the same values: every output should "
+                                      "be byte-identical to v1's";
+
+    DSV4_ASSERT_OK(dy2->fill_bytes(0xff));
+    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode_v2(a2, st->handle()));
+    DSV4_ASSERT_OK(st->synchronize());
+    const auto again = to_host<uint16_t>(*dy2, size_t(T * D));
+    size_t same = 0;
+    for (size_t i = 0; i < v2.size(); ++i) same += v2[i] == again[i];
+    EXPECT_EQ(same, v2.size()) << "the v2 result changed between two identical calls";
+}
+
+class CudaMoeDecodeV2 : public ::testing::TestWithParam<std::tuple<int, int64_t, Routing>> {};
+
+TEST_P(CudaMoeDecodeV2, MatchesV1AndCpuRoutedExpertsAndSum) {
+    DSV4_REQUIRE_GPU();
+    const auto [shape, T, routing] = GetParam();
+    run_case(shape == 0 ? kFlash : kPro, T, routing);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeDecodeV2,
+                         ::testing::Combine(::testing::Values(0, 1), ::testing::Values(1, 2, 7, 16, 64, 256),
+                                            ::testing::Values(Routing::kUniform, Routing::kSkewed)),
+                         [](const auto& info) {
+                             return std::string(std::get<0>(info.param) == 0 ? "Flash" : "Pro") + "_T" +
+                                    std::to_string(std::get<1>(info.param)) +
+                                    (std::get<2>(info.param) == Routing::kUniform ? "_uniform" : "_skewed");
+                         });
+
+// Argument checks happen before any CUDA call (no GPU needed).
+TEST(CudaMoeDecodeV2Args, RejectsBadShapesWithClearMessages) {
+    int dummy[64] = {};
+    MoeDecodeArgs a;
+    a.x = a.shared = a.y = a.workspace = dummy;
+    a.idx = dummy;
+    a.route_w = reinterpret_cast<const float*>(dummy);
+    a.experts = reinterpret_cast<const Mxfp4ExpertPtrs*>(dummy);
+    a.tokens = 1, a.k = 6, a.n_experts = 256, a.dim = 4096, a.inter = 2048, a.workspace_bytes = 1;
+    Status s = sm90_mxfp4_moe_decode_v2(a, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
+    a.tokens = 300;
+    s = sm90_mxfp4_moe_decode_v2(a, nullptr);
+    EXPECT_NE(s.message().find("tokens 300"), std::string::npos) << s.to_string();
+    a.tokens = 4, a.dim = 4000;
+    s = sm90_mxfp4_moe_decode_v2(a, nullptr);
+    EXPECT_NE(s.message().find("multiples of 512"), std::string::npos) << s.to_string();
+    a.dim = 4096, a.k = 0;
+    s = sm90_mxfp4_moe_decode_v2(a, nullptr);
+    EXPECT_NE(s.message().find("K 0"), std::string::npos) << s.to_string();
+    // the v2 workspace is at least v1's (its down counters are per 16 rows of D, v1's per 32)
+    EXPECT_GE(sm90_mxfp4_moe_decode_v2_workspace_bytes(64, 6, 256, 4096, 2048),
+              sm90_mxfp4_moe_decode_workspace_bytes(64, 6, 256, 4096, 2048));
+    EXPECT_EQ(sm90_mxfp4_moe_decode_v2_workspace_bytes(0, 6, 256, 4096, 2048), 0u);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda
