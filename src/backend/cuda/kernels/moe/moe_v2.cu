@@ -126,8 +126,8 @@ __device__ void produce(const MoeKernelParams& p, uint8_t* ring, uint64_t* full,
     // this lane's consumer stream: item, token tile, K split, step, stage counter
     int item = lane * grid + int(blockIdx.x), tile = 0, ks = 0, step = 0, n = 0, count = 0;
     bool live = lane < V2::kConsumers && item < n_items;
-    const uint8_t* wbase[M];  // the item's first row of each matrix
-    const uint8_t* sbase[M];
+    const uint8_t* wbase[M] = {};  // the item's first row of each matrix (weights, scales)
+    const uint8_t* sbase[M] = {};
     auto load_item = [&]() {
         const int slot = item / rows_per_expert, rt = item % rows_per_expert;
         const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[p.active_expert[slot]];
