@@ -213,6 +213,8 @@ __global__ void __launch_bounds__(V2::kThreads, 1) sm90_moe_v2_gemm_kernel(MoeKe
     if (threadIdx.x < V2::kConsumers * S) {
         mbar_init(full + threadIdx.x, 32);
         mbar_init(empty + threadIdx.x, 1);
+        // make the initialised barriers visible to the asynchronous arrivals (cp.async completion) as well
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();  // the only block-wide barrier: the roles never meet again
     const int n_active = *p.n_active;
