@@ -20,6 +20,7 @@
 #include "core/quant_formats.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
+#include "ops/moe_test_inputs.h"
 #include "testing/testing.h"
 
 namespace dsv4::cuda {
@@ -27,85 +28,7 @@ namespace {
 
 using backend::Precision;
 using namespace dsv4::cuda::testing;
-
-struct MoeShape {
-    const char* name;
-    int64_t dim, inter, n_experts, k;
-};
-constexpr MoeShape kFlash{"flash", 4096, 2048, 256, 6};
-constexpr MoeShape kPro{"pro", 7168, 3072, 384, 6};
-
-// Random MXFP4 weight [rows, cols] through the encoder; each 32-block scaled by 2^u, u in [-6, 2].
-// Rows are drawn in parallel, each from its own generator seeded by `rng` (a Pro expert is 22M values; every gtest
-// case runs in its own process and draws its pool again).
-Mxfp4Tensor random_mxfp4(std::mt19937_64& rng, int64_t rows, int64_t cols) {
-    std::vector<float> w(size_t(rows * cols));
-    const uint64_t seed = rng();
-    pool().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-            std::mt19937_64 row_rng(seed ^ (0x9e3779b97f4a7c15ull * uint64_t(r + 1)));
-            std::normal_distribution<float> n(0.0f, 0.02f);
-            std::uniform_int_distribution<int> binade(-6, 2);
-            float* row = w.data() + r * cols;
-            for (int64_t b = 0; b < cols; b += 32) {
-                const float s = std::ldexp(1.0f, binade(row_rng));
-                for (int64_t i = b; i < b + 32; ++i) row[i] = n(row_rng) * s;
-            }
-        }
-    });
-    auto t = mxfp4_encode(w, rows, cols);
-    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
-    return std::move(*t);
-}
-
-// A pool of distinct random experts, on the host (for the CPU op) and on the device, plus the expert table.
-struct ExpertPool {
-    int64_t size = 0;
-    std::vector<Mxfp4Tensor> w1, w3, w2;
-    std::vector<DeviceBuffer> dev;  // per entry: w1, w1s, w3, w3s, w2, w2s
-    std::vector<backend::ExpertWeights> views;  // [E]
-    DeviceBuffer table;                         // Mxfp4ExpertPtrs [E]
-};
-
-ExpertPool* expert_pool(const MoeShape& s) {
-    static std::map<std::string, std::unique_ptr<ExpertPool>> cache;
-    auto& slot = cache[s.name];
-    if (slot) return slot.get();
-    auto p = std::make_unique<ExpertPool>();
-    std::mt19937_64 rng(fresh_seed());
-    p->size = 5;
-    const auto mx = backend::WeightFormat::kMXFP4;
-    for (int64_t i = 0; i < p->size; ++i) {
-        p->w1.push_back(random_mxfp4(rng, s.inter, s.dim));
-        p->w3.push_back(random_mxfp4(rng, s.inter, s.dim));
-        p->w2.push_back(random_mxfp4(rng, s.dim, s.inter));
-        for (const Mxfp4Tensor* t : {&p->w1.back(), &p->w3.back(), &p->w2.back()}) {
-            auto d = to_device(t->packed);
-            auto sc = to_device(t->scales);
-            if (!d.is_ok() || !sc.is_ok()) return nullptr;
-            p->dev.push_back(std::move(*d));
-            p->dev.push_back(std::move(*sc));
-        }
-    }
-    std::vector<Mxfp4ExpertPtrs> table(size_t(s.n_experts));
-    for (int64_t e = 0; e < s.n_experts; ++e) {
-        const int64_t i = e % p->size;
-        const DeviceBuffer* d = &p->dev[size_t(6 * i)];
-        table[size_t(e)] = {d[0].as<uint8_t>(), d[1].as<uint8_t>(), d[2].as<uint8_t>(),
-                            d[3].as<uint8_t>(), d[4].as<uint8_t>(), d[5].as<uint8_t>()};
-        const Mxfp4Tensor &w1 = p->w1[size_t(i)], &w2 = p->w2[size_t(i)], &w3 = p->w3[size_t(i)];
-        p->views.push_back({.w1 = {mx, s.inter, s.dim, w1.packed.data(), w1.scales.data()},
-                            .w2 = {mx, s.dim, s.inter, w2.packed.data(), w2.scales.data()},
-                            .w3 = {mx, s.inter, s.dim, w3.packed.data(), w3.scales.data()}});
-    }
-    auto tb = to_device(table);
-    if (!tb.is_ok()) return nullptr;
-    p->table = std::move(*tb);
-    slot = std::move(p);
-    return slot.get();
-}
-
-enum class Routing { kUniform, kSkewed };
+using namespace dsv4::cuda::moe_testing;
 
 void run_case(const MoeShape& s, int64_t T, Routing routing) {
     SCOPED_TRACE(std::string(s.name) + " T " + std::to_string(T) +
@@ -114,28 +37,12 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
     ASSERT_NE(ep, nullptr) << "could not upload the expert pool";
     std::mt19937_64 rng(fresh_seed());
     const int64_t K = s.k, D = s.dim;
-    // routing: K distinct experts per token; weights positive, summing to the routed scale 1.5
-    std::vector<int32_t> idx(size_t(T * K));
-    std::vector<float> rw(size_t(T * K));
-    std::vector<int32_t> all(size_t(s.n_experts));
-    std::iota(all.begin(), all.end(), 0);
-    std::vector<int32_t> hot = {int32_t(s.n_experts - 1), 3, 200, 17, 42, 101};
-    std::uniform_real_distribution<float> u(0.5f, 2.0f);
-    for (int64_t t = 0; t < T; ++t) {
-        if (routing == Routing::kUniform) {
-            std::shuffle(all.begin(), all.end(), rng);
-            std::copy(all.begin(), all.begin() + K, idx.begin() + t * K);
-        } else {
-            std::shuffle(hot.begin(), hot.end(), rng);  // same experts, any order in the router's output
-            std::copy(hot.begin(), hot.begin() + K, idx.begin() + t * K);
-        }
-        float sum = 0;
-        for (int64_t j = 0; j < K; ++j) sum += (rw[size_t(t * K + j)] = u(rng));
-        for (int64_t j = 0; j < K; ++j) rw[size_t(t * K + j)] = rw[size_t(t * K + j)] / sum * 1.5f;
-    }
-    const auto x = random_bf16(rng, size_t(T * D), 1.0f);
+    const MoeInputs in = make_moe_inputs(s, T, routing, rng);
+    const std::vector<int32_t>& idx = in.idx;
+    const std::vector<float>& rw = in.rw;
+    const std::vector<float>& x = in.x;
+    const std::vector<float>& shared = in.shared;
     const bool with_shared = routing == Routing::kUniform;
-    const auto shared = random_bf16(rng, size_t(T * D), 0.05f);
 
     // CPU: routed_experts + moe_sum in reference numerics
     const backend::Exec ex{Precision::kReference, &pool()};
