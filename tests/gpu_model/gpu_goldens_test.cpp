@@ -10,13 +10,10 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "backend/cuda/device.h"
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
-#include "io/npy.h"
 #include "model/model_test_util.h"
 #include "testing/testing.h"
 
@@ -47,31 +44,17 @@ std::unique_ptr<Engine> load_gpu_engine(const std::filesystem::path& dir, Engine
     return std::move(e).value();
 }
 
-struct GoldenCase {
-    std::string name;    // flash_like, pro_like
-    std::string layout;  // official, transformers
-};
-
-void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name << "/" << c.layout; }
-
-std::string case_label(const ::testing::TestParamInfo<GoldenCase>& info) {
-    return info.param.name + "_" + info.param.layout;
-}
-
 class GpuGoldens : public ::testing::TestWithParam<GoldenCase> {
 protected:
     void SetUp() override {
         DSV4_REQUIRE_GPU();
-        dir_ = testing::test_data_dir() / "goldens" / GetParam().name;
-        ASSERT_TRUE(std::filesystem::exists(dir_ / "meta.json")) << "missing committed fixture " << dir_;
-        tokens_ = read_token_file(dir_ / "tokens.txt");
-        ASSERT_FALSE(tokens_.empty());
-        auto arr = io::read_npy(dir_ / "logits_f32.npy");
-        ASSERT_TRUE(arr.is_ok()) << arr.status().to_string();
-        vocab_ = arr->shape[1];
-        golden_ = arr->to_f32();
-        std::ifstream meta(dir_ / "meta.json");
-        bf16_rel_ = nlohmann::json::parse(meta).at("rel_l2").at("transformers_bf16_vs_f32").get<double>();
+        auto g = load_golden(GetParam().name);
+        ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+        dir_ = g->dir;
+        tokens_ = std::move(g->tokens);
+        golden_ = std::move(g->logits);
+        vocab_ = g->vocab;
+        bf16_rel_ = g->bf16_rel;
     }
     std::filesystem::path model_dir() const { return dir_ / GetParam().layout; }
 
@@ -125,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuGoldens,
                          ::testing::Values(GoldenCase{"flash_like", "official"},
                                            GoldenCase{"flash_like", "transformers"},
                                            GoldenCase{"pro_like", "official"}),
-                         case_label);
+                         golden_case_label);
 
 // Sequences of different lengths in one batched step, then decoding together: each gets the logits it gets alone.
 TEST(GpuBatchedSteps, EachSequenceGetsItsSoloLogits) {

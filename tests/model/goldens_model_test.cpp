@@ -25,36 +25,17 @@
 namespace dsv4::model_tests {
 namespace {
 
-struct GoldenCase {
-    std::string name;    // flash_like, pro_like
-    std::string layout;  // official, transformers
-};
-
-void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name << "/" << c.layout; }
-
-std::string case_label(const ::testing::TestParamInfo<GoldenCase>& info) {
-    return info.param.name + "_" + info.param.layout;
-}
-
 class Goldens : public ::testing::TestWithParam<GoldenCase> {
 protected:
     void SetUp() override {
-        dir_ = testing::test_data_dir() / "goldens" / GetParam().name;
-        // The fixtures are committed (tests/reference/make_goldens.py writes them): missing ones are a failure.
-        ASSERT_TRUE(std::filesystem::exists(dir_ / "meta.json")) << "missing committed fixture " << dir_;
+        auto g = load_golden(GetParam().name);
+        ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+        dir_ = g->dir;
+        tokens_ = std::move(g->tokens);
+        golden_ = std::move(g->logits);
+        vocab_ = g->vocab;
+        bf16_rel_ = g->bf16_rel;
         ASSERT_TRUE(std::filesystem::exists(model_dir() / "config.json")) << "missing committed " << model_dir();
-        tokens_ = read_token_file(dir_ / "tokens.txt");
-        ASSERT_FALSE(tokens_.empty()) << dir_ / "tokens.txt";
-        auto arr = io::read_npy(dir_ / "logits_f32.npy");
-        ASSERT_TRUE(arr.is_ok()) << arr.status().to_string();
-        ASSERT_EQ(arr->shape.size(), 2u);
-        ASSERT_EQ(arr->shape[0], int64_t(tokens_.size()));
-        vocab_ = arr->shape[1];
-        golden_ = arr->to_f32();
-        std::ifstream meta(dir_ / "meta.json");
-        const auto j = nlohmann::json::parse(meta);
-        bf16_rel_ = j.at("rel_l2").at("transformers_bf16_vs_f32").get<double>();
-        ASSERT_GT(bf16_rel_, 0.0);
     }
     std::filesystem::path model_dir() const { return dir_ / GetParam().layout; }
 
@@ -107,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, Goldens,
                          ::testing::Values(GoldenCase{"flash_like", "official"},
                                            GoldenCase{"flash_like", "transformers"},
                                            GoldenCase{"pro_like", "official"}),
-                         case_label);
+                         golden_case_label);
 
 // A prompt shorter than the sliding window (no window closes, no HCA entry completes, fewer CSA entries than the
 // window would hold): pro_like's meta.json names one (short_prompt: its first P tokens). The forward is causal, so

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/npy.h"
 #include "testing/testing.h"
 
 namespace dsv4::model_tests {
@@ -68,5 +70,32 @@ double top1_agreement(const std::vector<float>& a, const std::vector<float>& b, 
 }
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) { return testing::compare(a, b).rel_l2; }
+
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name << "/" << c.layout; }
+
+std::string golden_case_label(const ::testing::TestParamInfo<GoldenCase>& info) {
+    return info.param.name + "_" + info.param.layout;
+}
+
+Result<GoldenFixture> load_golden(const std::string& name) {
+    GoldenFixture g;
+    g.dir = testing::test_data_dir() / "goldens" / name;
+    // The fixtures are committed (tests/reference/make_goldens.py writes them): a missing one is a failure.
+    if (!std::filesystem::exists(g.dir / "meta.json")) return not_found("missing committed fixture " + g.dir.string());
+    g.tokens = read_token_file(g.dir / "tokens.txt");
+    if (g.tokens.empty()) return invalid_argument((g.dir / "tokens.txt").string() + ": no token ids");
+    DSV4_ASSIGN_OR_RETURN(io::NpyArray arr, io::read_npy(g.dir / "logits_f32.npy"));
+    if (arr.shape.size() != 2 || arr.shape[0] != int64_t(g.tokens.size()))
+        return invalid_argument((g.dir / "logits_f32.npy").string() + ": not [tokens, vocab]");
+    g.vocab = arr.shape[1];
+    g.logits = arr.to_f32();
+    std::ifstream meta(g.dir / "meta.json");
+    const auto j = nlohmann::json::parse(meta, nullptr, false);
+    if (j.is_discarded() || !j.contains("rel_l2") || !j["rel_l2"].contains("transformers_bf16_vs_f32"))
+        return invalid_argument((g.dir / "meta.json").string() + ": no rel_l2.transformers_bf16_vs_f32");
+    g.bf16_rel = j["rel_l2"]["transformers_bf16_vs_f32"].get<double>();
+    if (!(g.bf16_rel > 0)) return invalid_argument((g.dir / "meta.json").string() + ": bf16 rel_l2 must be > 0");
+    return g;
+}
 
 }  // namespace dsv4::model_tests
