@@ -105,7 +105,7 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
     EXPECT_EQ(same, v2.size()) << "the v2 result changed between two identical calls";
 }
 
-class CudaMoeDecodeV2 : public ::testing::TestWithParam<std::tuple<int, int64_t, Routing>> {};
+class CudaMoeDecodeV2 : public ::testing::TestWithParam<MoeParam> {};
 
 TEST_P(CudaMoeDecodeV2, MatchesV1AndCpuRoutedExpertsAndSum) {
     DSV4_REQUIRE_GPU();
@@ -113,36 +113,11 @@ TEST_P(CudaMoeDecodeV2, MatchesV1AndCpuRoutedExpertsAndSum) {
     run_case(shape == 0 ? kFlash : kPro, T, routing);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeDecodeV2,
-                         ::testing::Combine(::testing::Values(0, 1), ::testing::Values(1, 2, 7, 16, 64, 256),
-                                            ::testing::Values(Routing::kUniform, Routing::kSkewed)),
-                         [](const auto& info) {
-                             return std::string(std::get<0>(info.param) == 0 ? "Flash" : "Pro") + "_T" +
-                                    std::to_string(std::get<1>(info.param)) +
-                                    (std::get<2>(info.param) == Routing::kUniform ? "_uniform" : "_skewed");
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeDecodeV2, kMoeParams, moe_case_name);
 
 // Argument checks happen before any CUDA call (no GPU needed).
 TEST(CudaMoeDecodeV2Args, RejectsBadShapesWithClearMessages) {
-    int dummy[64] = {};
-    MoeDecodeArgs a;
-    a.x = a.shared = a.y = a.workspace = dummy;
-    a.idx = dummy;
-    a.route_w = reinterpret_cast<const float*>(dummy);
-    a.experts = reinterpret_cast<const Mxfp4ExpertPtrs*>(dummy);
-    a.tokens = 1, a.k = 6, a.n_experts = 256, a.dim = 4096, a.inter = 2048, a.workspace_bytes = 1;
-    Status s = sm90_mxfp4_moe_decode_v2(a, nullptr);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
-    a.tokens = 300;
-    s = sm90_mxfp4_moe_decode_v2(a, nullptr);
-    EXPECT_NE(s.message().find("tokens 300"), std::string::npos) << s.to_string();
-    a.tokens = 4, a.dim = 4000;
-    s = sm90_mxfp4_moe_decode_v2(a, nullptr);
-    EXPECT_NE(s.message().find("multiples of 512"), std::string::npos) << s.to_string();
-    a.dim = 4096, a.k = 0;
-    s = sm90_mxfp4_moe_decode_v2(a, nullptr);
-    EXPECT_NE(s.message().find("K 0"), std::string::npos) << s.to_string();
+    expect_bad_moe_args_rejected(sm90_mxfp4_moe_decode_v2);
     // the v2 workspace is at least v1's (its down counters are per 16 rows of D, v1's per 32)
     EXPECT_GE(sm90_mxfp4_moe_decode_v2_workspace_bytes(64, 6, 256, 4096, 2048),
               sm90_mxfp4_moe_decode_workspace_bytes(64, 6, 256, 4096, 2048));

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/kernels/moe/moe.h"
@@ -133,6 +134,39 @@ inline MoeInputs make_moe_inputs(const MoeShape& s, int64_t T, Routing routing, 
     in.x = random_bf16(rng, size_t(T * D), 1.0f);
     in.shared = random_bf16(rng, size_t(T * D), 0.05f);
     return in;
+}
+
+using MoeParam = std::tuple<int, int64_t, Routing>;  // shape (0 Flash, 1 Pro), T, routing
+inline const auto kMoeParams =
+    ::testing::Combine(::testing::Values(0, 1), ::testing::Values(int64_t(1), int64_t(2), int64_t(7), int64_t(16),
+                                                                  int64_t(64), int64_t(256)),
+                       ::testing::Values(Routing::kUniform, Routing::kSkewed));
+inline std::string moe_case_name(const ::testing::TestParamInfo<MoeParam>& info) {
+    return std::string(std::get<0>(info.param) == 0 ? "Flash" : "Pro") + "_T" + std::to_string(std::get<1>(info.param)) +
+           (std::get<2>(info.param) == Routing::kUniform ? "_uniform" : "_skewed");
+}
+
+// A decode launcher's argument checks, which run before any CUDA call (no GPU needed).
+inline void expect_bad_moe_args_rejected(Status (*launch)(const MoeDecodeArgs&, StreamHandle)) {
+    int dummy[64] = {};
+    MoeDecodeArgs a;
+    a.x = a.shared = a.y = a.workspace = dummy;
+    a.idx = dummy;
+    a.route_w = reinterpret_cast<const float*>(dummy);
+    a.experts = reinterpret_cast<const Mxfp4ExpertPtrs*>(dummy);
+    a.tokens = 1, a.k = 6, a.n_experts = 256, a.dim = 4096, a.inter = 2048, a.workspace_bytes = 1;
+    Status s = launch(a, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
+    a.tokens = 300;
+    s = launch(a, nullptr);
+    EXPECT_NE(s.message().find("tokens 300"), std::string::npos) << s.to_string();
+    a.tokens = 4, a.dim = 4000;
+    s = launch(a, nullptr);
+    EXPECT_NE(s.message().find("multiples of 512"), std::string::npos) << s.to_string();
+    a.dim = 4096, a.k = 0;
+    s = launch(a, nullptr);
+    EXPECT_NE(s.message().find("K 0"), std::string::npos) << s.to_string();
 }
 
 }  // namespace dsv4::cuda::moe_testing
