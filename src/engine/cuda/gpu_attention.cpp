@@ -9,6 +9,7 @@
 
 #include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/compressor_decode/compressor_decode.h"
 #include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
@@ -214,10 +215,13 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
         tp.positions = s.positions + r0;
         tp.ratio = 4;
     }
-    return cuda::sm90_topk(m.precision, tp, st);
+    return cuda::sm90_topk_select(m.precision, tp, s.attn_workspace.data(), s.attn_workspace.bytes(), st);
 }
 
-Status attend(GpuModel& m, const GpuLayer& layer, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t width) {
+// Decode (one query per sequence) splits the candidates over CTAs when the split kernel would cut the lists into
+// more than one chunk; with one chunk it would only add passes (docs/kernels/attention.md, dispatch rule).
+Status attend(GpuModel& m, const GpuLayer& layer, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t width,
+              bool decode) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, heads = c.num_heads;
@@ -236,6 +240,10 @@ Status attend(GpuModel& m, const GpuLayer& layer, const GpuLayerCache& lc, int64
     ap.positions = s.positions + r0;
     ap.freqs = layer.ratio ? m.freqs_compress : m.freqs_window;
     ap.out = at(s.attn, r0 * heads * hd * a);
+    const int64_t chunk = decode ? cuda::sm90_sparse_attn_split_chunk(ap) : 0;
+    if (chunk > 0 && chunk < width)
+        return cuda::sm90_sparse_attn_split(m.precision, ap, s.attn_workspace.data(), s.attn_workspace.bytes(),
+                                            m.stream.handle());
     return cuda::sm90_sparse_attn(m.precision, ap, m.stream.handle());
 }
 
@@ -291,7 +299,7 @@ Status sequence_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, Gp
     ia.hca_entries = hca ? n_entries : 0;
     ia.ratio = layer.ratio;
     DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
-    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, r0, n, width));
+    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, r0, n, width, false));
 
     // the ring keeps the last `window` positions: runs of consecutive ring rows
     const int64_t rb = cache.kv_row_bytes;
@@ -307,72 +315,32 @@ Status sequence_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, Gp
 
 // Decode form of one compressor for every row at once (each row its session's single new token): the tokens join
 // their open windows; the windows they close are pooled, finished and packed into their pages; CSA keeps each
-// closed window as the previous one. The kernels decide from the positions on the device.
+// closed window as the previous one. One launch (sm90_compressor_decode_fused) decides from the positions on the
+// device.
 Status decode_compressor(GpuModel& m, const GpuCompressor& w, const DeviceBuffer& ok, const DeviceBuffer& os,
-                         const DeviceBuffer& pk, const DeviceBuffer& ps, int64_t ratio, int64_t width, bool overlap,
+                         const DeviceBuffer& pk, const DeviceBuffer& ps, int64_t ratio, bool overlap,
                          CompressedKind kind, int64_t head_dim, const void* kv, const void* score, int64_t rows,
                          const cuda::PagedEntries& entries, void* pool) {
-    GpuPass& s = m.pass;
-    const cuda::StreamHandle st = m.stream.handle();
-    cuda::CompressorAppendArgs ap;
-    ap.n = rows;
-    ap.positions = s.positions;
-    ap.slots = s.slots;
-    ap.kv = static_cast<const float*>(kv);
-    ap.score = static_cast<const float*>(score);
-    ap.ratio = ratio;
-    ap.width = width;
-    ap.open_kv = ok.as<float>();
-    ap.open_score = os.as<float>();
-    DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_append(ap, st));
-    cuda::CompressorPoolArgs pl;
-    pl.kv = ok.as<float>();
-    pl.score = os.as<float>();
-    pl.prev_kv = overlap ? pk.as<float>() : nullptr;
-    pl.prev_score = overlap ? ps.as<float>() : nullptr;
-    pl.n_windows = rows;
-    pl.ratio = ratio;
-    pl.head_dim = head_dim;
-    pl.overlap = overlap;
-    pl.out = s.pooled.data();
-    pl.decode_positions = s.positions;
-    pl.slots = s.slots;
-    pl.slot_stride = ratio * width;
-    DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_pool(m.precision, pl, st));
-    cuda::CompressorFinishArgs fp;
-    fp.pooled = s.pooled.data();
-    fp.n = rows;
-    fp.head_dim = head_dim;
-    fp.ratio = ratio;
-    fp.kind = kind;
-    fp.norm = w.norm;
-    fp.freqs = m.freqs_compress;
-    fp.eps = float(m.cfg.rms_norm_eps);
-    fp.out = s.pooled.data();
-    fp.decode_positions = s.positions;
-    DSV4_RETURN_IF_ERROR(cuda::sm90_compressor_finish(m.precision, fp, st));
-    cuda::EntryRowsArgs er;
-    er.rows = s.entry_rows.as<int32_t>();
-    er.n = rows;
-    er.decode = true;
-    er.positions = s.positions;
-    er.slots = s.slots;
-    er.ratio = ratio;
-    er.entries = entries;
-    DSV4_RETURN_IF_ERROR(cuda::sm90_entry_rows(er, st));
-    DSV4_RETURN_IF_ERROR(pack_entries(m, kind == CompressedKind::kIndexer, pool, rows));
-    if (!overlap) return Status::ok();
-    cuda::CompressorRollArgs rl;
-    rl.n = rows;
-    rl.positions = s.positions;
-    rl.slots = s.slots;
-    rl.ratio = ratio;
-    rl.width = width;
-    rl.open_kv = ok.as<float>();
-    rl.open_score = os.as<float>();
-    rl.prev_kv = pk.as<float>();
-    rl.prev_score = ps.as<float>();
-    return cuda::sm90_compressor_roll(rl, st);
+    cuda::CompressorDecodeArgs d;
+    d.n = rows;
+    d.positions = m.pass.positions;
+    d.slots = m.pass.slots;
+    d.kv = static_cast<const float*>(kv);
+    d.score = static_cast<const float*>(score);
+    d.ratio = ratio;
+    d.head_dim = head_dim;
+    d.overlap = overlap;
+    d.kind = kind;
+    d.open_kv = ok.as<float>();
+    d.open_score = os.as<float>();
+    d.prev_kv = overlap ? pk.as<float>() : nullptr;
+    d.prev_score = overlap ? ps.as<float>() : nullptr;
+    d.norm = w.norm;
+    d.freqs = m.freqs_compress;
+    d.eps = float(m.cfg.rms_norm_eps);
+    d.entries = entries;
+    d.pool = pool;
+    return cuda::sm90_compressor_decode_fused(m.precision, d, m.stream.handle());
 }
 
 // Steps 2-4 and the rings for a decode step: every row at once. The indexer scans each session's key capacity but
@@ -386,13 +354,13 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
     if (layer.ratio)
         DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.compressor, lc.open_kv, lc.open_score, lc.prev_kv,
-                                               lc.prev_score, layer.ratio, lc.width, csa, CompressedKind::kMain,
+                                               lc.prev_score, layer.ratio, csa, CompressedKind::kMain,
                                                c.head_dim, s.proj_kv.data(), s.proj_score.data(), rows,
                                                kv_entries(m, layer), lc.kv.data()));
     const int64_t topk = c.index_topk;
     if (csa) {
         DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.index_compressor, lc.iopen_kv, lc.iopen_score,
-                                               lc.iprev_kv, lc.iprev_score, 4, lc.index_width, true,
+                                               lc.iprev_kv, lc.iprev_score, 4, true,
                                                CompressedKind::kIndexer, c.index_head_dim, s.index_proj_kv.data(),
                                                s.index_proj_score.data(), rows, key_entries(m), lc.keys.data()));
         DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true));
@@ -414,7 +382,7 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     ia.hca_entries = hca_cap;
     ia.ratio = layer.ratio;
     DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
-    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, 0, rows, width));
+    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, 0, rows, width, true));
     cuda::RingStoreArgs rs;
     rs.n = rows;
     rs.positions = s.positions;

@@ -86,6 +86,8 @@ struct GpuPass {
     DeviceBuffer index_scores;       // act [R, CSA entries per session]
     DeviceBuffer index_topk;         // int32 [R, index_topk]
     DeviceBuffer token_pages;        // int32 [R, CSA pages per session]: each row's key pages (decode steps)
+    // split decode attention's partials and long-row top-k's histograms (one stream: never both at once)
+    DeviceBuffer attn_workspace;
 };
 
 // Paged caches (DESIGN §5), one set per engine, sized by resize_gpu_cache. Per attention layer, a K=V pool of rows

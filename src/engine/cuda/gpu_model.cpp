@@ -3,6 +3,8 @@
 #include <string>
 
 #include "backend/cuda/device.h"
+#include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/linear/linear.h"
 #include "core/formats.h"
 #include "engine/cuda/gpu_internal.h"
@@ -216,6 +218,29 @@ size_t workspace_bytes(const GpuModel& m, int64_t rows) {
     return n;
 }
 
+// The largest workspace of split decode attention (CSA and HCA lists) and of the indexer's top-k over any row
+// count up to the pass's: the split plan depends on the row count, so every count a step may have is asked.
+size_t attention_workspace_bytes(const GpuModel& m, int64_t csa_cap, int64_t hca_cap) {
+    const model::ModelConfig& c = m.cfg;
+    size_t n = 0;
+    for (int64_t r = 1; r <= m.pass.rows; ++r) {
+        cuda::SparseAttnArgs a;
+        a.tokens = r;
+        a.heads = c.num_heads;
+        a.kv_packed = m.precision == Precision::kReference;
+        for (const int64_t width : {c.window + c.index_topk, c.window + hca_cap}) {
+            a.topk = width;
+            n = std::max(n, cuda::sm90_sparse_attn_split_workspace_bytes(a));
+        }
+        cuda::TopKArgs t;
+        t.rows = r;
+        t.n = csa_cap;
+        t.k = c.index_topk;
+        n = std::max(n, cuda::sm90_topk_select_workspace_bytes(t));
+    }
+    return n;
+}
+
 Status alloc(DeviceBuffer& b, int64_t bytes, const char* what) {
     DSV4_ASSIGN_OR_RETURN(b, DeviceBuffer::allocate(size_t(std::max<int64_t>(bytes, 16)), what));
     return Status::ok();
@@ -238,7 +263,8 @@ Status size_gpu_pass_for_cache(GpuModel& m) {
     DSV4_RETURN_IF_ERROR(alloc(s.idx, R * (c.window + std::max<int64_t>(c.index_topk, hca_cap)) * 4, "index lists"));
     DSV4_RETURN_IF_ERROR(alloc(s.index_scores, R * std::max<int64_t>(csa_cap, 1) * a, "indexer scores"));
     DSV4_RETURN_IF_ERROR(alloc(s.index_topk, R * c.index_topk * 4, "indexer top-k"));
-    return alloc(s.token_pages, R * std::max<int64_t>(k.csa.pages_per_session, 1) * 4, "key pages");
+    DSV4_RETURN_IF_ERROR(alloc(s.token_pages, R * std::max<int64_t>(k.csa.pages_per_session, 1) * 4, "key pages"));
+    return alloc(s.attn_workspace, int64_t(attention_workspace_bytes(m, csa_cap, hca_cap)), "attention workspace");
 }
 
 Status make_gpu_pass(GpuModel& m, int64_t R) {
