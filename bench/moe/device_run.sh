@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # One device call: build the MoE test and benchmark for sm_90a in build-device, run the GPU tests of the MoE
-# kernels (v1 and v2), the benchmark (v1 and v2 side by side), a SASS summary of both and (if ncu is there)
-# per-kernel counters at 1 and 64 tokens.
+# kernel, the benchmark, a SASS summary and (if ncu is there) per-kernel counters at 1 and 64 tokens.
 # Logs go to $OUT (or ./moe-out). The linker flag tolerates duplicate definitions of identical kernels that two
 # other CUDA translation units may both instantiate from a shared header.
 set -uo pipefail
@@ -25,18 +24,6 @@ if command -v cuobjdump >/dev/null || [ -x /usr/local/cuda/bin/cuobjdump ]; then
             "$(grep -c 'SHF\|SHL\|SHR' "$out/$k.sass")" \
             "$(grep -c 'LDL\|STL' "$out/$k.sass")" "$(grep -c '/\*[0-9a-f]*\*/' "$out/$k.sass")"
     done
-    obj2="$b/src/backend/cuda/CMakeFiles/dsv4_backend_cuda.dir/kernels/moe/moe_v2.cu.o"
-    "$cod" --dump-sass "$obj2" > "$out/moe_v2.sass" 2>&1
-    for k in ILb1E ILb0E; do  # gate/up, down
-        awk "/Function : .*sm90_moe_v2_gemm_kernel${k}/{f=1;next} f&&/Function : /{f=0} f" "$out/moe_v2.sass" \
-            > "$out/v2_$k.sass"
-        printf 'v2 %-6s HMMA %s  LDGSTS %s  LDS.128 %s  SYNCS %s  HMUL2 %s  LOP3 %s  IMAD %s  LDL/STL %s  total %s\n' \
-            "$k" "$(grep -c HMMA "$out/v2_$k.sass")" "$(grep -c LDGSTS "$out/v2_$k.sass")" \
-            "$(grep -c 'LDS.128' "$out/v2_$k.sass")" "$(grep -c SYNCS "$out/v2_$k.sass")" \
-            "$(grep -c HMUL2 "$out/v2_$k.sass")" "$(grep -c LOP3 "$out/v2_$k.sass")" \
-            "$(grep -c IMAD "$out/v2_$k.sass")" "$(grep -c 'LDL\|STL' "$out/v2_$k.sass")" \
-            "$(grep -c '/\*[0-9a-f]*\*/' "$out/v2_$k.sass")"
-    done
 fi
 timeout 300 "$b/tests/dsv4_tests_ops_tests" --gtest_filter='*MoeDecode*' 2>&1 | tee "$out/test.txt" | \
     grep -E "bit-exact|FAILED|PASSED|rel_l2|Failure" | head -60
@@ -48,10 +35,5 @@ gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sus
 sm__inst_issued.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active \
             "$b/bench/moe/dsv4_bench_moe" --profile $T > "$out/ncu_T$T.txt" 2>&1
         grep -E "sm90_moe|gpu__time|dram__|sm__" "$out/ncu_T$T.txt" | head -24
-        timeout 45 ncu --clock-control none -k regex:sm90_moe_v2 --launch-skip 6 --launch-count 3 --metrics \
-gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
-sm__inst_issued.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active \
-            "$b/bench/moe/dsv4_bench_moe" --profile $T > "$out/ncu_v2_T$T.txt" 2>&1
-        grep -E "sm90_moe|gpu__time|dram__|sm__" "$out/ncu_v2_T$T.txt" | head -24
     done
 fi

@@ -1,5 +1,5 @@
-// sm90_mxfp4_moe_decode (v1) and sm90_mxfp4_moe_decode_v2 at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6)
-// for 1, 4, 16, 64 and 256 tokens, side by side in one run with (a) a plain baseline — dequantise each touched expert to bf16, then cuBLAS GEMMs
+// sm90_mxfp4_moe_decode (v1) at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6) for 1, 4, 16, 64 and 256
+// tokens, side by side in one run with (a) a plain baseline — dequantise each touched expert to bf16, then cuBLAS GEMMs
 // ([w1;w3] · x and w2 · h per expert; no gather, no SwiGLU: a lower bound on that path) — and (b) the device copy
 // bandwidth (cudaMemcpy D2D of 1 GiB, bytes read + written).
 //
@@ -8,8 +8,7 @@
 // within L2's reach. Time: CUDA events around batches of 16 calls after warm-up, median of 15 batches.
 // Bytes touched per call: distinct experts × (3 · I · D/2 + 3 · I · D/32).
 //
-// `dsv4_bench_moe --profile T` runs a few calls of v1 and then of v2 at T tokens only (for a profiler's per-kernel
-// view; the v2 kernels are named sm90_moe_v2_*).
+// `dsv4_bench_moe --profile T` runs a few calls of v1 at T tokens only (for a profiler's per-kernel view).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -213,9 +212,9 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(20261130);
     std::vector<int64_t> token_counts = {1, 4, 16, 64, 256};
     if (profile_T) token_counts = {profile_T};
-    std::printf("\n| T | experts | MB touched | v1 us | v1 TB/s | v1 %% copy | v2 us | v2 TB/s | v2 %% copy | "
-                "baseline us | baseline TB/s | v2 vs v1 |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| T | experts | MB touched | v1 us | v1 TB/s | v1 %% copy | baseline us | baseline TB/s | "
+                "v1 vs baseline |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (int64_t T : token_counts) {
         std::vector<Routing> routings;
         for (int i = 0; i < kRoutings; ++i) routings.push_back(make_routing(rng, T));
@@ -227,8 +226,7 @@ int main(int argc, char** argv) {
         CHECK(y.status());
         fill_bf16<<<64, 256, 0, s>>>(x->as<__nv_bfloat16>(), size_t(T) * kD, 7);
         fill_bf16<<<64, 256, 0, s>>>(shared->as<__nv_bfloat16>(), size_t(T) * kD, 9);
-        const size_t ws_bytes = std::max(sm90_mxfp4_moe_decode_workspace_bytes(T, kK, kE, kD, kI),
-                                          sm90_mxfp4_moe_decode_v2_workspace_bytes(T, kK, kE, kD, kI));
+        const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, kK, kE, kD, kI);
         auto ws = DeviceBuffer::allocate(ws_bytes, "workspace");
         CHECK(ws.status());
         auto args_for = [&](int i) {
@@ -247,15 +245,11 @@ int main(int argc, char** argv) {
         };
         if (profile_T) {
             for (int i = 0; i < 8; ++i) CHECK(sm90_mxfp4_moe_decode(args_for(i), s));
-            for (int i = 0; i < 8; ++i) CHECK(sm90_mxfp4_moe_decode_v2(args_for(i), s));
             CHECK(stream->synchronize());
             std::printf("profile run at T %lld done\n", (long long)T);
             return 0;
         }
         const float moe_ms = median_ms_per_call(s, [&](int i) { CHECK(sm90_mxfp4_moe_decode(args_for(i), s)); });
-        CHECK(stream->synchronize());
-        const float v2_ms =
-            median_ms_per_call(s, [&](int i) { CHECK(sm90_mxfp4_moe_decode_v2(args_for(i), s)); });
         CHECK(stream->synchronize());
         // baseline: per distinct expert, dequantise w1, w3, w2 to bf16 and run two cuBLAS GEMMs
         const float one = 1.0f, zero = 0.0f;
@@ -286,10 +280,9 @@ int main(int argc, char** argv) {
         experts /= kRoutings;
         const double bytes = experts * double(kExpertBytes);
         const double tbs = bytes / (moe_ms * 1e-3) / 1e12, base_tbs = bytes / (base_ms * 1e-3) / 1e12;
-        const double v2_tbs = bytes / (v2_ms * 1e-3) / 1e12;
-        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.2fx |\n",
-                    (long long)T, experts, bytes / 1e6, moe_ms * 1e3, tbs, 100.0 * tbs / copy_tbs, v2_ms * 1e3,
-                    v2_tbs, 100.0 * v2_tbs / copy_tbs, base_ms * 1e3, base_tbs, moe_ms / v2_ms);
+        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1fx |\n", (long long)T, experts,
+                    bytes / 1e6, moe_ms * 1e3, tbs, 100.0 * tbs / copy_tbs, base_ms * 1e3, base_tbs,
+                    base_ms / moe_ms);
     }
     CHECK_BLAS(cublasDestroy(blas));
     return 0;

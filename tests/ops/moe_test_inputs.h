@@ -1,6 +1,6 @@
-// Shared inputs of the MXFP4 MoE decode kernel tests (moe_decode_test.cpp, moe_decode_v2_test.cpp): the V4-Flash and
-// V4-Pro shapes, a pool of distinct random MXFP4 experts aliased across the expert table (on the host for the CPU
-// op and on the device), and a case's routing, activations and shared-expert output.
+// Inputs of the MXFP4 MoE decode kernel tests (moe_decode_test.cpp): the V4-Flash and V4-Pro shapes, a pool of
+// distinct random MXFP4 experts aliased across the expert table (on the host for the CPU op and on the device), and
+// a case's routing, activations and shared-expert output.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -45,11 +45,4 @@ size_t sm90_mxfp4_moe_decode_workspace_bytes(int64_t tokens, int64_t k, int64_t 
 // T in 1..256, D % 512 == 0, I % 512 == 0, E <= 1024, K <= 16.
 Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream);
 
-// The same operation with the same numerics (outputs meant bit-identical to sm90_mxfp4_moe_decode), the weights
-// streamed by a producer warp through per-consumer cp.async + mbarrier rings in shared memory, persistent GEMM
-// launches over (expert, 16-row tile) items (moe_v2.cuh, docs/kernels/moe.md "v2"). Same limits; its own workspace.
-size_t sm90_mxfp4_moe_decode_v2_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
-                                                int64_t inter);
-Status sm90_mxfp4_moe_decode_v2(const MoeDecodeArgs& a, StreamHandle stream);
-
 }  // namespace dsv4::cuda
