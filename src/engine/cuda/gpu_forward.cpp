@@ -302,10 +302,13 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
         rows += q.n;
     }
     for (GpuBatchSeq& q : seqs) DSV4_RETURN_IF_ERROR(reserve_gpu_pages(m, *q.seq, q.seq->position + q.n));
-    if (m.use_graphs && is_decode_step(seqs)) {
+    // without graphs a decode step queues the same launches the graph would replay (the batched decode kernels:
+    // split attention, for one, rounds its sums unlike the per-sequence path)
+    const bool decode = is_decode_step(seqs);
+    if (m.use_graphs && decode) {
         DSV4_RETURN_IF_ERROR(run_decode_graph(m, seqs, rows));
     } else {
-        DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, rows, false));
+        DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, rows, decode));
     }
     for (const GpuBatchSeq& q : seqs)
         DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits, at(s.logits, q.row0 * c.vocab_size * 4),
