@@ -76,6 +76,7 @@ struct EngineStats {
     int64_t graph_captures = 0;  // decode steps captured (one per new set of sequences stepping together)
     int64_t graph_replays = 0;   // decode steps run from a captured graph
     int64_t graph_nodes = 0;     // kernels and copies in the largest captured decode graph
+    int64_t graph_programmatic_edges = 0;  // its kernel-to-kernel edges with overlapped launch (most of them)
 };
 
 struct ModelInfo {

@@ -103,6 +103,7 @@ EngineStats Engine::stats() const {
     s.graph_captures = g.captures;
     s.graph_replays = g.replays;
     s.graph_nodes = g.nodes;
+    s.graph_programmatic_edges = g.programmatic_edges;
     return s;
 }
 

@@ -198,12 +198,15 @@ TEST(GpuDecodeGraphs, ReplayedStepsEqualQueuedStepsBitForBit) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rel_l2 " << rel_l2(a, b);
     const int64_t steps = int64_t(tokens.size()) - 1;
-    std::printf("decode graphs: %lld captures, %lld replays, %lld nodes per step\n",
+    std::printf("decode graphs: %lld captures, %lld replays, %lld nodes per step, %lld programmatic edges\n",
                 static_cast<long long>(with.graph_captures), static_cast<long long>(with.graph_replays),
-                static_cast<long long>(with.graph_nodes));
+                static_cast<long long>(with.graph_nodes), static_cast<long long>(with.graph_programmatic_edges));
     EXPECT_EQ(with.graph_captures, 1);
     EXPECT_EQ(with.graph_replays, steps);
     EXPECT_GT(with.graph_nodes, 0);
+    // most edges join two kernels of the backend (the rest touch copies or cuBLASLt): they launch programmatically
+    EXPECT_GT(with.graph_programmatic_edges * 2, with.graph_nodes) << with.graph_programmatic_edges << " of "
+                                                                   << with.graph_nodes;
     EXPECT_EQ(without.graph_replays, 0);
 }
 

@@ -274,9 +274,11 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                      100.0 * tflops / 793.0, 100.0 * tflops / 1979.0);
     }
     const engine::GpuGraphStats g = engine::gpu_graph_stats(*m);
-    std::fprintf(out, "decode graphs: %lld captured, %lld replayed, %lld nodes in the largest\n",
+    std::fprintf(out,
+                 "decode graphs: %lld captured, %lld replayed, %lld nodes in the largest (%lld kernel edges with "
+                 "programmatic launch)\n",
                  static_cast<long long>(g.captures), static_cast<long long>(g.replays),
-                 static_cast<long long>(g.nodes));
+                 static_cast<long long>(g.nodes), static_cast<long long>(g.programmatic_edges));
     return Status::ok();
 }
 

@@ -272,7 +272,10 @@ Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) 
     slot->graph = std::move(g);
     slot->last_use = ++cache.clock;
     slot->nodes = slot->graph.nodes();
-    cache.max_nodes = std::max(cache.max_nodes, int64_t(slot->nodes));
+    if (int64_t(slot->nodes) > cache.max_nodes) {
+        cache.max_nodes = int64_t(slot->nodes);
+        cache.max_nodes_programmatic = int64_t(slot->graph.programmatic_edges());
+    }
     ++cache.replays;
     return slot->graph.launch(m.stream.handle());
 }
@@ -323,6 +326,7 @@ GpuGraphStats gpu_graph_stats(const GpuModel& m) {
     g.captures = m.graphs.captures;
     g.replays = m.graphs.replays;
     g.nodes = m.graphs.max_nodes;
+    g.programmatic_edges = m.graphs.max_nodes_programmatic;
     return g;
 }
 

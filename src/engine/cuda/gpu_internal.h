@@ -139,7 +139,8 @@ struct GpuGraphCache {
     std::vector<Entry> entries;
     uint64_t clock = 0;
     int64_t captures = 0, replays = 0;
-    int64_t max_nodes = 0;  // of any graph captured
+    int64_t max_nodes = 0;               // of any graph captured
+    int64_t max_nodes_programmatic = 0;  // programmatic edges of that largest graph
 };
 
 // How each weight reaches the GPU: uploaded from the checkpoint (gpu_model.cpp), or generated in place for

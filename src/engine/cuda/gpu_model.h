@@ -82,7 +82,8 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs);
 void set_gpu_graphs(GpuModel& m, bool enabled);
 struct GpuGraphStats {
     int64_t captures = 0, replays = 0;
-    int64_t nodes = 0;  // of the largest cached graph
+    int64_t nodes = 0;               // of the largest cached graph
+    int64_t programmatic_edges = 0;  // of the same graph
 };
 GpuGraphStats gpu_graph_stats(const GpuModel& m);
 

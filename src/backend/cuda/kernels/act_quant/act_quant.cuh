@@ -7,6 +7,7 @@
 
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/warp_ops.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -22,6 +23,7 @@ __global__ void __launch_bounds__(ActQuantConfig::kThreads)
     sm90_act_quant_e4m3_kernel(const __nv_bfloat16* x, int64_t n_chunks, int block,
                                uint8_t* __restrict__ codes, float* __restrict__ scale, uint8_t* __restrict__ scale_e8m0,
                                __nv_bfloat16* x_sim) {
+    pdl_enter();
     const int group = block / 8;
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     // Loop bound rounded up to whole warps so every lane takes part in the shuffles.
@@ -59,6 +61,7 @@ __global__ void __launch_bounds__(ActQuantConfig::kThreads)
 __global__ void __launch_bounds__(ActQuantConfig::kThreads)
     sm90_fp4_quant_e2m1_kernel(const __nv_bfloat16* x, int64_t n_chunks, uint8_t* __restrict__ codes,
                                float* __restrict__ scale, uint8_t* __restrict__ scale_e8m0, __nv_bfloat16* x_sim) {
+    pdl_enter();
     constexpr int kGroup = 4;  // 32 values
     const float floor_amax = __fmul_rn(6.0f, exp2_int(-126));
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -100,6 +103,7 @@ __global__ void __launch_bounds__(ActQuantConfig::kThreads)
 template <typename ActT>
 __global__ void __launch_bounds__(ActQuantConfig::kHadamardWarps * 32)
     sm90_hadamard128_kernel(const ActT* x, int64_t rows, ActT* y) {
+    pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * ActQuantConfig::kHadamardWarps + (threadIdx.x >> 5);
     if (r >= rows) return;

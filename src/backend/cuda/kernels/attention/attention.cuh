@@ -20,6 +20,7 @@
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -99,6 +100,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
                                 const float* __restrict__ sink, float scale, bool derotate,
                                 const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
                                 __nv_bfloat16* __restrict__ out) {
+    pdl_enter();
     using Cfg = AttnConfig;
     extern __shared__ __align__(16) uint8_t smem[];
     auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                             // [16][kLd]
@@ -242,6 +244,7 @@ __global__ void __launch_bounds__(AttnConfig::kF32Warps * 32)
                                 const float* __restrict__ sink, float scale, bool derotate,
                                 const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
                                 float* __restrict__ out) {
+    pdl_enter();
     using Cfg = AttnConfig;
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * Cfg::kF32Warps + (threadIdx.x >> 5);
@@ -316,6 +319,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads, 1)
     sm90_wo_a_kernel(const ActT* __restrict__ o, int64_t tokens, int64_t o_stride, int64_t width, int64_t rank,
                      const void* __restrict__ w, const uint8_t* __restrict__ w_scale, int64_t w_rows,
                      ActT* __restrict__ z) {
+    pdl_enter();
     using Cfg = AttnConfig;
     constexpr int kBM = Cfg::kWoRows, kBN = Cfg::kWoTokens, kBK = Cfg::kWoK, kLd = Cfg::kWoLd;
     __shared__ __align__(16) __nv_bfloat16 w_s[kBM * kLd];

@@ -24,6 +24,7 @@
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -132,6 +133,7 @@ __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, __nv_bfl
 template <bool kPacked, int kPass>
 __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     sm90_sparse_attn_split_kernel(const SplitAttnParams p) {
+    pdl_enter();
     using Cfg = AttnSplitConfig;
     extern __shared__ __align__(16) uint8_t smem[];
     auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                  // [16][kLd]
@@ -381,6 +383,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kCombineThreads)
                                           const int64_t* __restrict__ positions,
                                           const __grid_constant__ backend::RopeFreqs freqs,
                                           __nv_bfloat16* __restrict__ out) {
+    pdl_enter();
     using Cfg = AttnSplitConfig;
     const int h = blockIdx.x, tid = threadIdx.x, ch = 4 * tid;
     const int64_t t = blockIdx.y;

@@ -23,6 +23,7 @@
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/kv_finish/kv_finish.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -63,6 +64,7 @@ __device__ __forceinline__ void copy_words(float4* dst, const float4* src, int n
 // pool in registers (67 registers, no spills; with the default heuristic it spilled 16–32 bytes at kDim 128).
 template <typename ActT, int kDim>
 __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(const CompressorDecodeParams a) {
+    pdl_enter();
     static_assert(kDim == CompressorDecodeConfig::kMainThreads || kDim == CompressorDecodeConfig::kKeyThreads);
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     __shared__ __align__(16) ActT row[kDim];  // pooled, then finished in place

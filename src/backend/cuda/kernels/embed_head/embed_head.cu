@@ -11,6 +11,7 @@
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -26,6 +27,7 @@ template <typename ActT>
 __global__ void sm90_embedding_kernel(const int32_t* __restrict__ tokens, int64_t n, int64_t vocab, int dim,
                                       const __nv_bfloat16* __restrict__ table, ActT* __restrict__ out,
                                       int32_t* __restrict__ bad_position) {
+    pdl_enter();
     const int chunks = dim / 8;
     for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < n * chunks;
          g += int64_t(gridDim.x) * blockDim.x) {
@@ -43,6 +45,7 @@ __global__ void sm90_embedding_kernel(const int32_t* __restrict__ tokens, int64_
 
 // x f32 [T, K] → hi, mid, lo bf16 [3][T, K].
 __global__ void sm90_split_bf16x3_kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ out) {
+    pdl_enter();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         __nv_bfloat16 hi, mid, lo;
         split_bf16x3(x[i], hi, mid, lo);

@@ -7,6 +7,7 @@
 #include "backend/cuda/kernels/experts/experts.cuh"
 #include "backend/cuda/kernels/experts/experts.h"
 #include "backend/cuda/kernels/linear/linear.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -26,6 +27,7 @@ unsigned grid_for(int64_t items, int threads) {
 template <typename AT, bool kRef>
 __global__ void sm90_swiglu_kernel(const AT* u1, const AT* u3, int64_t rows, int64_t inter,
                                    const float* __restrict__ route_w, float limit, AT* a) {
+    pdl_enter();
     const int64_t n = rows * inter;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         a[i] = from_f32<AT>(swiglu_value<kRef>(to_f32(u1[i]), to_f32(u3[i]), route_w, i / inter, limit));
@@ -38,6 +40,7 @@ __global__ void __launch_bounds__(Cfg::kRows)
     sm90_routed_up_kernel(const XT* __restrict__ x, int k, int n_experts, int dim, int inter,
                           const DeviceExpertWeights* __restrict__ experts, const int32_t* __restrict__ idx,
                           const float* __restrict__ route_w, float limit, float* __restrict__ a_out) {
+    pdl_enter();
     extern __shared__ __align__(16) float smem[];
     float* xs = smem;
     float* sa = smem + dim;
@@ -60,6 +63,7 @@ __global__ void __launch_bounds__(Cfg::kRows)
     sm90_routed_down_kernel(const float* __restrict__ a_in, int n_experts, int dim, int inter,
                             const DeviceExpertWeights* __restrict__ experts, const int32_t* __restrict__ idx,
                             float* __restrict__ out) {
+    pdl_enter();
     extern __shared__ __align__(16) float smem[];
     float* xs = smem;
     float* sa = smem + inter;
@@ -82,6 +86,7 @@ __global__ void __launch_bounds__(Cfg::kRows)
 template <typename ST, typename YT>
 __global__ void sm90_moe_sum_kernel(const float* __restrict__ expert_out, const int32_t* __restrict__ idx,
                                     const ST* __restrict__ shared, int k, int64_t dim, YT* __restrict__ y) {
+    pdl_enter();
     __shared__ int order[64];
     const int64_t t = blockIdx.x;
     if (threadIdx.x == 0) {

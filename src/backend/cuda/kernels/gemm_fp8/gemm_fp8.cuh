@@ -15,6 +15,7 @@
 #pragma once
 
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -67,6 +68,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
                                   const uint8_t* __restrict__ a, const float* __restrict__ a_scale, int N, int K,
                                   int T, int kb_per_split, __nv_bfloat16* __restrict__ y,
                                   float* __restrict__ partial) {
+    pdl_enter();
     using Cfg = Fp8GemmConfig;
     constexpr int NT = BN / 8;  // n8 tiles (tokens) per warp
     extern __shared__ __align__(128) uint8_t smem[];
@@ -168,6 +170,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
 // y[t, n] = bf16(Σ_z partial[z, t, n]), z in order.
 __global__ void sm90_fp8_gemm_reduce_kernel(const float* __restrict__ partial, int splits, int64_t n_out,
                                             __nv_bfloat16* __restrict__ y) {
+    pdl_enter();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_out; i += int64_t(gridDim.x) * blockDim.x) {
         float s = partial[i];
         for (int z = 1; z < splits; ++z) s = __fadd_rn(s, partial[size_t(z) * n_out + i]);

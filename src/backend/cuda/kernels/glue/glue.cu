@@ -4,6 +4,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/glue/glue.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -21,6 +22,7 @@ unsigned blocks_for(int64_t n) {
 
 template <typename T>
 __global__ void broadcast_streams_kernel(const T* x, int64_t rows, int64_t dim, int64_t hc, T* streams) {
+    pdl_enter();
     const int64_t total = rows * hc * dim;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t c = i % dim, t = i / (hc * dim);
@@ -30,6 +32,7 @@ __global__ void broadcast_streams_kernel(const T* x, int64_t rows, int64_t dim, 
 
 __global__ void add_ape_kernel(float* score, int64_t rows, int64_t width, int64_t ratio, const int64_t* positions,
                                const void* ape, bool ape_bf16) {
+    pdl_enter();
     const int64_t total = rows * width;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t t = i / width, c = i % width;
@@ -41,6 +44,7 @@ __global__ void add_ape_kernel(float* score, int64_t rows, int64_t width, int64_
 
 template <typename T>
 __global__ void scale_kernel(T* x, int64_t n, float scale) {
+    pdl_enter();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         x[i] = from_f32<T>(__fmul_rn(to_f32(x[i]), scale));
 }
@@ -50,6 +54,7 @@ __device__ __forceinline__ int32_t entry_row(const PagedEntries& e, int32_t slot
 }
 
 __global__ void attn_index_kernel(AttnIndexArgs a, int64_t width) {
+    pdl_enter();
     const int64_t total = a.n * width;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t q = i / width, c = i % width, pos = a.positions[q];
@@ -72,6 +77,7 @@ __global__ void attn_index_kernel(AttnIndexArgs a, int64_t width) {
 }
 
 __global__ void entry_rows_kernel(EntryRowsArgs a) {
+    pdl_enter();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += int64_t(gridDim.x) * blockDim.x) {
         if (!a.decode) {
             a.rows[i] = entry_row(a.entries, a.slot, a.first + i);
@@ -83,6 +89,7 @@ __global__ void entry_rows_kernel(EntryRowsArgs a) {
 }
 
 __global__ void gather_pages_kernel(GatherPagesArgs a) {
+    pdl_enter();
     const int64_t total = a.n * a.pages_per_session;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t r = i / a.pages_per_session, p = i % a.pages_per_session;
@@ -92,6 +99,7 @@ __global__ void gather_pages_kernel(GatherPagesArgs a) {
 
 // One block per row.
 __global__ void compressor_append_kernel(CompressorAppendArgs a) {
+    pdl_enter();
     const int64_t r = blockIdx.x;
     const int64_t off = (int64_t(a.slots[r]) * a.ratio + a.positions[r] % a.ratio) * a.width;
     for (int64_t c = threadIdx.x; c < a.width; c += blockDim.x) {
@@ -101,6 +109,7 @@ __global__ void compressor_append_kernel(CompressorAppendArgs a) {
 }
 
 __global__ void compressor_roll_kernel(CompressorRollArgs a) {
+    pdl_enter();
     const int64_t r = blockIdx.y;
     if (a.positions[r] % a.ratio != a.ratio - 1) return;
     const int64_t total = a.ratio * a.width, base = int64_t(a.slots[r]) * total;
@@ -112,6 +121,7 @@ __global__ void compressor_roll_kernel(CompressorRollArgs a) {
 
 // One block per row; 8-byte words (every storage row is a multiple of 8 bytes).
 __global__ void ring_store_kernel(RingStoreArgs a) {
+    pdl_enter();
     const int64_t r = blockIdx.x;
     const int64_t dst = a.pass_rows + a.window * a.slots[r] + a.positions[r] % a.window;
     const uint64_t* from = reinterpret_cast<const uint64_t*>(static_cast<const uint8_t*>(a.pool) + (a.row0 + r) * a.row_bytes);

@@ -24,6 +24,7 @@
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -46,6 +47,7 @@ __global__ void __launch_bounds__(IndexerConfig::kThreads)
                                int heads, int64_t n, int64_t ratio, const int64_t* __restrict__ positions,
                                ActT* __restrict__ scores, bool visible_only, const int32_t* __restrict__ key_pages,
                                int64_t pages_per_token) {
+    pdl_enter();
     using Cfg = IndexerConfig;
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     static_assert(kRef || !kPacked, "packed keys are a kReference format");
@@ -175,6 +177,7 @@ template <typename ActT>
 __global__ void __launch_bounds__(IndexerConfig::kTopkThreads)
     sm90_topk_kernel(const ActT* __restrict__ scores, int64_t stride, int k, const int64_t* __restrict__ positions,
                      int64_t ratio, int32_t* __restrict__ idx) {
+    pdl_enter();
     constexpr int kT = IndexerConfig::kTopkThreads;
     using Scan = cub::BlockScan<int, kT>;
     __shared__ typename Scan::TempStorage scan_tmp;

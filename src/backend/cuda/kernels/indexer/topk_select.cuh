@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels/indexer/indexer.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -228,6 +229,7 @@ template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
                                   const int64_t* __restrict__ positions, int64_t ratio, int32_t* __restrict__ idx) {
+    pdl_enter();
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
     using KeyT = typename Key::T;
@@ -304,6 +306,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     sm90_topk_select_hist_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
                                  const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks, int pass,
                                  TopKSelectWorkspace ws) {
+    pdl_enter();
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
     constexpr int kP = Key::kPasses;
@@ -380,6 +383,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     sm90_topk_select_collect_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
                                     const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks,
                                     TopKSelectWorkspace ws, int32_t* __restrict__ idx) {
+    pdl_enter();
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
     using KeyT = typename Key::T;

@@ -9,6 +9,7 @@
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/warp_ops.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -143,6 +144,7 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
                               backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y,
                               const int64_t* __restrict__ decode_position,
                               const int64_t* __restrict__ decode_positions) {
+    pdl_enter();
     static_assert(kDim == 512 || kDim == 128);
     const int64_t r = int64_t(blockIdx.x) * KvFinishConfig::kWarps + (threadIdx.x >> 5);
     if (r >= rows) return;  // whole warps leave together
@@ -204,6 +206,7 @@ __global__ void __launch_bounds__(KvFinishConfig::kPoolThreads)
                                 int64_t n_windows, int m, int c, bool overlap, ActT* __restrict__ out,
                                 const int64_t* __restrict__ decode_positions,
                                 const int32_t* __restrict__ slots, int64_t slot_stride) {
+    pdl_enter();
     const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (g >= n_windows * c) return;
     const int64_t w = g / c;

@@ -9,6 +9,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -27,6 +28,7 @@ __device__ __forceinline__ int64_t pool_row_of(const int32_t* rows, int64_t firs
 __global__ void __launch_bounds__(Cfg::kThreads)
     sm90_kv_pack_ref_kernel(const __nv_bfloat16* __restrict__ rows, int64_t n, const int32_t* __restrict__ dst_rows,
                             int64_t dst_first, uint8_t* __restrict__ pool) {
+    pdl_enter();
     const int64_t i = int64_t(blockIdx.x) * (Cfg::kThreads / kKvChunks) + threadIdx.x / kKvChunks;
     const int c = threadIdx.x % kKvChunks;
     const int64_t d = i < n ? pool_row_of(dst_rows, dst_first, i) : -1;
@@ -38,6 +40,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 __global__ void __launch_bounds__(Cfg::kThreads)
     sm90_key_pack_ref_kernel(const __nv_bfloat16* __restrict__ rows, int64_t n, const int32_t* __restrict__ dst_rows,
                              int64_t dst_first, uint8_t* __restrict__ pool) {
+    pdl_enter();
     const int64_t i = int64_t(blockIdx.x) * (Cfg::kThreads / kKeyChunks) + threadIdx.x / kKeyChunks;
     const int c = threadIdx.x % kKeyChunks;
     const int64_t d = i < n ? pool_row_of(dst_rows, dst_first, i) : -1;
@@ -52,6 +55,7 @@ template <int kDim, bool kRef, bool kPack>
 __global__ void __launch_bounds__(Cfg::kThreads)
     sm90_kv_store_copy_kernel(const void* __restrict__ in, int64_t n, const int32_t* __restrict__ row_list,
                               int64_t first, void* __restrict__ out) {
+    pdl_enter();
     constexpr int kChunks = kDim / 8;
     const int64_t i = int64_t(blockIdx.x) * (Cfg::kThreads / kChunks) + threadIdx.x / kChunks;
     const int c = threadIdx.x % kChunks;

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/ops.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(LinearTileConfig::kThreads)
     sm90_linear_tiled_kernel(const XT* __restrict__ x, const float* __restrict__ x_scale,
                              const void* __restrict__ w, const uint8_t* __restrict__ w_scale, int T, int N, int K,
                              bool round_out, YT* __restrict__ y) {
+    pdl_enter();
     using Cfg = LinearTileConfig;
     constexpr int kBlockK = F == backend::WeightFormat::kMXFP4 ? 32 : 128;  // quantisation block of K
     __shared__ float xs[Cfg::kKC][Cfg::kBT + 4];  // [k][token]

@@ -12,6 +12,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -77,6 +78,7 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
                             const float* __restrict__ scale, const float* __restrict__ base, int iters, float hc_eps,
                             float norm_eps, float* __restrict__ mixes, float* __restrict__ pre,
                             float* __restrict__ post, float* __restrict__ comb, ActT* __restrict__ y) {
+    pdl_enter();
     namespace cg = cooperative_groups;
     constexpr int kT = MhcConfig::kThreads, kHc = MhcConfig::kHc, kWarps = kT / 32;
     static_assert(kMix + 1 <= 32, "one lane per mix and one for the sum of squares");
@@ -178,6 +180,7 @@ template <typename ActT>
 __global__ void __launch_bounds__(MhcConfig::kThreads)
     sm90_hc_post_kernel(const ActT* __restrict__ a, const ActT* __restrict__ residual, const float* __restrict__ post,
                         const float* __restrict__ comb, int64_t tokens, int dim, ActT* __restrict__ out) {
+    pdl_enter();
     constexpr int kHc = MhcConfig::kHc;
     const int chunks = dim / 8;
     const int64_t total = tokens * chunks;

@@ -5,6 +5,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/kernels/moe/moe.cuh"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -43,6 +44,7 @@ __device__ int block_scan4(int (&v)[4], int* warp_sums) {
 
 // Launch 1. Blocks 0..T-1: act_quant of token b's row of x into pair order. Block T: grouping + counters.
 __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(MoeKernelParams p) {
+    pdl_enter();
     const int tid = threadIdx.x;
     if (int(blockIdx.x) < p.T) {
         const int tok = blockIdx.x, nblk = p.D / 32;
@@ -112,6 +114,7 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(Moe
 
 // Launch 2: block (16 rows of I, active slot).
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
+    pdl_enter();
     constexpr int RT = Cfg::kUpRT, KS = Cfg::kUpKS;
     __shared__ __align__(16) float red[KS * RT * 2 * 128];
     __shared__ int last;
@@ -181,6 +184,7 @@ __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate
 
 // Launch 3: block (32 rows of D, active slot); the last block of a row range combines all tokens.
 __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
+    pdl_enter();
     constexpr int RT = Cfg::kDownRT, KS = Cfg::kDownKS;
     __shared__ __align__(16) float red[KS * RT * 128];
     __shared__ int last;

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/ops.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -51,6 +52,7 @@ template <typename ActT, typename WeightT>
 __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
     sm90_rmsnorm_kernel(const ActT* __restrict__ x, const WeightT* __restrict__ w, int dim, float eps,
                         ActT* __restrict__ y) {
+    pdl_enter();
     constexpr int kT = NormRopeConfig::kNormThreads, kC = NormRopeConfig::kNormMaxChunks;
     const int64_t row = blockIdx.x;
     const ActT* xr = x + row * dim;
@@ -99,6 +101,7 @@ template <typename ActT>
 __global__ void __launch_bounds__(NormRopeConfig::kWarpsPerBlock * 32)
     sm90_q_head_norm_rope_kernel(ActT* __restrict__ q, int64_t tokens, int heads, int head_dim, float eps,
                                  bool rope, const int64_t* __restrict__ positions, backend::RopeFreqs freqs) {
+    pdl_enter();
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     constexpr int kC = NormRopeConfig::kHeadMaxChunks, kHpw = NormRopeConfig::kHeadsPerWarp;
     const int lane = threadIdx.x & 31;
@@ -165,6 +168,7 @@ template <typename ActT>
 __global__ void __launch_bounds__(NormRopeConfig::kWarpsPerBlock * 32)
     sm90_rope_kernel(ActT* __restrict__ x, int64_t tokens, int64_t vecs, int64_t vec_stride, int64_t offset,
                      const int64_t* __restrict__ positions, backend::RopeFreqs freqs, bool inverse) {
+    pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t t = int64_t(blockIdx.x) * NormRopeConfig::kWarpsPerBlock + (threadIdx.x >> 5);
     if (t >= tokens) return;

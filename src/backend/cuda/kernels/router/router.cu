@@ -6,6 +6,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/router/router.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -22,6 +23,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                               const float* __restrict__ bias, const int64_t* __restrict__ tid2eid, int64_t vocab,
                               const int32_t* __restrict__ token_ids, float routed_scale, float* __restrict__ scores,
                               int32_t* __restrict__ idx, float* __restrict__ weights) {
+    pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t t = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
     if (t >= tokens) return;

@@ -3,6 +3,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/synthetic/synthetic.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -19,6 +20,7 @@ __device__ __forceinline__ uint64_t mix(uint64_t seed, uint64_t i) {
 __device__ __forceinline__ float unit(uint64_t h) { return float(h >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
 
 __global__ void fill_kernel(FillArgs a) {
+    pdl_enter();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.count;
          i += int64_t(gridDim.x) * blockDim.x) {
         const uint64_t h = mix(a.seed, uint64_t(i));

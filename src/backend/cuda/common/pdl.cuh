@@ -1,0 +1,18 @@
+// Programmatic dependent launch (sm_90, CUDA programming guide "Programmatic Dependent Launch and
+// Synchronization"). A decode step is ~60 short kernels per layer; in the captured graph each kernel-to-kernel edge
+// is made programmatic (graph.cu), so a kernel's blocks are launched while the previous kernel is still running and
+// its launch latency is hidden. That is only correct because every kernel of the backend begins with pdl_enter():
+// the wait returns once the previous grid has completed and its memory operations are visible (exactly the
+// ordering of a plain stream), and nothing before it touches global memory. Outside a programmatic launch both
+// instructions are no-ops. tests/lint/pdl_enter.sh checks that every __global__ function starts with it.
+#pragma once
+
+namespace dsv4::cuda {
+
+__device__ __forceinline__ void pdl_enter() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    // the next kernel may be launched now: its blocks wait in their own pdl_enter until this grid completes
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+}  // namespace dsv4::cuda
