@@ -1,12 +1,16 @@
-// sm90_mxfp4_moe_decode (v1) at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6) for 1, 4, 16, 64 and 256
-// tokens, side by side in one run with (a) a plain baseline — dequantise each touched expert to bf16, then cuBLAS GEMMs
+// sm90_mxfp4_moe_decode (v1) at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6) for 1, 4, 16, 64, 256, 1024
+// and 8192 tokens — above 256 as the engine runs a prefill today, in passes of 256 tokens through the decode kernel —
+// side by side in one run with (a) a plain baseline — dequantise each touched expert to bf16, then cuBLAS GEMMs
 // ([w1;w3] · x and w2 · h per expert; no gather, no SwiGLU: a lower bound on that path) — and (b) the device copy
 // bandwidth (cudaMemcpy D2D of 1 GiB, bytes read + written).
 //
 // Weights: two layers' worth of experts (2 × 256 × 13.4 MB = 6.8 GB of random MXFP4 bytes, UE8M0 scales 2^-9..2^-1)
 // and 32 random routings per token count, rotated call by call so neither the weights nor the routing repeat
 // within L2's reach. Time: CUDA events around batches of 16 calls after warm-up, median of 15 batches.
-// Bytes touched per call: distinct experts × (3 · I · D/2 + 3 · I · D/32).
+// Bytes touched per call: experts read × (3 · I · D/2 + 3 · I · D/32), where each pass of 256 tokens reads its own
+// distinct experts (the baseline, one pass over all tokens, reads fewer above 256 tokens; its TB/s uses the same
+// bytes, so the columns compare times). FLOPs per call: 6 · D · I per pick
+// (gate and up 2 · 2·I·D, down 2·I·D), T · K picks.
 //
 // `dsv4_bench_moe --profile T` runs a few calls of v1 at T tokens only (for a profiler's per-kernel view).
 #include <cublas_v2.h>
@@ -33,6 +37,7 @@ using namespace dsv4::cuda;
 
 constexpr int64_t kD = 4096, kI = 2048, kE = 256, kK = 6, kLayers = 2, kRoutings = 32;
 constexpr int kBatch = 16, kBatches = 15, kWarm = 3;
+constexpr int64_t kPassT = 256, kMaxT = 8192;  // the decode kernel's largest T; the largest T benchmarked
 
 #define CHECK(expr)                                                                              \
     do {                                                                                         \
@@ -94,6 +99,7 @@ struct Routing {
     std::vector<float> w;
     std::vector<int> distinct;  // expert ids, ascending
     std::vector<int> count;     // tokens per distinct expert
+    int64_t pass_experts = 0;   // Σ over the passes of 256 tokens of the distinct experts each pass reads
     DeviceBuffer d_idx, d_w;
 };
 
@@ -116,6 +122,10 @@ Routing make_routing(std::mt19937_64& rng, int64_t T) {
     }
     for (int e = 0; e < kE; ++e)
         if (cnt[size_t(e)]) r.distinct.push_back(e), r.count.push_back(cnt[size_t(e)]);
+    for (int64_t t0 = 0; t0 < T; t0 += kPassT) {
+        std::set<int32_t> pass(r.idx.begin() + t0 * kK, r.idx.begin() + std::min<int64_t>(T, t0 + kPassT) * kK);
+        r.pass_experts += int64_t(pass.size());
+    }
     auto a = DeviceBuffer::allocate(r.idx.size() * 4, "routing");
     CHECK(a.status());
     r.d_idx = std::move(*a);
@@ -203,18 +213,18 @@ int main(int argc, char** argv) {
     CHECK_BLAS(cublasCreate(&blas));
     CHECK_BLAS(cublasSetStream(blas, s));
     auto deq = DeviceBuffer::allocate(size_t(3) * kI * kD * 2, "baseline bf16 expert");
-    auto hbuf = DeviceBuffer::allocate(size_t(256) * 2 * kI * 2, "baseline hidden");
-    auto obuf = DeviceBuffer::allocate(size_t(256) * kD * 2, "baseline out");
+    auto hbuf = DeviceBuffer::allocate(size_t(kMaxT) * 2 * kI * 2, "baseline hidden");
+    auto obuf = DeviceBuffer::allocate(size_t(kMaxT) * kD * 2, "baseline out");
     CHECK(deq.status());
     CHECK(hbuf.status());
     CHECK(obuf.status());
 
     std::mt19937_64 rng(20261130);
-    std::vector<int64_t> token_counts = {1, 4, 16, 64, 256};
+    std::vector<int64_t> token_counts = {1, 4, 16, 64, 256, 1024, kMaxT};
     if (profile_T) token_counts = {profile_T};
-    std::printf("\n| T | experts | MB touched | v1 us | v1 TB/s | v1 %% copy | baseline us | baseline TB/s | "
-                "v1 vs baseline |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| T | experts read | MB touched | v1 us | v1 TB/s | v1 %% copy | v1 TFLOP/s | baseline us | "
+                "baseline TB/s | baseline TFLOP/s | v1 vs baseline |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int64_t T : token_counts) {
         std::vector<Routing> routings;
         for (int i = 0; i < kRoutings; ++i) routings.push_back(make_routing(rng, T));
@@ -226,30 +236,37 @@ int main(int argc, char** argv) {
         CHECK(y.status());
         fill_bf16<<<64, 256, 0, s>>>(x->as<__nv_bfloat16>(), size_t(T) * kD, 7);
         fill_bf16<<<64, 256, 0, s>>>(shared->as<__nv_bfloat16>(), size_t(T) * kD, 9);
-        const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, kK, kE, kD, kI);
+        // the decode kernel takes at most 256 tokens: larger T runs in passes of 256 (the engine's prefill today)
+        const int64_t pass_T = std::min<int64_t>(T, kPassT), passes = (T + kPassT - 1) / kPassT;
+        const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(pass_T, kK, kE, kD, kI);
         auto ws = DeviceBuffer::allocate(ws_bytes, "workspace");
         CHECK(ws.status());
-        auto args_for = [&](int i) {
+        // pass p of call i: tokens [p · 256, min(T, (p + 1) · 256))
+        auto args_for = [&](int i, int64_t p) {
             const Routing& r = routings[size_t(i % kRoutings)];
+            const int64_t t0 = p * kPassT;
             MoeDecodeArgs a;
-            a.x = x->data();
-            a.idx = r.d_idx.as<int32_t>();
-            a.route_w = r.d_w.as<float>();
+            a.x = x->as<__nv_bfloat16>() + t0 * kD;
+            a.idx = r.d_idx.as<int32_t>() + t0 * kK;
+            a.route_w = r.d_w.as<float>() + t0 * kK;
             a.experts = layer_table + (i % kLayers) * kE;
-            a.shared = shared->data();
-            a.y = y->data();
-            a.tokens = T, a.k = kK, a.n_experts = kE, a.dim = kD, a.inter = kI;
+            a.shared = shared->as<__nv_bfloat16>() + t0 * kD;
+            a.y = y->as<__nv_bfloat16>() + t0 * kD;
+            a.tokens = std::min<int64_t>(kPassT, T - t0), a.k = kK, a.n_experts = kE, a.dim = kD, a.inter = kI;
             a.workspace = ws->data();
             a.workspace_bytes = ws_bytes;
             return a;
         };
+        auto moe_call = [&](int i) {
+            for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p), s));
+        };
         if (profile_T) {
-            for (int i = 0; i < 8; ++i) CHECK(sm90_mxfp4_moe_decode(args_for(i), s));
+            for (int i = 0; i < 8; ++i) moe_call(i);
             CHECK(stream->synchronize());
             std::printf("profile run at T %lld done\n", (long long)T);
             return 0;
         }
-        const float moe_ms = median_ms_per_call(s, [&](int i) { CHECK(sm90_mxfp4_moe_decode(args_for(i), s)); });
+        const float moe_ms = median_ms_per_call(s, moe_call);
         CHECK(stream->synchronize());
         // baseline: per distinct expert, dequantise w1, w3, w2 to bf16 and run two cuBLAS GEMMs
         const float one = 1.0f, zero = 0.0f;
@@ -275,13 +292,16 @@ int main(int argc, char** argv) {
             }
         });
         CHECK(stream->synchronize());
+        // bytes the kernel reads: every pass reads its own distinct experts (= the distinct experts up to 256 tokens)
         double experts = 0;
-        for (const auto& r : routings) experts += double(r.distinct.size());
+        for (const auto& r : routings) experts += double(r.pass_experts);
         experts /= kRoutings;
         const double bytes = experts * double(kExpertBytes);
+        const double flops = 6.0 * double(kD) * double(kI) * double(kK) * double(T);
         const double tbs = bytes / (moe_ms * 1e-3) / 1e12, base_tbs = bytes / (base_ms * 1e-3) / 1e12;
-        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1fx |\n", (long long)T, experts,
-                    bytes / 1e6, moe_ms * 1e3, tbs, 100.0 * tbs / copy_tbs, base_ms * 1e3, base_tbs,
+        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.1f | %.2f | %.1f | %.1fx |\n",
+                    (long long)T, experts, bytes / 1e6, moe_ms * 1e3, tbs, 100.0 * tbs / copy_tbs,
+                    flops / (moe_ms * 1e-3) / 1e12, base_ms * 1e3, base_tbs, flops / (base_ms * 1e-3) / 1e12,
                     base_ms / moe_ms);
     }
     CHECK_BLAS(cublasDestroy(blas));
