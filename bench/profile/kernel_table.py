@@ -12,6 +12,7 @@ Exit status 2 with a one-line message on an input it cannot read (no CSV header,
 """
 import argparse
 import csv
+import os
 import re
 import sys
 
@@ -91,11 +92,15 @@ def main():
         print(f"kernel_table: {e}", file=sys.stderr)
         return 2
     step = steps[a.step]
-    if a.launches:
-        for name, t, grid, block in step:
-            print(f"{t:9.1f} µs  {short_name(name)}  grid {grid} block {block}")
-    else:
-        print(table(step))
+    try:
+        if a.launches:
+            for name, t, grid, block in step:
+                print(f"{t:9.1f} µs  {short_name(name)}  grid {grid} block {block}")
+        else:
+            print(table(step))
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early (e.g. | head): not an error of this tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -12,11 +12,12 @@ grep -q '^91 launches, 1076.7 µs of kernel time$' <<<"$out" || fail "last step 
 grep -q '^| sm90_wo_a_kernel | 2 | 147.6 | 13.7 % | 73.8 |' <<<"$out" || fail "wo_a row missing or wrong"
 # every instance of a template adds up in one row: 14 FP8 GEMM launches
 grep -q '^| sm90_fp8_gemm_block128_kernel | 14 | 123.8 |' <<<"$out" || fail "template instances not merged"
-first="$(python3 "$tool" "$csv" --step 0 | head -1)"
-[ "$first" = "91 launches, 1077.9 µs of kernel time" ] || fail "first step: $first"
-n="$(python3 "$tool" "$csv" --launches | wc -l)"
-[ "$n" = 91 ] || fail "--launches listed $n kernels"
-[ "$(python3 "$tool" "$csv" --launches | head -1 | awk '{print $3}')" = sm90_embedding_kernel ] || fail "step order"
+# whole outputs into variables first: a reader that stops early (head) would end the writer with a broken pipe
+step0="$(python3 "$tool" "$csv" --step 0)"
+[ "$(sed -n 1p <<<"$step0")" = "91 launches, 1077.9 µs of kernel time" ] || fail "first step: $(sed -n 1p <<<"$step0")"
+list="$(python3 "$tool" "$csv" --launches)"
+[ "$(wc -l <<<"$list")" = 91 ] || fail "--launches listed $(wc -l <<<"$list") kernels"
+[ "$(sed -n 1p <<<"$list" | awk '{print $3}')" = sm90_embedding_kernel ] || fail "step order"
 set +e
 msg="$(python3 "$tool" "$csv" --step 2 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'holds 2 steps' <<<"$msg" || fail "--step 2: rc $rc, '$msg'"
