@@ -18,6 +18,7 @@
 
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/attention/attention_pv.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 #include "backend/cuda/common/pdl.cuh"
@@ -188,24 +189,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
             m_s[tid] = mnew_s[tid];
         }
         // O = O·rescale + P·V (P 16 x 64 keys, V 64 keys x channels 128·warp ..)
-        const float r0 = resc_s[g], r1 = resc_s[g + 8];
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-            acc[nt][0] = __fmul_rn(acc[nt][0], r0), acc[nt][1] = __fmul_rn(acc[nt][1], r0);
-            acc[nt][2] = __fmul_rn(acc[nt][2], r1), acc[nt][3] = __fmul_rn(acc[nt][3], r1);
-        }
-#pragma unroll
-        for (int k0 = 0; k0 < Cfg::kBlock; k0 += 16) {
-            uint32_t af[4];
-            load_a_frag(af, p_s, Cfg::kPLd, 0, k0);
-#pragma unroll
-            for (int nt = 0; nt < 16; nt += 2) {
-                uint32_t bf[4];
-                load_b_frag_kn(bf, kv_s, Cfg::kLd, warp * 128 + nt * 8, k0);
-                mma_bf16_16816(acc[nt], af, bf[0], bf[1]);
-                mma_bf16_16816(acc[nt + 1], af, bf[2], bf[3]);
-            }
-        }
+        rescale_add_pv<Cfg::kBlock, Cfg::kPLd, Cfg::kLd>(acc, resc_s[g], resc_s[g + 8], p_s, kv_s, warp);
         __syncthreads();  // kv_s, p_s and the softmax state are rewritten by the next block
     }
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);  // the q copies when topk == 0
