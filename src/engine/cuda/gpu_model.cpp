@@ -228,7 +228,7 @@ size_t attention_workspace_bytes(const GpuModel& m, int64_t csa_cap, int64_t hca
         a.tokens = r;
         a.heads = c.num_heads;
         a.kv_packed = m.precision == Precision::kReference;
-        for (const int64_t width : {c.window + c.index_topk, c.window + hca_cap}) {
+        for (const int64_t width : {c.window, c.window + c.index_topk, c.window + hca_cap}) {  // SWA, CSA, HCA
             a.topk = width;
             n = std::max(n, cuda::sm90_sparse_attn_split_workspace_bytes(a));
         }
