@@ -62,8 +62,8 @@ Status check_device_supported(int index, uint64_t need_bytes) {
     if (need_bytes > info.free_bytes)
         return {StatusCode::kResourceExhausted,
                 "GPU " + std::to_string(index) + " (" + info.name + ") has " + gib(info.free_bytes) +
-                    " free but this model needs " + gib(need_bytes) +
-                    "; use more GPUs, a smaller context (-c) or --backend cpu"};
+                    " free but this model's weights need " + gib(need_bytes) +
+                    "; the CUDA backend runs a model on one GPU (no multi-GPU path yet): use --backend cpu"};
     return Status::ok();
 }
 
