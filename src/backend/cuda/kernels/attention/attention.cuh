@@ -18,7 +18,7 @@
 
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
-#include "backend/cuda/kernels/attention/attention_pv.cuh"
+#include "backend/cuda/kernels/attention/attention_block.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 #include "backend/cuda/common/pdl.cuh"
@@ -151,14 +151,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
         __syncthreads();
         // S = Q·Kᵀ for keys 16·warp .. +15
         float sacc[2][4] = {};
-#pragma unroll 4
-        for (int k0 = 0; k0 < Cfg::kDim; k0 += 16) {
-            uint32_t af[4], bf[4];
-            load_a_frag(af, q_s, Cfg::kLd, 0, k0);
-            load_b_frag_nk(bf, kv_s, Cfg::kLd, warp * 16, k0);
-            mma_bf16_16816(sacc[0], af, bf[0], bf[1]);
-            mma_bf16_16816(sacc[1], af, bf[2], bf[3]);
-        }
+        block_qk<Cfg::kDim, Cfg::kLd>(sacc, q_s, kv_s, warp);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll

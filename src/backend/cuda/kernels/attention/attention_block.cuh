@@ -1,6 +1,7 @@
-// The output update of one 64-candidate online-softmax block, shared by the one-pass decode/prefill attention
+// The tensor-core steps of one 64-candidate online-softmax block, shared by the one-pass decode/prefill attention
 // (attention.cuh) and the split-candidate kernel (attention_split.cuh), so that both keep the reference's
-// instruction sequence: O = O · rescale, then O += P · V on bf16 tensor cores with f32 accumulation.
+// instruction sequence: S = Q · Kᵀ, and O = O · rescale, then O += P · V, on bf16 tensor cores with f32
+// accumulation.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +9,21 @@
 #include "backend/cuda/common/mma_bf16.cuh"
 
 namespace dsv4::cuda {
+
+// sacc: this warp's S fragment for keys 16·warp .. +15 (2 n-tiles of 8) of the block, rows g and g + 8 of the
+// 16-head tile. q_s: bf16 Q [16][kLd]; kv_s: the block's bf16 K=V rows [64][kLd]; kDim channels.
+template <int kDim, int kLd>
+__device__ __forceinline__ void block_qk(float (&sacc)[2][4], const __nv_bfloat16* q_s, const __nv_bfloat16* kv_s,
+                                         int warp) {
+#pragma unroll 4
+    for (int k0 = 0; k0 < kDim; k0 += 16) {
+        uint32_t af[4], bf[4];
+        load_a_frag(af, q_s, kLd, 0, k0);
+        load_b_frag_nk(bf, kv_s, kLd, warp * 16, k0);
+        mma_bf16_16816(sacc[0], af, bf[0], bf[1]);
+        mma_bf16_16816(sacc[1], af, bf[2], bf[3]);
+    }
+}
 
 // acc: this warp's O fragment, rows g and g + 8 of the 16-head tile x channels 128·warp .. +127 (16 n-tiles of 8).
 // r0, r1: the rescale factors of rows g and g + 8. p_s: bf16 P [16][kPLd] over the block's kBlock candidates.
