@@ -72,6 +72,18 @@ struct TopKSelectWorkspace {
     unsigned* equal = nullptr;            // [rows, chunks, kBins] keys of the chunk == (prefix | d)
 };
 
+// The row's scores base + u·kThreads + tid (u < kBatch) into v, all loads issued before any is used; entries at
+// or past n are left unset (callers mask them with the same i < n test).
+template <typename ScoreT>
+__device__ __forceinline__ void load_score_batch(ScoreT (&v)[TopKSelectConfig::kBatch], const ScoreT* src, int base,
+                                                 int n, int tid) {
+#pragma unroll
+    for (int u = 0; u < TopKSelectConfig::kBatch; ++u) {
+        const int i = base + u * TopKSelectConfig::kThreads + tid;
+        if (i < n) v[u] = src[i];
+    }
+}
+
 __device__ __forceinline__ int64_t select_row_count(int64_t n, const int64_t* __restrict__ positions, int64_t ratio,
                                                     int64_t row) {
     if (!positions) return n;
@@ -256,11 +268,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     const ScoreT* src = scores + row * stride;
     for (int base = 0; base < n; base += Cfg::kThreads * Cfg::kBatch) {
         ScoreT v[Cfg::kBatch];
-#pragma unroll
-        for (int u = 0; u < Cfg::kBatch; ++u) {
-            const int i = base + u * Cfg::kThreads + tid;
-            if (i < n) v[u] = src[i];
-        }
+        load_score_batch(v, src, base, n, tid);
 #pragma unroll
         for (int u = 0; u < Cfg::kBatch; ++u) {
             const int i = base + u * Cfg::kThreads + tid;
@@ -339,11 +347,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     unsigned above = 0;  // last pass: keys whose higher digits exceed the prefix
     for (int base = 0; base < count; base += Cfg::kThreads * Cfg::kBatch) {
         ScoreT v[Cfg::kBatch];
-#pragma unroll
-        for (int u = 0; u < Cfg::kBatch; ++u) {
-            const int i = base + u * Cfg::kThreads + tid;
-            if (i < count) v[u] = src[i];
-        }
+        load_score_batch(v, src, base, count, tid);
 #pragma unroll
         for (int u = 0; u < Cfg::kBatch; ++u) {
             const int i = base + u * Cfg::kThreads + tid;
@@ -430,11 +434,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
             const ScoreT* src = scores + row * stride + begin;
             for (int base = 0; base < count; base += Cfg::kThreads * Cfg::kBatch) {
                 ScoreT v[Cfg::kBatch];
-#pragma unroll
-                for (int u = 0; u < Cfg::kBatch; ++u) {
-                    const int i = base + u * Cfg::kThreads + tid;
-                    if (i < count) v[u] = src[i];
-                }
+                load_score_batch(v, src, base, count, tid);
 #pragma unroll
                 for (int u = 0; u < Cfg::kBatch; ++u) {
                     const int i = base + u * Cfg::kThreads + tid;
