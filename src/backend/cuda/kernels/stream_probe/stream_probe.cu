@@ -70,13 +70,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t first = blockIdx.x, step = gridDim.x;
     if (warp == 0) {
         if (lane != 0) return;
-        int64_t k = 0;
+        int64_t k = 0, off = first < n_tiles ? tile_offset[first] : 0;
         for (int64_t i = first; i < n_tiles; i += step, ++k) {
+            // the next tile's offset is loaded before this tile's wait, so its latency is not on the issue path
+            const int64_t next = i + step < n_tiles ? tile_offset[i + step] : 0;
             const int s = int(k % stages);
             const int64_t use = k / stages;
             if (use > 0) mbar_wait(&empty[s], uint32_t((use - 1) & 1));
             mbar_arrive_expect_tx(&full[s], tile_bytes);
-            bulk_copy_g2s(ring + size_t(s) * tile_bytes, src + tile_offset[i], tile_bytes, &full[s]);
+            bulk_copy_g2s(ring + size_t(s) * tile_bytes, src + off, tile_bytes, &full[s]);
+            off = next;
         }
         return;
     }
