@@ -13,6 +13,10 @@
 // (gate and up 2 · 2·I·D, down 2·I·D), T · K picks.
 //
 // `dsv4_bench_moe --profile T` runs a few calls of v1 at T tokens only (for a profiler's per-kernel view).
+//
+// A second table streams, for T <= 256, exactly the bytes v1 must read (every touched expert's weights and scales,
+// contiguous per expert here) through sm90_stream_probe — the TMA-ring load pipeline without arithmetic, read only —
+// with a few ring shapes: what a weight-streaming MoE kernel on that pipeline could reach at best.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -29,6 +33,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/stream_probe/stream_probe.h"
 
 namespace {
 
@@ -158,6 +163,61 @@ float median_ms_per_call(cudaStream_t s, F&& call) {
     }
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
+}
+
+// Read-only streaming of the touched experts' bytes through sm90_stream_probe for several ring shapes (tile bytes
+// x stages); an expert's kExpertBytes is a whole number of tiles of each size.
+void stream_probe_table(cudaStream_t s, const uint8_t* base, std::mt19937_64& rng, double copy_tbs) {
+    const std::pair<int64_t, int> shapes[] = {{32 * 1024, 4}, {32 * 1024, 6}, {16 * 1024, 8}, {64 * 1024, 3}};
+    auto sum = DeviceBuffer::allocate(16, "probe checksum");
+    CHECK(sum.status());
+    std::printf("\n| T | experts | MB read | 4 x 32 KB TB/s | 6 x 32 KB TB/s | 8 x 16 KB TB/s | 3 x 64 KB TB/s | "
+                "best %% copy |\n|---|---|---|---|---|---|---|---|\n");
+    for (int64_t T : {int64_t(1), int64_t(4), int64_t(16), int64_t(64), int64_t(256)}) {
+        std::vector<std::vector<int>> touched;  // per routing: the distinct experts
+        double experts = 0;
+        for (int i = 0; i < kRoutings; ++i) {
+            touched.push_back(make_routing(rng, T).distinct);
+            experts += double(touched.back().size());
+        }
+        experts /= kRoutings;
+        const double bytes = experts * double(kExpertBytes);
+        std::printf("| %lld | %.1f | %.1f |", (long long)T, experts, bytes / 1e6);
+        double best = 0;
+        for (const auto& [tile, stages] : shapes) {
+            if (int64_t(kExpertBytes) % tile != 0) {
+                std::printf(" - |");
+                continue;
+            }
+            std::vector<DeviceBuffer> offsets;  // per routing: byte offsets of its tiles
+            std::vector<int64_t> counts;
+            for (int i = 0; i < kRoutings; ++i) {
+                std::vector<int64_t> off;
+                for (int e : touched[size_t(i)])
+                    for (int64_t j = 0; j < int64_t(kExpertBytes) / tile; ++j)
+                        off.push_back((int64_t(i % kLayers) * kE + e) * int64_t(kExpertBytes) + j * tile);
+                auto d = DeviceBuffer::allocate(off.size() * 8, "probe offsets");
+                CHECK(d.status());
+                CHECK(d->upload(off.data(), off.size() * 8));
+                offsets.push_back(std::move(*d));
+                counts.push_back(int64_t(off.size()));
+            }
+            const float ms = median_ms_per_call(s, [&](int i) {
+                StreamProbeArgs a;
+                a.src = base;
+                a.tile_offset = offsets[size_t(i % kRoutings)].as<int64_t>();
+                a.n_tiles = counts[size_t(i % kRoutings)];
+                a.tile_bytes = tile;
+                a.stages = stages;
+                a.checksum = sum->as<uint32_t>();
+                CHECK(sm90_stream_probe(a, s));
+            });
+            const double tbs = bytes / (ms * 1e-3) / 1e12;
+            best = std::max(best, tbs);
+            std::printf(" %.2f |", tbs);
+        }
+        std::printf(" %.1f%% |\n", 100.0 * best / copy_tbs);
+    }
 }
 
 }  // namespace
@@ -305,5 +365,6 @@ int main(int argc, char** argv) {
                     base_ms / moe_ms);
     }
     CHECK_BLAS(cublasDestroy(blas));
+    stream_probe_table(s, base, rng, copy_tbs);
     return 0;
 }
