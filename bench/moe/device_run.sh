@@ -16,7 +16,7 @@ obj="$b/src/backend/cuda/CMakeFiles/dsv4_backend_cuda.dir/kernels/moe/moe.cu.o"
 if command -v cuobjdump >/dev/null || [ -x /usr/local/cuda/bin/cuobjdump ]; then
     cod="$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)"
     "$cod" --dump-sass "$obj" > "$out/moe.sass" 2>&1
-    for k in gate_up down; do
+    for k in ring gate_up down; do
         awk "/Function : .*sm90_moe_${k}_kernel/{f=1} f&&/Function : /&&!/${k}/{f=0} f" "$out/moe.sass" > "$out/$k.sass"
         printf '%-8s HMMA %s  LDG.128 %s  HMUL2 %s  LOP3 %s  SHF %s  LDL/STL %s  total %s\n' "$k" \
             "$(grep -c HMMA "$out/$k.sass")" "$(grep -c 'LDG.E.*128' "$out/$k.sass")" \
@@ -27,7 +27,9 @@ if command -v cuobjdump >/dev/null || [ -x /usr/local/cuda/bin/cuobjdump ]; then
 fi
 timeout 300 "$b/tests/dsv4_tests_ops_tests" --gtest_filter='*MoeDecode*' 2>&1 | tee "$out/test.txt" | \
     grep -E "bit-exact|FAILED|PASSED|rel_l2|Failure" | head -60
-timeout 150 "$b/bench/moe/dsv4_bench_moe" 2>&1 | tee "$out/bench.txt"
+timeout 240 "$b/bench/moe/dsv4_bench_moe" 2>&1 | tee "$out/bench.txt"
+# clocks after the run: a throttled GPU shows here (and in the copy bandwidth the benchmark prints)
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv
 if command -v ncu >/dev/null; then
     for T in 1 64; do
         timeout 45 ncu --clock-control none -k regex:sm90_moe --launch-skip 6 --launch-count 3 --metrics \

@@ -1,22 +1,25 @@
-// sm90_mxfp4_moe_decode (v1) at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6) for 1, 4, 16, 64, 256, 1024
-// and 8192 tokens — above 256 as the engine runs a prefill today, in passes of 256 tokens through the decode kernel —
+// sm90_mxfp4_moe_decode — both kernel paths, the persistent TMA-ring kernel ("ring", the default) and the
+// register-streaming launches ("register") — at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6) for 1, 4, 16,
+// 64, 256, 1024 and 8192 tokens — above 256 as the engine runs a prefill today, in passes of 256 tokens through the
+// decode kernel —
 // side by side in one run with (a) a plain baseline — dequantise each touched expert to bf16, then cuBLAS GEMMs
 // ([w1;w3] · x and w2 · h per expert; no gather, no SwiGLU: a lower bound on that path) — and (b) the device copy
 // bandwidth (cudaMemcpy D2D of 1 GiB, bytes read + written).
 //
 // Weights: two layers' worth of experts (2 × 256 × 13.4 MB = 6.8 GB of random MXFP4 bytes, UE8M0 scales 2^-9..2^-1)
 // and 32 random routings per token count, rotated call by call so neither the weights nor the routing repeat
-// within L2's reach. Time: CUDA events around batches of 16 calls after warm-up, median of 15 batches.
+// within L2's reach. Time: CUDA events around batches of 16 calls after warm-up, median of 15 batches (above 256
+// tokens: batches of 2, median of 5).
 // Bytes touched per call: experts read × (3 · I · D/2 + 3 · I · D/32), where each pass of 256 tokens reads its own
 // distinct experts (the baseline, one pass over all tokens, reads fewer above 256 tokens; its TB/s uses the same
 // bytes, so the columns compare times). FLOPs per call: 6 · D · I per pick
 // (gate and up 2 · 2·I·D, down 2·I·D), T · K picks.
 //
-// `dsv4_bench_moe --profile T` runs a few calls of v1 at T tokens only (for a profiler's per-kernel view).
+// `dsv4_bench_moe --profile T` runs a few calls of each path at T tokens only (for a profiler's per-kernel view).
 //
-// A second table streams, for T <= 256, exactly the bytes v1 must read (every touched expert's weights and scales,
-// contiguous per expert here) through sm90_stream_probe — the TMA-ring load pipeline without arithmetic, read only —
-// with a few ring shapes: what a weight-streaming MoE kernel on that pipeline could reach at best.
+// A second table streams, for T <= 256, exactly the bytes the kernel must read (every touched expert's weights and
+// scales, contiguous per expert here) through sm90_stream_probe — the TMA-ring load pipeline without arithmetic,
+// read only — with a few ring shapes: what a weight-streaming MoE kernel on that pipeline could reach at best.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -147,19 +150,21 @@ constexpr size_t kW2Bytes = size_t(kD) * kI / 2, kW2Scale = size_t(kD) * kI / 32
 constexpr size_t kExpertBytes = 2 * (kW13Bytes + kW13Scale) + kW2Bytes + kW2Scale;
 
 template <typename F>
-float median_ms_per_call(cudaStream_t s, F&& call) {
+float median_ms_per_call(cudaStream_t s, F&& call, bool long_calls = false) {
     auto timer = EventTimer::create();
     CHECK(timer.status());
-    for (int i = 0; i < kWarm; ++i) call(i);
+    // calls of tens of ms (prefill sizes) need no batching against launch overhead; fewer keep the run short
+    const int batch = long_calls ? 2 : kBatch, batches = long_calls ? 5 : kBatches, warm = long_calls ? 1 : kWarm;
+    for (int i = 0; i < warm; ++i) call(i);
     std::vector<float> v;
     int n = 0;
-    for (int b = 0; b < kBatches; ++b) {
+    for (int b = 0; b < batches; ++b) {
         CHECK(timer->start(s));
-        for (int i = 0; i < kBatch; ++i) call(n++);
+        for (int i = 0; i < batch; ++i) call(n++);
         CHECK(timer->stop(s));
         auto ms = timer->elapsed_ms();
         CHECK(ms.status());
-        v.push_back(*ms / kBatch);
+        v.push_back(*ms / float(batch));
     }
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -282,9 +287,9 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(20261130);
     std::vector<int64_t> token_counts = {1, 4, 16, 64, 256, 1024, kMaxT};
     if (profile_T) token_counts = {profile_T};
-    std::printf("\n| T | experts read | MB touched | v1 us | v1 TB/s | v1 %% copy | v1 TFLOP/s | baseline us | "
-                "baseline TB/s | baseline TFLOP/s | v1 vs baseline |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| T | experts read | MB touched | ring us | ring TB/s | ring %% copy | ring TFLOP/s | register us | "
+                "register TB/s | baseline us | baseline TB/s | baseline TFLOP/s | ring vs baseline |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int64_t T : token_counts) {
         std::vector<Routing> routings;
         for (int i = 0; i < kRoutings; ++i) routings.push_back(make_routing(rng, T));
@@ -302,7 +307,7 @@ int main(int argc, char** argv) {
         auto ws = DeviceBuffer::allocate(ws_bytes, "workspace");
         CHECK(ws.status());
         // pass p of call i: tokens [p · 256, min(T, (p + 1) · 256))
-        auto args_for = [&](int i, int64_t p) {
+        auto args_for = [&](int i, int64_t p, bool register_streaming) {
             const Routing& r = routings[size_t(i % kRoutings)];
             const int64_t t0 = p * kPassT;
             MoeDecodeArgs a;
@@ -315,18 +320,25 @@ int main(int argc, char** argv) {
             a.tokens = std::min<int64_t>(kPassT, T - t0), a.k = kK, a.n_experts = kE, a.dim = kD, a.inter = kI;
             a.workspace = ws->data();
             a.workspace_bytes = ws_bytes;
+            a.register_streaming = register_streaming;
             return a;
         };
-        auto moe_call = [&](int i) {
-            for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p), s));
+        auto ring_call = [&](int i) {
+            for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p, false), s));
+        };
+        auto register_call = [&](int i) {
+            for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p, true), s));
         };
         if (profile_T) {
-            for (int i = 0; i < 8; ++i) moe_call(i);
+            for (int i = 0; i < 8; ++i) ring_call(i);
+            for (int i = 0; i < 8; ++i) register_call(i);
             CHECK(stream->synchronize());
             std::printf("profile run at T %lld done\n", (long long)T);
             return 0;
         }
-        const float moe_ms = median_ms_per_call(s, moe_call);
+        const bool long_calls = T > kPassT;
+        const float moe_ms = median_ms_per_call(s, ring_call, long_calls);
+        const float reg_ms = median_ms_per_call(s, register_call, long_calls);
         CHECK(stream->synchronize());
         // baseline: per distinct expert, dequantise w1, w3, w2 to bf16 and run two cuBLAS GEMMs
         const float one = 1.0f, zero = 0.0f;
@@ -350,7 +362,7 @@ int main(int argc, char** argv) {
                                         int(2 * kI), &zero, obuf->data(), CUDA_R_16BF, int(kD), CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
             }
-        });
+        }, long_calls);
         CHECK(stream->synchronize());
         // bytes the kernel reads: every pass reads its own distinct experts (= the distinct experts up to 256 tokens)
         double experts = 0;
@@ -359,10 +371,10 @@ int main(int argc, char** argv) {
         const double bytes = experts * double(kExpertBytes);
         const double flops = 6.0 * double(kD) * double(kI) * double(kK) * double(T);
         const double tbs = bytes / (moe_ms * 1e-3) / 1e12, base_tbs = bytes / (base_ms * 1e-3) / 1e12;
-        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.1f | %.2f | %.1f | %.1fx |\n",
+        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1fx |\n",
                     (long long)T, experts, bytes / 1e6, moe_ms * 1e3, tbs, 100.0 * tbs / copy_tbs,
-                    flops / (moe_ms * 1e-3) / 1e12, base_ms * 1e3, base_tbs, flops / (base_ms * 1e-3) / 1e12,
-                    base_ms / moe_ms);
+                    flops / (moe_ms * 1e-3) / 1e12, reg_ms * 1e3, bytes / (reg_ms * 1e-3) / 1e12, base_ms * 1e3,
+                    base_tbs, flops / (base_ms * 1e-3) / 1e12, base_ms / moe_ms);
     }
     CHECK_BLAS(cublasDestroy(blas));
     stream_probe_table(s, base, rng, copy_tbs);

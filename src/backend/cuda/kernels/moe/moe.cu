@@ -3,8 +3,9 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
-#include "backend/cuda/kernels/moe/moe.cuh"
+#include "backend/cuda/kernels/moe/moe_items.cuh"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/moe/moe_ring.h"
 #include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
@@ -109,125 +110,36 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(Moe
         for (int j = 0; j < p.K; ++j) p.order[t * p.K + j] = o[j];
     }
     for (int i = tid; i < p.slots * (p.I / 128); i += Cfg::kPrepThreads) p.cnt_up[i] = 0;
+    for (int i = tid; i < p.slots; i += Cfg::kPrepThreads) p.up_done[i] = 0;
     for (int i = tid; i < p.D / Cfg::kDownRows; i += Cfg::kPrepThreads) p.cnt_down[i] = 0;
 }
 
 // Launch 2: block (16 rows of I, active slot).
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
     pdl_enter();
-    constexpr int RT = Cfg::kUpRT, KS = Cfg::kUpKS;
-    __shared__ __align__(16) float red[KS * RT * 2 * 128];
-    __shared__ int last;
+    __shared__ __align__(16) float red[Cfg::kUpKS * Cfg::kUpRT * 2 * 128];
+    __shared__ int flag;
     const int slot = blockIdx.y;
     if (slot >= *p.n_active) return;
-    const int e = p.active_expert[slot], start = p.active_start[slot], count = p.active_count[slot];
-    const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[e];
+    const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[p.active_expert[slot]];
     const uint8_t* const w[2] = {ex.w1, ex.w3};
     const uint8_t* const ws[2] = {ex.w1s, ex.w3s};
     const int row0 = blockIdx.x * Cfg::kUpRows;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    for (int tt = 0; tt < count; tt += Cfg::kTokTile) {
-        const int ntile = min(Cfg::kTokTile, count - tt);
-        int act_row[Cfg::kTokTile];
-#pragma unroll
-        for (int c = 0; c < Cfg::kTokTile; ++c) act_row[c] = c < ntile ? p.list[start + tt + c] / p.K : 0;
-        float y[2][4];
-        expert_rows_gemm<2, RT, KS>(w, ws, p.D, row0, p.xq, p.xs, act_row, ntile, red, y);
-        if (warp / RT != 0) continue;
-        const int rt = warp % RT;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int col = 2 * t + (i & 1), row = row0 + 16 * rt + g + 8 * (i >> 1);
-            if (col >= ntile) continue;
-            // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight; bf16
-            float u1 = round_bf16(y[0][i]), u3 = round_bf16(y[1][i]);
-            if (p.limit > 0.0f) {
-                u1 = fminf(u1, p.limit);
-                u3 = fminf(fmaxf(u3, -p.limit), p.limit);
-            }
-            const float a = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
-            const int pick = p.list[start + tt + col];
-            p.h[size_t(start + tt + col) * p.I + row] = __float2bfloat16_rn(__fmul_rn(p.route_w[pick], a));
-        }
-    }
-    // The last of the 128/16 blocks of this 128-row block of I quantises it for the down GEMM.
-    __threadfence();
-    __syncthreads();
-    constexpr int kBlocksPer128 = 128 / Cfg::kUpRows;
-    const int qb = row0 / 128;
-    if (threadIdx.x == 0) last = atomicAdd(&p.cnt_up[slot * (p.I / 128) + qb], 1) == kBlocksPer128 - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    // quad (4 lanes) per token: lane t holds elements 32t..32t+31 of the 128-block
-    const int quads = blockDim.x / 4;
-    for (int base = 0; base < count; base += quads) {
-        const int j = base + int(threadIdx.x) / 4;
-        const bool active = j < count;
-        const size_t pos = size_t(start + (active ? j : 0));
-        float v[32];
-        const __nv_bfloat16* src = p.h + pos * p.I + qb * 128 + t * 32;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint4 u = __ldcg(reinterpret_cast<const uint4*>(src) + i);  // written by other blocks: L2
-            const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                v[8 * i + 2 * k] = __uint_as_float(wd[k] << 16);
-                v[8 * i + 2 * k + 1] = __uint_as_float(wd[k] & 0xffff0000u);
-            }
-        }
-        const float s = quant_block128_to_f16(v, p.hq + pos * p.I + qb * 128 + t * 32, active);
-        if (active && t == 0) p.hs[pos * (p.I / 128) + qb] = s;
-    }
+    moe_gate_up_item<GlobalWeights>(p, slot, row0, w, ws, row0, red, &flag, [] {});
 }
 
 // Launch 3: block (32 rows of D, active slot); the last block of a row range combines all tokens.
 __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
     pdl_enter();
-    constexpr int RT = Cfg::kDownRT, KS = Cfg::kDownKS;
-    __shared__ __align__(16) float red[KS * RT * 128];
-    __shared__ int last;
+    __shared__ __align__(16) float red[Cfg::kDownKS * Cfg::kDownRT * 128];
+    __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
     if (slot >= n_active) return;
-    const int e = p.active_expert[slot], start = p.active_start[slot], count = p.active_count[slot];
-    const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[e];
+    const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[p.active_expert[slot]];
     const uint8_t* const w[1] = {ex.w2};
     const uint8_t* const ws[1] = {ex.w2s};
-    const int row0 = blockIdx.x * Cfg::kDownRows;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    for (int tt = 0; tt < count; tt += Cfg::kTokTile) {
-        const int ntile = min(Cfg::kTokTile, count - tt);
-        int act_row[Cfg::kTokTile];
-#pragma unroll
-        for (int c = 0; c < Cfg::kTokTile; ++c) act_row[c] = start + tt + (c < ntile ? c : 0);
-        float y[1][4];
-        expert_rows_gemm<1, RT, KS>(w, ws, p.I, row0, p.hq, p.hs, act_row, ntile, red, y);
-        if (warp / RT != 0) continue;
-        const int rt = warp % RT;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int col = 2 * t + (i & 1), row = row0 + 16 * rt + g + 8 * (i >> 1);
-            if (col >= ntile) continue;
-            const int pick = p.list[start + tt + col];
-            p.yp[size_t(pick) * p.D + row] = round_bf16(y[0][i]);  // the expert's bf16 output
-        }
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&p.cnt_down[blockIdx.x], 1) == n_active - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    // out[t, d] = bf16( Σ picks in ascending expert order (f32) + shared ), as backend::cpu::moe_sum
-    const int n = p.T * Cfg::kDownRows;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const int tok = i / Cfg::kDownRows, d = row0 + i % Cfg::kDownRows;
-        float acc = 0.0f;
-        for (int j = 0; j < p.K; ++j) acc = __fadd_rn(acc, __ldcg(p.yp + size_t(p.order[tok * p.K + j]) * p.D + d));
-        if (p.shared) acc = __fadd_rn(acc, __bfloat162float(p.shared[size_t(tok) * p.D + d]));
-        p.y[size_t(tok) * p.D + d] = __float2bfloat16_rn(acc);
-    }
+    moe_down_item<GlobalWeights>(p, slot, blockIdx.x, n_active, w, ws, blockIdx.x * Cfg::kDownRows, red, &flag,
+                                 [] {});
 }
 
 }  // namespace
@@ -276,6 +188,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     p.list = reinterpret_cast<int*>(ws + wl.list);
     p.order = reinterpret_cast<int*>(ws + wl.order);
     p.cnt_up = reinterpret_cast<int*>(ws + wl.cnt_up);
+    p.up_done = reinterpret_cast<int*>(ws + wl.up_done);
     p.cnt_down = reinterpret_cast<int*>(ws + wl.cnt_down);
     p.xq = reinterpret_cast<__half*>(ws + wl.xq);
     p.xs = reinterpret_cast<float*>(ws + wl.xs);
@@ -286,6 +199,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
 
     sm90_moe_prepare_kernel<<<unsigned(p.T + 1), Cfg::kPrepThreads, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_prepare"));
+    if (!a.register_streaming && moe_ring_supported(a.dim, a.inter)) return launch_moe_ring(p, stream);
     const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
     sm90_moe_gate_up_kernel<<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));

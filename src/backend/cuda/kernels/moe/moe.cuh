@@ -52,7 +52,8 @@ struct MoeDecodeConfig {
 
 // Workspace layout (byte offsets, each 256-aligned). Shared by the launcher and the benchmark.
 struct MoeWorkspace {
-    size_t n_active, active_expert, active_start, active_count, list, order, cnt_up, cnt_down, xq, xs, h, hq, hs,
+    size_t n_active, active_expert, active_start, active_count, list, order, cnt_up, up_done, cnt_down, xq, xs, h,
+        hq, hs,
         yp, total;
     static constexpr size_t align(size_t v) { return (v + 255) / 256 * 256; }
     static MoeWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
@@ -71,6 +72,7 @@ struct MoeWorkspace {
         w.list = take(4 * size_t(picks));
         w.order = take(4 * size_t(picks));
         w.cnt_up = take(4 * size_t(slots) * size_t(I / 128));
+        w.up_done = take(4 * size_t(slots));
         w.cnt_down = take(4 * size_t(D / MoeDecodeConfig::kDownRows));
         w.xq = take(2 * size_t(T) * size_t(D));
         w.xs = take(4 * size_t(T) * size_t(D / 128));
@@ -99,6 +101,7 @@ struct MoeKernelParams {
     int* list;                  // [T*K] pick index t*K+k, grouped by expert
     int* order;                 // [T*K] each token's pick indices sorted by expert id
     int* cnt_up;                // [slots, I/128] arrivals per 128-row block of I
+    int* up_done;               // [slots] 128-row blocks of I quantised for the down GEMM
     int* cnt_down;              // [D / kDownRows] arrivals per row range of D
     __half* xq;                 // [T, D] e4m3 values of x as f16, pair order
     float* xs;                  // [T, D/128]
@@ -226,13 +229,49 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
     y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
 }
 
+// Where expert_rows_gemm reads from. GlobalWeights: weights streamed from global memory straight into registers
+// (the three-launch kernels); activations from the previous launch through the read-only path; reductions over the
+// whole block. RingWeights<kCoherentAct>: weights from a shared-memory ring slot (moe_ring.cu), reductions over the
+// 8 consumer warps only (named barrier 1; the producer warp is elsewhere), and with kCoherentAct the activations
+// through L2 (they were written by other blocks of the same kernel, which the read-only path may not see).
+struct GlobalWeights {
+    static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }
+    static __device__ __forceinline__ uint2 s8(const uint8_t* p) { return ld_stream8(p); }
+    static __device__ __forceinline__ uint4 act16(const uint4* p) { return __ldg(p); }
+    static __device__ __forceinline__ float act_s(const float* p) { return __ldg(p); }
+    static __device__ __forceinline__ void sync() { __syncthreads(); }
+};
+template <bool kCoherentAct>
+struct RingWeights {
+    static constexpr int kConsumerThreads = 256;
+    static __device__ __forceinline__ uint4 w16(const uint8_t* p) {
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(uint32_t(__cvta_generic_to_shared(p))));
+        return v;
+    }
+    static __device__ __forceinline__ uint2 s8(const uint8_t* p) {
+        uint2 v;
+        asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];"
+                     : "=r"(v.x), "=r"(v.y)
+                     : "r"(uint32_t(__cvta_generic_to_shared(p))));
+        return v;
+    }
+    static __device__ __forceinline__ uint4 act16(const uint4* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
+    static __device__ __forceinline__ float act_s(const float* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
+    static __device__ __forceinline__ void sync() {
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    }
+};
+
 // The GEMM core shared by both expert GEMMs. The block's warps are RT row tiles x KS K-splits; warp (rt, ks)
 // owns rows row0 + 16·rt + {g, g+8} and the 256-wide K steps ks, ks+KS, ... For one tile of up to 8 tokens
 // (act_row[c] = activation row of token column c, c < ntile) it accumulates y[m][.] = (row g, col 2t),
 // (row g, col 2t+1), (row g+8, col 2t), (row g+8, col 2t+1) for each of the MATS matrices, and reduces the K splits
 // through shared memory `red` (KS·RT·MATS·128 floats) in split order. On return the warps with ks == 0 hold the
 // totals.
-template <int MATS, int RT, int KS>
+template <int MATS, int RT, int KS, class Src = GlobalWeights>
 __device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS], const uint8_t* const (&ws)[MATS],
                                                  int K, int row0, const __half* act, const float* act_s,
                                                  const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile,
@@ -258,11 +297,11 @@ __device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS]
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
                 const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
-                wv[m][0][q] = ld_stream16(w[m] + size_t(r_lo) * row_bytes + off);
-                wv[m][1][q] = ld_stream16(w[m] + size_t(r_hi) * row_bytes + off);
+                wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
+                wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
             }
-            sv[m][0] = ld_stream8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
-            sv[m][1] = ld_stream8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
+            sv[m][0] = Src::s8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
+            sv[m][1] = Src::s8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
         }
         uint4 av[2][4];
         float sa[2][2];
@@ -270,9 +309,9 @@ __device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS]
         for (int q = 0; q < 2; ++q) {
             const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step * 2 + q) * 128 + t * 32);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? __ldg(ap + i) : make_uint4(0, 0, 0, 0);
-            sa[q][0] = c0 < ntile ? __ldg(srow0 + step * 2 + q) : 0.0f;
-            sa[q][1] = c1 < ntile ? __ldg(srow1 + step * 2 + q) : 0.0f;
+            for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
+            sa[q][0] = c0 < ntile ? Src::act_s(srow0 + step * 2 + q) : 0.0f;
+            sa[q][1] = c1 < ntile ? Src::act_s(srow1 + step * 2 + q) : 0.0f;
         }
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
@@ -289,7 +328,7 @@ __device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS]
         for (int m = 0; m < MATS; ++m)
             *reinterpret_cast<float4*>(red + size_t((ks * RT + rt) * MATS + m) * 128 + lane * 4) =
                 make_float4(y[m][0], y[m][1], y[m][2], y[m][3]);
-        __syncthreads();
+        Src::sync();
         if (ks == 0) {
 #pragma unroll
             for (int m = 0; m < MATS; ++m) {
@@ -301,7 +340,7 @@ __device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS]
                 }
             }
         }
-        __syncthreads();  // red is reused by the next token tile
+        Src::sync();  // red is reused by the next token tile
     }
 }
 

@@ -4,8 +4,9 @@
 // expert index (f32), plus the shared expert's output, rounded once to bf16. The CPU composition it matches is
 // backend::cpu::routed_experts followed by backend::cpu::moe_sum in kReference.
 //
-// Three launches, no host synchronisation (CUDA-graph capturable): group tokens by expert and quantise x; gate/up
-// GEMM + SwiGLU + quantisation of the hidden activations; down GEMM + ordered combine. docs/kernels/moe.md.
+// No host synchronisation (CUDA-graph capturable): group tokens by expert and quantise x; then gate/up GEMM +
+// SwiGLU + quantisation of the hidden activations and down GEMM + ordered combine, either in one persistent kernel
+// fed by TMA bulk copies (moe_ring.cu) or in two register-streaming launches (moe.cu). docs/kernels/moe.md.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +38,9 @@ struct MoeDecodeArgs {
     float limit = 10.0f;                    // swiglu_limit; <= 0 disables the clamp
     void* workspace = nullptr;              // sm90_mxfp4_moe_decode_workspace_bytes() bytes, 256-byte aligned
     size_t workspace_bytes = 0;
+    // false (default): sm90_moe_prepare + the persistent TMA-ring expert kernel (two launches) where the shape fits
+    // its shared-memory ring; true: the three-launch register-streaming kernels (compared side by side in bench/moe).
+    bool register_streaming = false;
 };
 
 // Scratch the three launches share (token lists, quantised activations, per-pick outputs, counters).

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/mbarrier.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/stream_probe/stream_probe.h"
 
@@ -20,39 +21,6 @@ namespace {
 constexpr int kConsumers = 4;
 constexpr int kThreads = 32 * (1 + kConsumers);
 constexpr int kMaxStages = 8;
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile(
-            "{ .reg .pred p;\n"
-            "  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "  selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(smem_u32(bar)), "r"(parity)
-            : "memory");
-    }
-}
-// Global → shared bulk copy of `bytes` (multiple of 16, both addresses 16-byte aligned), completion counted on bar.
-__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
 
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_stream_probe_kernel(const uint8_t* __restrict__ src, const int64_t* __restrict__ tile_offset,
@@ -64,7 +32,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kConsumers);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy too
+        mbar_init_fence();  // visible to the async proxy too
     }
     __syncthreads();
     const int64_t first = blockIdx.x, step = gridDim.x;

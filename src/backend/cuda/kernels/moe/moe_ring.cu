@@ -1,0 +1,171 @@
+// The persistent expert kernel of sm90_mxfp4_moe_decode: both expert GEMMs of a MoE layer in one launch (after
+// sm90_moe_prepare), with every weight byte brought into shared memory by TMA bulk copies.
+//
+// Work items (moe_items.cuh) in one sequence: all gate/up items (slot-major: active slot, 16-row tile of I), then all
+// down items (slot, 32-row tile of D). Block b of the grid (one block per SM) takes items b, b + grid, ... in order.
+// Warp 8 is the producer: one thread walks the same items and, per item, copies each weight tile it needs — 16 rows
+// of w1, 16 rows of w3 (gate/up) or 32 rows of w2 (down), each a contiguous range of the row-major matrix, plus its
+// UE8M0 scale rows — into the next "unit" of a ring of shared-memory slots, counting the bytes on that slot's full
+// barrier. Warps 0..7 wait for the item's units, run the item on them (RingWeights: weights from shared memory) and
+// release the units to the producer (empty barrier, one arrival per consumer warp). The producer therefore runs
+// ahead by the ring's depth (5 units of 34 KB at V4-Flash shapes) — across items, across the gate/up → down boundary,
+// and while the consumers wait for a down item's inputs — which is what the register-streaming kernels could not do
+// (docs/kernels/moe.md: sm90_stream_probe measured this pipeline before any arithmetic went on it).
+//
+// A down item needs its slot's hidden rows quantised by gate/up items of other blocks: the consumers spin on
+// up_done[slot] (I/128 when complete). No deadlock: the grid is no larger than the number of SMs and one block fits
+// per SM, so every block runs; and every block's gate/up items come before its down items, and gate/up items never
+// wait, so every gate/up item completes.
+//
+// Barriers per ring slot s: full[s] (count 1: the producer's arrive.expect_tx) and empty[s] (count 8). Unit u uses
+// slot u % S for the (u / S)-th time: consumers wait full with parity (u / S) & 1, the producer waits empty with
+// parity (u / S − 1) & 1 before reusing the slot.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/mbarrier.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/moe/moe_items.cuh"
+#include "backend/cuda/kernels/moe/moe_ring.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using Cfg = MoeDecodeConfig;
+constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1), kMaxSlots = 8;
+constexpr size_t kMaxRingBytes = 200 * 1024;
+
+struct RingGeometry {
+    uint32_t up_w_bytes, up_s_bytes, down_w_bytes, down_s_bytes;  // one unit's weight and scale bytes
+    uint32_t unit_bytes;                                          // slot size (max of both, 128-aligned)
+    int slots;
+};
+
+__host__ __device__ inline RingGeometry ring_geometry(int D, int I) {
+    RingGeometry g{};
+    g.up_w_bytes = uint32_t(Cfg::kUpRows) * uint32_t(D / 2);
+    g.up_s_bytes = uint32_t(Cfg::kUpRows) * uint32_t(D / 32);
+    g.down_w_bytes = uint32_t(Cfg::kDownRows) * uint32_t(I / 2);
+    g.down_s_bytes = uint32_t(Cfg::kDownRows) * uint32_t(I / 32);
+    const uint32_t up = (g.up_w_bytes + g.up_s_bytes + 127) / 128 * 128;
+    const uint32_t down = (g.down_w_bytes + g.down_s_bytes + 127) / 128 * 128;
+    g.unit_bytes = up > down ? up : down;
+    const size_t fit = kMaxRingBytes / g.unit_bytes;
+    g.slots = int(fit < size_t(kMaxSlots) ? fit : size_t(kMaxSlots));
+    return g;
+}
+
+__global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelParams p) {
+    pdl_enter();
+    extern __shared__ __align__(128) uint8_t ring[];  // [slots][unit_bytes]
+    __shared__ uint64_t full[kMaxSlots], empty[kMaxSlots];
+    __shared__ __align__(16) float red[Cfg::kUpKS * Cfg::kUpRT * 2 * 128];  // ≥ the down items' KS · RT · 128
+    __shared__ int flag;
+    static_assert(Cfg::kUpKS * Cfg::kUpRT == kConsumerWarps && Cfg::kDownKS * Cfg::kDownRT == kConsumerWarps,
+                  "both items run on the 8 consumer warps");
+    const RingGeometry geo = ring_geometry(p.D, p.I);
+    const int S = geo.slots;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kConsumerWarps);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    const int n_active = *p.n_active;
+    const int up_tiles = p.I / Cfg::kUpRows, down_tiles = p.D / Cfg::kDownRows;
+    const int n_up = n_active * up_tiles, n_items = n_up + n_active * down_tiles;
+    const Mxfp4ExpertPtrs* experts = static_cast<const Mxfp4ExpertPtrs*>(p.experts);
+    const int warp = threadIdx.x >> 5;
+
+    if (warp == kConsumerWarps) {  // producer
+        if ((threadIdx.x & 31) != 0) return;
+        uint32_t u = 0;
+        auto produce = [&](const uint8_t* w, uint32_t w_bytes, const uint8_t* ws, uint32_t s_bytes) {
+            const int s = int(u % uint32_t(S));
+            const uint32_t use = u / uint32_t(S);
+            if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
+            uint8_t* slot = ring + size_t(s) * geo.unit_bytes;
+            mbar_arrive_expect_tx(&full[s], w_bytes + s_bytes);
+            bulk_copy_g2s(slot, w, w_bytes, &full[s]);
+            bulk_copy_g2s(slot + w_bytes, ws, s_bytes, &full[s]);
+            ++u;
+        };
+        for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
+            if (i < n_up) {
+                const Mxfp4ExpertPtrs ex = experts[p.active_expert[i / up_tiles]];
+                const size_t r0 = size_t(i % up_tiles) * Cfg::kUpRows;
+                produce(ex.w1 + r0 * (p.D / 2), geo.up_w_bytes, ex.w1s + r0 * (p.D / 32), geo.up_s_bytes);
+                produce(ex.w3 + r0 * (p.D / 2), geo.up_w_bytes, ex.w3s + r0 * (p.D / 32), geo.up_s_bytes);
+            } else {
+                const int j = i - n_up;
+                const Mxfp4ExpertPtrs ex = experts[p.active_expert[j / down_tiles]];
+                const size_t r0 = size_t(j % down_tiles) * Cfg::kDownRows;
+                produce(ex.w2 + r0 * (p.I / 2), geo.down_w_bytes, ex.w2s + r0 * (p.I / 32), geo.down_s_bytes);
+            }
+        }
+        return;
+    }
+
+    // consumers: warps 0..7
+    const int lane = threadIdx.x & 31;
+    uint32_t u = 0;
+    auto acquire = [&]() {
+        const int s = int(u % uint32_t(S));
+        mbar_wait(&full[s], (u / uint32_t(S)) & 1);
+        ++u;
+        return s;
+    };
+    auto release = [&](int s) {
+        __syncwarp();  // every lane's reads of the slot are done
+        if (lane == 0) mbar_arrive(&empty[s]);
+    };
+    for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
+        if (i < n_up) {
+            const int slot = i / up_tiles, row0 = (i % up_tiles) * Cfg::kUpRows;
+            const int s1 = acquire(), s3 = acquire();
+            const uint8_t* u1 = ring + size_t(s1) * geo.unit_bytes;
+            const uint8_t* u3 = ring + size_t(s3) * geo.unit_bytes;
+            const uint8_t* const w[2] = {u1, u3};
+            const uint8_t* const ws[2] = {u1 + geo.up_w_bytes, u3 + geo.up_w_bytes};
+            moe_gate_up_item<RingWeights<false>>(p, slot, row0, w, ws, 0, red, &flag, [&] {
+                release(s1);
+                release(s3);
+            });
+        } else {
+            const int j = i - n_up, slot = j / down_tiles, tile = j % down_tiles;
+            const int s2 = acquire();
+            const uint8_t* u2 = ring + size_t(s2) * geo.unit_bytes;
+            const uint8_t* const w[1] = {u2};
+            const uint8_t* const ws[1] = {u2 + geo.down_w_bytes};
+            // the slot's hidden rows: every 128-row block of I quantised by the gate/up items
+            if (threadIdx.x == 0) {
+                const int want = p.I / 128;
+                while (atomicAdd(&p.up_done[slot], 0) < want) __nanosleep(64);
+                __threadfence();
+            }
+            RingWeights<true>::sync();
+            moe_down_item<RingWeights<true>>(p, slot, tile, n_active, w, ws, 0, red, &flag, [&] { release(s2); });
+        }
+    }
+}
+
+}  // namespace
+
+bool moe_ring_supported(int64_t dim, int64_t inter) {
+    return ring_geometry(int(dim), int(inter)).slots >= 2;
+}
+
+Status launch_moe_ring(const MoeKernelParams& p, cudaStream_t stream) {
+    const RingGeometry geo = ring_geometry(p.D, p.I);
+    const size_t smem = size_t(geo.slots) * geo.unit_bytes;
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_moe_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                  "sm90_moe_ring: shared memory opt-in");
+    int device = 0, sms = 0;
+    DSV4_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
+    DSV4_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+    sm90_moe_ring_kernel<<<unsigned(sms), kThreads, smem, stream>>>(p);
+    return launch_status("sm90_moe_ring");
+}
+
+}  // namespace dsv4::cuda
