@@ -2,11 +2,13 @@
 // with inverse; wo_a) at V4-Flash (64 heads, 8 groups) and V4-Pro (128 heads, 16 groups) shapes, the 4-head test
 // models (tests/data/goldens/*/official/config.json: window 128 + top-k 16 / 8, HCA 128 + n entries) and edge
 // shapes, both precisions; -1-padded capacity-wide candidate lists against the unpadded ones, and packed FP8 K=V
-// pools (kv_packed) against unpacked rows, bit for bit.
+// pools (kv_packed) against unpacked rows, bit for bit; wo_a on both of its kernels (decode <= 32 tokens, staged
+// above) and the decode kernel's run-to-run determinism.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
@@ -97,6 +99,33 @@ TEST_P(SparseAttnTest, MatchesCpu) {
 
 class WoATest : public ::testing::TestWithParam<Precision> {};
 
+// A random wo_a [rows, width]: FP8 codes (no NaN) with UE8M0 scales 2^-10..2^-6, or bf16; the host arrays back the
+// returned view.
+struct HostWoA {
+    std::vector<uint8_t> data, scale;
+    std::vector<uint16_t> bf16;
+    backend::WeightView view;
+};
+HostWoA random_wo_a(std::mt19937_64& rng, int64_t rows, int64_t width, bool fp8) {
+    HostWoA w;
+    if (fp8) {
+        w.data.resize(size_t(rows * width));
+        std::uniform_int_distribution<int> byte(0, 255), sb(117, 121);
+        for (auto& b : w.data) {
+            int v = byte(rng);
+            if ((v & 0x7f) == 0x7f) v &= 0xfe;
+            b = uint8_t(v);
+        }
+        w.scale.resize(size_t(((rows + 127) / 128) * (width / 128)));
+        for (auto& s : w.scale) s = uint8_t(sb(rng));
+        w.view = {WeightFormat::kFP8Block, rows, width, w.data.data(), w.scale.data()};
+    } else {
+        w.bf16 = to_bf16_bits(random_bf16(rng, size_t(rows * width), 0.02f));
+        w.view = {WeightFormat::kBF16, rows, width, w.bf16.data(), nullptr};
+    }
+    return w;
+}
+
 TEST_P(WoATest, MatchesCpu) {
     DSV4_REQUIRE_GPU();
     const Precision prec = GetParam();
@@ -105,37 +134,27 @@ TEST_P(WoATest, MatchesCpu) {
         int64_t tokens, heads, groups, rank;
         bool fp8;
     };
+    // Up to 32 tokens run the decode kernel (8-token tiles: 1, 5, 7, 8 one tile; 9 a full and a 1-token tile; 16,
+    // 32 several), above it the staged one (33, 64, 70, 300)
     const Case cases[] = {{1, 64, 8, 1024, true},  {5, 64, 8, 1024, true},   {33, 128, 16, 1024, true},
                           {1, 128, 16, 1024, true}, {70, 16, 2, 128, false}, {3, 32, 4, 64, true},
                           // the test models: 4 heads, 2 groups, rank 128 (FP8 as shipped), 1 and 300 tokens
-                          {1, 4, 2, 128, true},     {300, 4, 2, 128, true},  {7, 4, 2, 128, false}};
+                          {1, 4, 2, 128, true},     {300, 4, 2, 128, true},  {7, 4, 2, 128, false},
+                          // V4-Flash around the tile and path boundaries
+                          {8, 64, 8, 1024, true},   {9, 64, 8, 1024, true},  {32, 64, 8, 1024, true},
+                          {64, 64, 8, 1024, true},  {8, 128, 16, 1024, true},
+                          // bf16 weights at decode; one head per group (width 512: fewer K-steps than warps)
+                          {16, 16, 2, 128, false},  {2, 8, 8, 64, true},     {3, 8, 8, 64, false}};
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads) + " groups " +
                      std::to_string(c.groups) + (c.fp8 ? " fp8" : " bf16"));
         const int64_t T = c.tokens, rows = c.groups * c.rank, width = c.heads / c.groups * 512;
-        std::vector<uint8_t> data, scale;
-        std::vector<uint16_t> wb;
-        backend::WeightView wv;
-        if (c.fp8) {
-            data.resize(size_t(rows * width));
-            std::uniform_int_distribution<int> byte(0, 255), sb(117, 121);
-            for (auto& b : data) {
-                int v = byte(rng);
-                if ((v & 0x7f) == 0x7f) v &= 0xfe;
-                b = uint8_t(v);
-            }
-            scale.resize(size_t(((rows + 127) / 128) * (width / 128)));
-            for (auto& s : scale) s = uint8_t(sb(rng));
-            wv = {WeightFormat::kFP8Block, rows, width, data.data(), scale.data()};
-        } else {
-            wb = to_bf16_bits(random_bf16(rng, size_t(rows * width), 0.02f));
-            wv = {WeightFormat::kBF16, rows, width, wb.data(), nullptr};
-        }
+        const HostWoA w = random_wo_a(rng, rows, width, c.fp8);
         auto o = random_act(prec, rng, size_t(T * c.heads * 512), 1.0f);
         std::vector<float> want(size_t(T * rows));
-        DSV4_ASSERT_OK(backend::cpu::wo_a({prec, &pool()}, {o.data(), T, c.heads, 512, c.groups, c.rank, wv,
+        DSV4_ASSERT_OK(backend::cpu::wo_a({prec, &pool()}, {o.data(), T, c.heads, 512, c.groups, c.rank, w.view,
                                                             want.data()}));
-        auto dw = upload_weight(wv, "wo_a");
+        auto dw = upload_weight(w.view, "wo_a");
         auto dox = act_to_device(prec, o);
         auto dz = act_poisoned(prec, want.size());
         ASSERT_TRUE(dw.is_ok() && dox.is_ok() && dz.is_ok());
@@ -144,6 +163,34 @@ TEST_P(WoATest, MatchesCpu) {
         // f32: the bf16 x three-term products are exact, but tensor-core f32 accumulation aligns addends without
         // round-to-nearest (measured 1.2e-5 over 4096-term sums, against the CPU's sequential f32 sum)
         DSV4_EXPECT_CLOSE(got, want, prec == Precision::kReference ? 2e-3 : 5e-5);
+    }
+}
+
+// The decode kernel sums its warps' partial sums in a fixed order: two calls on the same inputs give the same bits.
+TEST_P(WoATest, DecodeIsRunToRunIdentical) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const int64_t heads = 64, groups = 8, rank = 1024, rows = groups * rank, width = heads / groups * 512;
+    const HostWoA w = random_wo_a(rng, rows, width, true);
+    auto dw = upload_weight(w.view, "wo_a");
+    ASSERT_TRUE(dw.is_ok());
+    for (const int64_t T : {int64_t(1), int64_t(9)}) {
+        SCOPED_TRACE("tokens " + std::to_string(T));
+        auto dox = act_to_device(prec, random_act(prec, rng, size_t(T * heads * 512), 1.0f));
+        auto dz1 = act_poisoned(prec, size_t(T * rows));
+        auto dz2 = act_poisoned(prec, size_t(T * rows));
+        ASSERT_TRUE(dox.is_ok() && dz1.is_ok() && dz2.is_ok());
+        DSV4_ASSERT_OK(sm90_wo_a(prec, {dox->data(), T, heads, groups, rank, dw->view(), dz1->data()}, nullptr));
+        DSV4_ASSERT_OK(sm90_wo_a(prec, {dox->data(), T, heads, groups, rank, dw->view(), dz2->data()}, nullptr));
+        const auto a = act_to_host(prec, *dz1, size_t(T * rows)), b = act_to_host(prec, *dz2, size_t(T * rows));
+        size_t differ = 0, nonfinite = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+            nonfinite += !std::isfinite(a[i]);
+        }
+        EXPECT_EQ(differ, 0u) << "of " << a.size() << " outputs";
+        EXPECT_EQ(nonfinite, 0u) << "poisoned outputs left";
     }
 }
 

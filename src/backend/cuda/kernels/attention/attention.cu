@@ -1,4 +1,5 @@
 // Launchers of the attention family: validate, pick the path from the precision and weight format, launch.
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
@@ -14,12 +15,29 @@ using Cfg = AttnConfig;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// Decode (up to kWoDecMaxTokens tokens) runs the split-width kernel: its cost is one pass over the weights per
+// 8-token tile, where the staged kernel pays for 32 token rows on 4 warps per SM whatever the count (68 µs at one
+// token on an H200 for the V4-Flash shape). Very wide groups, whose activation rows would not fit in shared
+// memory, and larger token counts keep the staged kernel.
 template <typename ActT, bool kFp8, int kSplit>
 Status launch_wo_a(const WoAArgs& a, int64_t width, cudaStream_t s) {
+    const auto* o = static_cast<const ActT*>(a.o);
+    auto* z = static_cast<ActT*>(a.z);
+    const int64_t tile_tokens = std::min<int64_t>(a.tokens, Cfg::kWoDecTokens);
+    const size_t dec_smem = Cfg::wo_dec_smem_bytes(tile_tokens, width, sizeof(ActT));
+    const int64_t row_tiles = a.wo_a.rows / Cfg::kWoDecRows;
+    if (a.tokens <= Cfg::kWoDecMaxTokens && dec_smem <= Cfg::kWoDecMaxSmem && row_tiles <= 65535) {
+        auto* kernel = sm90_wo_a_decode_kernel<ActT, kFp8, kSplit>;
+        DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dec_smem)),
+                      "sm90_wo_a: shared memory opt-in");
+        const dim3 grid(unsigned((a.tokens + Cfg::kWoDecTokens - 1) / Cfg::kWoDecTokens), unsigned(row_tiles));
+        kernel<<<grid, Cfg::kWoDecThreads, dec_smem, s>>>(o, a.tokens, a.heads * 512, width, a.rank, a.wo_a.data,
+                                                         a.wo_a.scale, a.wo_a.rows, z);
+        return launch_status("sm90_wo_a");
+    }
     const dim3 grid(unsigned(a.wo_a.rows / Cfg::kWoRows), unsigned((a.tokens + Cfg::kWoTokens - 1) / Cfg::kWoTokens));
-    sm90_wo_a_kernel<ActT, kFp8, kSplit>
-        <<<grid, Cfg::kThreads, 0, s>>>(static_cast<const ActT*>(a.o), a.tokens, a.heads * 512, width, a.rank,
-                                        a.wo_a.data, a.wo_a.scale, a.wo_a.rows, static_cast<ActT*>(a.z));
+    sm90_wo_a_kernel<ActT, kFp8, kSplit><<<grid, Cfg::kThreads, 0, s>>>(o, a.tokens, a.heads * 512, width, a.rank,
+                                                                        a.wo_a.data, a.wo_a.scale, a.wo_a.rows, z);
     return launch_status("sm90_wo_a");
 }
 

@@ -12,8 +12,14 @@
 // kF32: one warp per (token, head), lane = 16 channels; pass 1 the max, pass 2 exp, sum and the weighted rows; the
 // indices are read 32 at a time (one per lane) and only the valid ones visited, in list order.
 //
-// wo_a: swap-AB tile of 64 weight rows x 32 tokens x K 64, 4 warps x 16 rows; FP8 weights are dequantised to bf16
-// while staged (e4m3 · 2^k is exact in bf16), the next tile prefetched into registers during the MMAs.
+// wo_a, staged (prefill): swap-AB tile of 64 weight rows x 32 tokens x K 64, 4 warps x 16 rows; FP8 weights are
+// dequantised to bf16 while staged (e4m3 · 2^k is exact in bf16), the next tile prefetched into registers during
+// the MMAs.
+// wo_a, decode (<= 32 tokens): swap-AB tile of 64 weight rows x 8 tokens (one MMA n-tile) over the whole width,
+// the K-steps dealt round-robin to 16 warps (512 threads, one block per SM). No shared-memory staging of weights and
+// no block barrier in the K loop: each thread loads its 16 bytes of 8 weight rows straight into registers in MMA
+// fragment order (K permuted inside each k16 step, identically for both operands), one step ahead, and converts
+// two e4m3 per cvt. The 16 warp partials are summed in warp order through shared memory (deterministic).
 #pragma once
 
 #include "backend/cuda/common/mma_bf16.cuh"
@@ -37,8 +43,20 @@ struct AttnConfig {
                kBlock * 4 + 4 * kHeads * 4;
     }
     static constexpr int kF32Warps = 4;
-    // wo_a
+    // wo_a, staged (more than kWoDecMaxTokens tokens)
     static constexpr int kWoRows = 64, kWoTokens = 32, kWoK = 64, kWoLd = kWoK + 8;
+    // wo_a, decode (up to kWoDecMaxTokens tokens, in tiles of 8): 64 rows x 8 tokens per block, the width split
+    // over 16 warps; kWoDecPartLd pads the partial-sum rows so that the fragment stores hit distinct banks.
+    static constexpr int kWoDecRows = 64, kWoDecTokens = 8, kWoDecWarps = 16, kWoDecMaxTokens = 32;
+    static constexpr int kWoDecThreads = kWoDecWarps * 32, kWoDecPartLd = kWoDecRows + 4;
+    static constexpr size_t kWoDecMaxSmem = 200 * 1024;  // beyond it (very wide groups) the staged kernel runs
+    // Dynamic shared memory of the decode kernel: the tile's activation rows (padded by 16 bytes), reused for the
+    // warps' partial sums.
+    static constexpr size_t wo_dec_smem_bytes(int64_t tile_tokens, int64_t width, size_t act_bytes) {
+        const size_t act = size_t(tile_tokens) * (size_t(width) * act_bytes + 16);
+        const size_t part = size_t(kWoDecWarps) * kWoDecTokens * kWoDecPartLd * 4;
+        return act > part ? act : part;
+    }
 };
 
 __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
@@ -418,6 +436,163 @@ __global__ void __launch_bounds__(AttnConfig::kThreads, 1)
             const int64_t row = row0 + warp * 16 + g + 8 * (e >> 1), tok = t0 + nt * 8 + 2 * qd + (e & 1);
             if (tok < tokens) z[tok * n_out + row] = from_f32<ActT>(acc[nt][e]);
         }
+}
+
+// Two e4m3 codes (low byte = low half) to two bf16 times the power-of-two block scale s. The codes are exact in
+// f16, f32 and bf16, and the bf16 product is the rounding of the exact product: the same value as the f32
+// multiply then bf16 rounding of the staged kernel.
+__device__ __forceinline__ uint32_t wo_e4m3x2_to_bf16x2(uint32_t two, __nv_bfloat162 s) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    const __nv_bfloat162 b = __hmul2(__floats2bfloat162_rn(f.x, f.y), s);
+    return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ uint32_t wo_word(const uint4& u, int i) {
+    return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+
+__device__ __forceinline__ uint32_t wo_bf16x2_bits(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+    const __nv_bfloat162 h = __halves2bfloat162(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// wo_a, decode. grid: (ceil(T / 8), G·R / 64), AttnConfig::kWoDecThreads threads, dynamic shared memory
+// AttnConfig::wo_dec_smem_bytes(min(T, 8), width, sizeof(ActT)). Same arguments and arithmetic as
+// sm90_wo_a_kernel (exact products, f32 accumulation), the sum over K in a different order.
+//
+// A step is the 16 bytes of a weight row one thread loads: K 64 (e4m3) or 32 (bf16) per warp, kChunk = K/4 per
+// quad lane q. Inside a step, MMA j (k16) takes from lane q the physical k q·kChunk + 4j + {0,1} as the fragment's
+// k {2q, 2q+1} and q·kChunk + 4j + {2,3} as {2q+8, 2q+9}, for the weights (A) and the activations (B) alike, so
+// the dot product is unchanged.
+template <typename ActT, bool kFp8, int kSplit>
+__global__ void __launch_bounds__(AttnConfig::kWoDecThreads, 1)
+    sm90_wo_a_decode_kernel(const ActT* __restrict__ o, int64_t tokens, int64_t o_stride, int64_t width,
+                            int64_t rank, const void* __restrict__ w, const uint8_t* __restrict__ w_scale,
+                            int64_t w_rows, ActT* __restrict__ z) {
+    pdl_enter();
+    using Cfg = AttnConfig;
+    constexpr int kRows = Cfg::kWoDecRows, kBN = Cfg::kWoDecTokens, kWarps = Cfg::kWoDecWarps;
+    constexpr int kMT = kRows / 16;                // m-tiles per warp (all the block's rows)
+    constexpr int kWBytes = kFp8 ? 1 : 2;          // bytes per weight element
+    constexpr int kStepK = 64 / kWBytes;           // K per step: 16 bytes per row and quad lane
+    constexpr int kChunk = kStepK / 4;             // K per quad lane per step
+    constexpr int kSub = kStepK / 16;              // k16 MMAs per step
+    constexpr int kActPad = 16 / int(sizeof(ActT));
+    static_assert(kBN * kRows == Cfg::kWoDecThreads, "the final sum takes one (token, row) per thread");
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int64_t t0 = int64_t(blockIdx.x) * kBN, row0 = int64_t(blockIdx.y) * kRows;
+    const int nt = int(min(int64_t(kBN), tokens - t0));  // real tokens of this tile
+    const int64_t grp = row0 / rank, steps = width / kStepK, act_ld = width + kActPad;
+
+    // weights of a step: rows 16m + g and 16m + g + 8 of the tile (m < kMT), 16 bytes at K k0 + kChunk·q
+    const uint8_t* wq = static_cast<const uint8_t*>(w) + ((row0 + g) * width + kChunk * qd) * kWBytes;
+    const int64_t row_bytes = width * kWBytes;
+    const uint8_t* scale_row = kFp8 ? w_scale + (row0 / 128) * (width / 128) : nullptr;
+    auto load_step = [&](uint4 (&r)[2 * kMT], uint32_t& sc, int64_t s) {
+        const uint8_t* p = wq + s * kStepK * kWBytes;
+#pragma unroll
+        for (int m = 0; m < kMT; ++m) {
+            r[2 * m] = __ldg(reinterpret_cast<const uint4*>(p + 16 * m * row_bytes));
+            r[2 * m + 1] = __ldg(reinterpret_cast<const uint4*>(p + (16 * m + 8) * row_bytes));
+        }
+        if constexpr (kFp8) sc = __ldg(scale_row + s * kStepK / 128);
+    };
+    uint4 wa[2 * kMT], wb[2 * kMT];
+    uint32_t sa = 0, sb = 0;
+    if (warp < steps) load_step(wa, sa, warp);
+
+    // the tile's activation rows (nt x width) into shared memory while the first weights are in flight
+    ActT* act_s = reinterpret_cast<ActT*>(smem);  // [nt][act_ld]
+    {
+        const int row_chunks = int(width * int64_t(sizeof(ActT)) / 16);
+        const ActT* og = o + grp * width + t0 * o_stride;
+        for (int i = tid; i < nt * row_chunks; i += Cfg::kWoDecThreads) {
+            const int t = i / row_chunks, c = (i % row_chunks) * kActPad;
+            cp_async16_zfill(act_s + t * act_ld + c, og + t * o_stride + c, true);
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+        __syncthreads();
+    }
+
+    float acc[kMT][4] = {};
+    const ActT* act_g = act_s + g * act_ld + kChunk * qd;  // token g of the tile (read only when g < nt)
+    auto compute = [&](const uint4 (&r)[2 * kMT], uint32_t sc, int64_t s) {
+        // B fragments of the step: token g (zeros past the real tokens), split into kSplit bf16 terms
+        uint32_t bfr[kSub][kSplit][2];
+        const ActT* a = act_g + s * kStepK;
+        if constexpr (kSplit == 1) {
+            uint4 u[kChunk / 8];
+#pragma unroll
+            for (int i = 0; i < kChunk / 8; ++i)
+                u[i] = g < nt ? *reinterpret_cast<const uint4*>(a + 8 * i) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < kSub; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) bfr[j][0][h] = wo_word(u[(2 * j + h) / 4], (2 * j + h) % 4);
+        } else {
+#pragma unroll
+            for (int j = 0; j < kSub; ++j) {
+                float4 f = make_float4(0, 0, 0, 0);
+                if (g < nt) f = *reinterpret_cast<const float4*>(a + 4 * j);
+                const float v[4] = {f.x, f.y, f.z, f.w};
+                __nv_bfloat16 part[3][4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) split_bf16x3(v[e], part[0][e], part[1][e], part[2][e]);
+#pragma unroll
+                for (int p = 0; p < kSplit; ++p)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        bfr[j][p][h] = wo_bf16x2_bits(part[p][2 * h], part[p][2 * h + 1]);
+            }
+        }
+        __nv_bfloat162 s2;
+        if constexpr (kFp8) s2 = __float2bfloat162_rn(e8m0_to_f32(uint8_t(sc)));
+#pragma unroll
+        for (int j = 0; j < kSub; ++j)
+#pragma unroll
+            for (int m = 0; m < kMT; ++m) {
+                uint32_t af[4];  // {row g, k 2q..}, {row g+8, k 2q..}, {row g, k 2q+8..}, {row g+8, k 2q+8..}
+                if constexpr (kFp8) {
+                    const uint32_t lo = wo_word(r[2 * m], j), hi = wo_word(r[2 * m + 1], j);
+                    af[0] = wo_e4m3x2_to_bf16x2(lo, s2), af[2] = wo_e4m3x2_to_bf16x2(lo >> 16, s2);
+                    af[1] = wo_e4m3x2_to_bf16x2(hi, s2), af[3] = wo_e4m3x2_to_bf16x2(hi >> 16, s2);
+                } else {
+                    af[0] = wo_word(r[2 * m], 2 * j), af[2] = wo_word(r[2 * m], 2 * j + 1);
+                    af[1] = wo_word(r[2 * m + 1], 2 * j), af[3] = wo_word(r[2 * m + 1], 2 * j + 1);
+                }
+#pragma unroll
+                for (int p = kSplit - 1; p >= 0; --p) mma_bf16_16816(acc[m], af, bfr[j][p][0], bfr[j][p][1]);
+            }
+    };
+    // warp w: steps w, w + kWarps, ...; the registers of the next step are loaded while this one computes
+    for (int64_t s = warp; s < steps; s += 2 * kWarps) {
+        if (s + kWarps < steps) load_step(wb, sb, s + kWarps);
+        compute(wa, sa, s);
+        if (s + kWarps >= steps) break;
+        if (s + 2 * kWarps < steps) load_step(wa, sa, s + 2 * kWarps);
+        compute(wb, sb, s + kWarps);
+    }
+
+    // z = Σ over the warps, in warp order, of their partial sums
+    __syncthreads();  // every warp is done with act_s
+    float* part = reinterpret_cast<float*>(smem);  // [kWarps][kBN][kWoDecPartLd]
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = 16 * m + g + 8 * (e >> 1), tok = 2 * qd + (e & 1);
+            part[(warp * kBN + tok) * Cfg::kWoDecPartLd + row] = acc[m][e];
+        }
+    __syncthreads();
+    const int tok = tid / kRows, row = tid % kRows;
+    if (tok < nt) {
+        float sum = part[tok * Cfg::kWoDecPartLd + row];
+#pragma unroll
+        for (int v = 1; v < kWarps; ++v) sum += part[(v * kBN + tok) * Cfg::kWoDecPartLd + row];
+        z[(t0 + tok) * w_rows + row0 + row] = from_f32<ActT>(sum);
+    }
 }
 
 }  // namespace dsv4::cuda
