@@ -15,7 +15,8 @@
 // bytes, so the columns compare times). FLOPs per call: 6 · D · I per pick
 // (gate and up 2 · 2·I·D, down 2·I·D), T · K picks.
 //
-// `dsv4_bench_moe --profile T` runs a few calls of each path at T tokens only (for a profiler's per-kernel view).
+// `dsv4_bench_moe --profile T` runs a few calls of each path at T tokens only (for a profiler's per-kernel view);
+// `dsv4_bench_moe --decode` only the first table's T <= 256 rows.
 //
 // A second table streams, for T <= 256, exactly the bytes the kernel must read (every touched expert's weights and
 // scales, contiguous per expert here) through sm90_stream_probe — the TMA-ring load pipeline without arithmetic,
@@ -229,7 +230,9 @@ void stream_probe_table(cudaStream_t s, const uint8_t* base, std::mt19937_64& rn
 
 int main(int argc, char** argv) {
     int64_t profile_T = 0;
+    bool decode_only = false;  // --decode: T <= 256 and no probe table (a quick comparison)
     if (argc == 3 && std::strcmp(argv[1], "--profile") == 0) profile_T = std::atoll(argv[2]);
+    if (argc == 2 && std::strcmp(argv[1], "--decode") == 0) decode_only = true;
     cudaDeviceProp prop{};
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -287,6 +290,7 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(20261130);
     std::vector<int64_t> token_counts = {1, 4, 16, 64, 256, 1024, kMaxT};
     if (profile_T) token_counts = {profile_T};
+    if (decode_only) token_counts = {1, 4, 16, 64, 256};
     std::printf("\n| T | experts read | MB touched | ring us | ring TB/s | ring %% copy | ring TFLOP/s | register us | "
                 "register TB/s | baseline us | baseline TB/s | baseline TFLOP/s | ring vs baseline |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -377,6 +381,6 @@ int main(int argc, char** argv) {
                     base_tbs, flops / (base_ms * 1e-3) / 1e12, base_ms / moe_ms);
     }
     CHECK_BLAS(cublasDestroy(blas));
-    stream_probe_table(s, base, rng, copy_tbs);
+    if (!decode_only) stream_probe_table(s, base, rng, copy_tbs);
     return 0;
 }

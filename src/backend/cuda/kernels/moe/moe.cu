@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate
     const uint8_t* const w[2] = {ex.w1, ex.w3};
     const uint8_t* const ws[2] = {ex.w1s, ex.w3s};
     const int row0 = blockIdx.x * Cfg::kUpRows;
-    moe_gate_up_item<GlobalWeights>(p, slot, row0, w, ws, row0, red, &flag, [] {});
+    moe_gate_up_item<Cfg::kUpRT, Cfg::kUpKS>(GlobalWeights{}, p, slot, row0, w, ws, row0, red, &flag, [] {}, [] {});
 }
 
 // Launch 3: block (32 rows of D, active slot); the last block of a row range combines all tokens.
@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
     const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[p.active_expert[slot]];
     const uint8_t* const w[1] = {ex.w2};
     const uint8_t* const ws[1] = {ex.w2s};
-    moe_down_item<GlobalWeights>(p, slot, blockIdx.x, n_active, w, ws, blockIdx.x * Cfg::kDownRows, red, &flag,
-                                 [] {});
+    moe_down_item<Cfg::kDownRT, Cfg::kDownKS>(GlobalWeights{}, p, slot, blockIdx.x, n_active, w, ws,
+                                             blockIdx.x * Cfg::kDownRows, red, &flag, [] {}, [] {});
 }
 
 }  // namespace

@@ -229,21 +229,29 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
     y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
 }
 
-// Where expert_rows_gemm reads from. GlobalWeights: weights streamed from global memory straight into registers
-// (the three-launch kernels); activations from the previous launch through the read-only path; reductions over the
-// whole block. RingWeights<kCoherentAct>: weights from a shared-memory ring slot (moe_ring.cu), reductions over the
-// 8 consumer warps only (named barrier 1; the producer warp is elsewhere), and with kCoherentAct the activations
-// through L2 (they were written by other blocks of the same kernel, which the read-only path may not see).
+// Where expert_rows_gemm reads from and who runs it. GlobalWeights: weights streamed from global memory straight
+// into registers, by the whole 256-thread block (the register-streaming kernels); activations written by an earlier
+// launch, through the read-only path. RingWeights<kCoherentAct, kThreads>: weights from a shared-memory ring slot
+// (moe_ring.cu), run by one consumer group of kThreads threads (threads group · kThreads ..., named barrier
+// 1 + group, so groups and the producer warp never wait for each other); with kCoherentAct the activations are read
+// through L2 (written by other blocks of the same kernel, which the read-only path may not see).
 struct GlobalWeights {
+    static constexpr int kThreads = 256;
+    __device__ __forceinline__ int tid() const { return int(threadIdx.x); }
+    __device__ __forceinline__ void sync() const { __syncthreads(); }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }
     static __device__ __forceinline__ uint2 s8(const uint8_t* p) { return ld_stream8(p); }
     static __device__ __forceinline__ uint4 act16(const uint4* p) { return __ldg(p); }
     static __device__ __forceinline__ float act_s(const float* p) { return __ldg(p); }
-    static __device__ __forceinline__ void sync() { __syncthreads(); }
 };
-template <bool kCoherentAct>
+template <bool kCoherentAct, int kGroupThreads>
 struct RingWeights {
-    static constexpr int kConsumerThreads = 256;
+    static constexpr int kThreads = kGroupThreads;
+    int group;
+    __device__ __forceinline__ int tid() const { return int(threadIdx.x) - group * kThreads; }
+    __device__ __forceinline__ void sync() const {
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "n"(kThreads) : "memory");
+    }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) {
         uint4 v;
         asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -260,9 +268,6 @@ struct RingWeights {
     }
     static __device__ __forceinline__ uint4 act16(const uint4* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
     static __device__ __forceinline__ float act_s(const float* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
-    static __device__ __forceinline__ void sync() {
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-    }
 };
 
 // The GEMM core shared by both expert GEMMs. The block's warps are RT row tiles x KS K-splits; warp (rt, ks)
@@ -271,12 +276,13 @@ struct RingWeights {
 // (row g, col 2t+1), (row g+8, col 2t), (row g+8, col 2t+1) for each of the MATS matrices, and reduces the K splits
 // through shared memory `red` (KS·RT·MATS·128 floats) in split order. On return the warps with ks == 0 hold the
 // totals.
-template <int MATS, int RT, int KS, class Src = GlobalWeights>
-__device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS], const uint8_t* const (&ws)[MATS],
+template <int MATS, int RT, int KS, class Src>
+__device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* const (&w)[MATS],
+                                                 const uint8_t* const (&ws)[MATS],
                                                  int K, int row0, const __half* act, const float* act_s,
                                                  const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile,
                                                  float* red, float (&y)[MATS][4]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
     const int rt = warp % RT, ks = warp / RT;
     const int r_lo = row0 + 16 * rt + g, r_hi = r_lo + 8;
     const size_t row_bytes = size_t(K) / 2, srow_bytes = size_t(K) / 32;
@@ -328,7 +334,7 @@ __device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS]
         for (int m = 0; m < MATS; ++m)
             *reinterpret_cast<float4*>(red + size_t((ks * RT + rt) * MATS + m) * 128 + lane * 4) =
                 make_float4(y[m][0], y[m][1], y[m][2], y[m][3]);
-        Src::sync();
+        src.sync();
         if (ks == 0) {
 #pragma unroll
             for (int m = 0; m < MATS; ++m) {
@@ -340,7 +346,7 @@ __device__ __forceinline__ void expert_rows_gemm(const uint8_t* const (&w)[MATS]
                 }
             }
         }
-        Src::sync();  // red is reused by the next token tile
+        src.sync();  // red is reused by the next token tile
     }
 }
 

@@ -1,6 +1,9 @@
 // The two work items of the MoE decode expert GEMMs, shared by the three-launch kernels (moe.cu: one item per block)
-// and the persistent TMA-ring kernel (moe_ring.cu: a block walks many items). Both run on 256 threads = 8 warps and
-// synchronise through Src::sync() (moe.cuh), so they work whether or not a producer warp runs beside them.
+// and the persistent TMA-ring kernel (moe_ring.cu: consumer groups of a block walk many items). An item runs on the
+// RT · KS warps of `src` (moe.cuh: the whole block, or one consumer group) and synchronises through src.sync() only.
+// wait() is called once, after the item's metadata loads and before its first weight read (the ring's consumers wait
+// for the weight bytes there, so the latency of those loads overlaps the copies); release() once per warp after its
+// last weight read.
 //
 //  gate/up item (active slot, 16 rows of I): w1 and w3 rows against every token of the expert (tiles of 8), u1/u3
 //  rounded to bf16, clamp, SwiGLU, × routing weight, bf16 hidden row; the last of the 8 items of a 128-row block
@@ -16,21 +19,22 @@ namespace dsv4::cuda {
 
 // w / ws point at the expert's w1, w3 (and scales) such that row r of the item is at w + (w_row0 + r) · row bytes:
 // w_row0 = row0 for whole matrices in global memory, 0 for a ring slot holding just the item's rows.
-// release() runs once per warp after the warp's last read of w / ws (the ring hands the slots back there).
-template <class Src, class Release>
-__device__ __forceinline__ void moe_gate_up_item(const MoeKernelParams& p, int slot, int row0,
+template <int RT, int KS, class Src, class Wait, class Release>
+__device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernelParams& p, int slot, int row0,
                                                  const uint8_t* const (&w)[2], const uint8_t* const (&ws)[2],
-                                                 int w_row0, float* red, int* flag, Release&& release) {
-    constexpr int RT = MoeDecodeConfig::kUpRT, KS = MoeDecodeConfig::kUpKS, kTok = MoeDecodeConfig::kTokTile;
+                                                 int w_row0, float* red, int* flag, Wait&& wait, Release&& release) {
+    static_assert(RT * KS * 32 == Src::kThreads, "the item's warps are its RT x KS tiles");
+    constexpr int kTok = MoeDecodeConfig::kTokTile;
     const int start = p.active_start[slot], count = p.active_count[slot];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
     for (int tt = 0; tt < count; tt += kTok) {
         const int ntile = min(kTok, count - tt);
         int act_row[kTok];
 #pragma unroll
         for (int c = 0; c < kTok; ++c) act_row[c] = c < ntile ? p.list[start + tt + c] / p.K : 0;
+        if (tt == 0) wait();
         float y[2][4];
-        expert_rows_gemm<2, RT, KS, Src>(w, ws, p.D, w_row0, p.xq, p.xs, act_row, ntile, red, y);
+        expert_rows_gemm<2, RT, KS>(src, w, ws, p.D, w_row0, p.xq, p.xs, act_row, ntile, red, y);
         if (warp / RT != 0) continue;
         const int rt = warp % RT;
 #pragma unroll
@@ -50,20 +54,21 @@ __device__ __forceinline__ void moe_gate_up_item(const MoeKernelParams& p, int s
     }
     release();
     // The last of the 128/16 items of this 128-row block of I quantises it for the down GEMM.
+    static_assert(RT == 1, "a gate/up item is 16 rows of I");
     __threadfence();
-    Src::sync();
+    src.sync();
     constexpr int kItemsPer128 = 128 / MoeDecodeConfig::kUpRows;
     const int qb = row0 / 128;
-    if (threadIdx.x == 0) *flag = atomicAdd(&p.cnt_up[slot * (p.I / 128) + qb], 1) == kItemsPer128 - 1;
-    Src::sync();
+    if (src.tid() == 0) *flag = atomicAdd(&p.cnt_up[slot * (p.I / 128) + qb], 1) == kItemsPer128 - 1;
+    src.sync();
     const bool last = *flag;
-    Src::sync();  // flag is rewritten by the next item
+    src.sync();  // flag is rewritten by the next item
     if (!last) return;
     __threadfence();
     // quad (4 lanes) per token: lane t holds elements 32t..32t+31 of the 128-block
-    constexpr int kQuads = 256 / 4;
+    constexpr int kQuads = Src::kThreads / 4;
     for (int base = 0; base < count; base += kQuads) {
-        const int j = base + int(threadIdx.x) / 4;
+        const int j = base + src.tid() / 4;
         const bool active = j < count;
         const size_t pos = size_t(start + (active ? j : 0));
         float v[32];
@@ -83,27 +88,30 @@ __device__ __forceinline__ void moe_gate_up_item(const MoeKernelParams& p, int s
     }
     // publish: the persistent kernel's down items of this slot wait for all I/128 blocks
     __threadfence();
-    Src::sync();
-    if (threadIdx.x == 0) atomicAdd(&p.up_done[slot], 1);
+    src.sync();
+    if (src.tid() == 0) atomicAdd(&p.up_done[slot], 1);
 }
 
 // w / ws: the expert's w2 (and scales), row r of the item at w + (w_row0 + r) · row bytes.
-template <class Src, class Release>
-__device__ __forceinline__ void moe_down_item(const MoeKernelParams& p, int slot, int row_tile, int n_active,
-                                              const uint8_t* const (&w)[1], const uint8_t* const (&ws)[1],
-                                              int w_row0, float* red, int* flag, Release&& release) {
-    constexpr int RT = MoeDecodeConfig::kDownRT, KS = MoeDecodeConfig::kDownKS, kTok = MoeDecodeConfig::kTokTile;
-    constexpr int kRows = MoeDecodeConfig::kDownRows;
+template <int RT, int KS, class Src, class Wait, class Release>
+__device__ __forceinline__ void moe_down_item(const Src& src, const MoeKernelParams& p, int slot, int row_tile,
+                                              int n_active, const uint8_t* const (&w)[1],
+                                              const uint8_t* const (&ws)[1], int w_row0, float* red, int* flag,
+                                              Wait&& wait, Release&& release) {
+    static_assert(RT * KS * 32 == Src::kThreads && 16 * RT == MoeDecodeConfig::kDownRows,
+                  "the item's warps are its RT x KS tiles of 32 rows of D");
+    constexpr int kTok = MoeDecodeConfig::kTokTile, kRows = MoeDecodeConfig::kDownRows;
     const int start = p.active_start[slot], count = p.active_count[slot];
     const int row0 = row_tile * kRows;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
     for (int tt = 0; tt < count; tt += kTok) {
         const int ntile = min(kTok, count - tt);
         int act_row[kTok];
 #pragma unroll
         for (int c = 0; c < kTok; ++c) act_row[c] = start + tt + (c < ntile ? c : 0);
+        if (tt == 0) wait();
         float y[1][4];
-        expert_rows_gemm<1, RT, KS, Src>(w, ws, p.I, w_row0, p.hq, p.hs, act_row, ntile, red, y);
+        expert_rows_gemm<1, RT, KS>(src, w, ws, p.I, w_row0, p.hq, p.hs, act_row, ntile, red, y);
         if (warp / RT != 0) continue;
         const int rt = warp % RT;
 #pragma unroll
@@ -116,16 +124,16 @@ __device__ __forceinline__ void moe_down_item(const MoeKernelParams& p, int slot
     }
     release();
     __threadfence();
-    Src::sync();
-    if (threadIdx.x == 0) *flag = atomicAdd(&p.cnt_down[row_tile], 1) == n_active - 1;
-    Src::sync();
+    src.sync();
+    if (src.tid() == 0) *flag = atomicAdd(&p.cnt_down[row_tile], 1) == n_active - 1;
+    src.sync();
     const bool last = *flag;
-    Src::sync();
+    src.sync();
     if (!last) return;
     __threadfence();
     // out[t, d] = bf16( Σ picks in ascending expert order (f32) + shared ), as backend::cpu::moe_sum
     const int n = p.T * kRows;
-    for (int i = threadIdx.x; i < n; i += 256) {
+    for (int i = src.tid(); i < n; i += Src::kThreads) {
         const int tok = i / kRows, d = row0 + i % kRows;
         float acc = 0.0f;
         for (int j = 0; j < p.K; ++j) acc = __fadd_rn(acc, __ldcg(p.yp + size_t(p.order[tok * p.K + j]) * p.D + d));

@@ -21,6 +21,7 @@
 // slot u % S for the (u / S)-th time: consumers wait full with parity (u / S) & 1, the producer waits empty with
 // parity (u / S − 1) & 1 before reusing the slot.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
@@ -34,6 +35,10 @@ namespace dsv4::cuda {
 namespace {
 
 using Cfg = MoeDecodeConfig;
+// Consumer groups: each group of kGroupWarps warps runs every kGroups-th item of the block on its own, so one
+// group's fixed per-item latency chain (metadata loads, reduction, epilogue, fences and arrival counters: several µs
+// measured with a single group of 8 warps) overlaps the others' GEMMs. Gate/up items run as 1 row tile x 4 K-splits,
+// down items as 2 row tiles x 2 K-splits.
 constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1), kMaxSlots = 8;
 constexpr size_t kMaxRingBytes = 200 * 1024;
 
@@ -57,18 +62,20 @@ __host__ __device__ inline RingGeometry ring_geometry(int D, int I) {
     return g;
 }
 
+template <int kGroups>
 __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelParams p) {
     pdl_enter();
+    constexpr int kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
+    constexpr int kUpKS = kGroupWarps, kDownRT = 2, kDownKS = kGroupWarps / kDownRT;
     extern __shared__ __align__(128) uint8_t ring[];  // [slots][unit_bytes]
     __shared__ uint64_t full[kMaxSlots], empty[kMaxSlots];
-    __shared__ __align__(16) float red[Cfg::kUpKS * Cfg::kUpRT * 2 * 128];  // ≥ the down items' KS · RT · 128
-    __shared__ int flag;
-    static_assert(Cfg::kUpKS * Cfg::kUpRT == kConsumerWarps && Cfg::kDownKS * Cfg::kDownRT == kConsumerWarps,
-                  "both items run on the 8 consumer warps");
+    // per group: the K-split reduction buffer (gate/up: KS · 2 matrices · 128 floats ≥ down: KS · RT · 128)
+    __shared__ __align__(16) float red[kGroups][kUpKS * 2 * 128];
+    __shared__ int flag[kGroups];
     const RingGeometry geo = ring_geometry(p.D, p.I);
     const int S = geo.slots;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < S; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kConsumerWarps);
+        for (int s = 0; s < S; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kGroupWarps);
         mbar_init_fence();
     }
     __syncthreads();
@@ -107,45 +114,51 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
         return;
     }
 
-    // consumers: warps 0..7
-    const int lane = threadIdx.x & 31;
-    uint32_t u = 0;
-    auto acquire = [&]() {
-        const int s = int(u % uint32_t(S));
-        mbar_wait(&full[s], (u / uint32_t(S)) & 1);
-        ++u;
-        return s;
-    };
-    auto release = [&](int s) {
+    // consumers: group gi = warps 4·gi .. 4·gi + 3 takes the block's items k = gi, gi + kGroups, ... (k counts the
+    // block's items); unit numbers follow the producer's order, so a group skips the units of the other groups' items
+    const int gi = warp / kGroupWarps, lane = threadIdx.x & 31;
+    uint32_t u = 0;  // units of the block's items before item k
+    int k = 0;
+    auto unit = [&](uint32_t n) { return ring + size_t(n % uint32_t(S)) * geo.unit_bytes; };
+    auto wait_unit = [&](uint32_t n) { mbar_wait(&full[n % uint32_t(S)], (n / uint32_t(S)) & 1); };
+    auto release_unit = [&](uint32_t n) {
         __syncwarp();  // every lane's reads of the slot are done
-        if (lane == 0) mbar_arrive(&empty[s]);
+        if (lane == 0) mbar_arrive(&empty[n % uint32_t(S)]);
     };
-    for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
-        if (i < n_up) {
+    for (int i = blockIdx.x; i < n_items; i += gridDim.x, ++k) {
+        const bool up = i < n_up;
+        const uint32_t n = u;
+        u += up ? 2 : 1;
+        if (k % kGroups != gi) continue;
+        if (up) {
+            const RingWeights<false, kGroupThreads> src{gi};
             const int slot = i / up_tiles, row0 = (i % up_tiles) * Cfg::kUpRows;
-            const int s1 = acquire(), s3 = acquire();
-            const uint8_t* u1 = ring + size_t(s1) * geo.unit_bytes;
-            const uint8_t* u3 = ring + size_t(s3) * geo.unit_bytes;
-            const uint8_t* const w[2] = {u1, u3};
-            const uint8_t* const ws[2] = {u1 + geo.up_w_bytes, u3 + geo.up_w_bytes};
-            moe_gate_up_item<RingWeights<false>>(p, slot, row0, w, ws, 0, red, &flag, [&] {
-                release(s1);
-                release(s3);
-            });
+            const uint8_t* const w[2] = {unit(n), unit(n + 1)};
+            const uint8_t* const ws[2] = {unit(n) + geo.up_w_bytes, unit(n + 1) + geo.up_w_bytes};
+            moe_gate_up_item<1, kUpKS>(
+                src, p, slot, row0, w, ws, 0, red[gi], &flag[gi],
+                [&] {
+                    wait_unit(n);
+                    wait_unit(n + 1);
+                },
+                [&] {
+                    release_unit(n);
+                    release_unit(n + 1);
+                });
         } else {
+            const RingWeights<true, kGroupThreads> src{gi};
             const int j = i - n_up, slot = j / down_tiles, tile = j % down_tiles;
-            const int s2 = acquire();
-            const uint8_t* u2 = ring + size_t(s2) * geo.unit_bytes;
-            const uint8_t* const w[1] = {u2};
-            const uint8_t* const ws[1] = {u2 + geo.down_w_bytes};
+            const uint8_t* const w[1] = {unit(n)};
+            const uint8_t* const ws[1] = {unit(n) + geo.down_w_bytes};
             // the slot's hidden rows: every 128-row block of I quantised by the gate/up items
-            if (threadIdx.x == 0) {
+            if (src.tid() == 0) {
                 const int want = p.I / 128;
                 while (atomicAdd(&p.up_done[slot], 0) < want) __nanosleep(64);
                 __threadfence();
             }
-            RingWeights<true>::sync();
-            moe_down_item<RingWeights<true>>(p, slot, tile, n_active, w, ws, 0, red, &flag, [&] { release(s2); });
+            src.sync();
+            moe_down_item<kDownRT, kDownKS>(src, p, slot, tile, n_active, w, ws, 0, red[gi], &flag[gi],
+                                            [&] { wait_unit(n); }, [&] { release_unit(n); });
         }
     }
 }
@@ -156,16 +169,30 @@ bool moe_ring_supported(int64_t dim, int64_t inter) {
     return ring_geometry(int(dim), int(inter)).slots >= 2;
 }
 
-Status launch_moe_ring(const MoeKernelParams& p, cudaStream_t stream) {
+namespace {
+template <int kGroups>
+Status launch_groups(const MoeKernelParams& p, cudaStream_t stream) {
     const RingGeometry geo = ring_geometry(p.D, p.I);
     const size_t smem = size_t(geo.slots) * geo.unit_bytes;
-    DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_moe_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_moe_ring_kernel<kGroups>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem)),
                   "sm90_moe_ring: shared memory opt-in");
     int device = 0, sms = 0;
     DSV4_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
     DSV4_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-    sm90_moe_ring_kernel<<<unsigned(sms), kThreads, smem, stream>>>(p);
+    sm90_moe_ring_kernel<kGroups><<<unsigned(sms), kThreads, smem, stream>>>(p);
     return launch_status("sm90_moe_ring");
+}
+}  // namespace
+
+Status launch_moe_ring(const MoeKernelParams& p, cudaStream_t stream) {
+    static const int groups = [] {
+        const char* e = std::getenv("DSV4_MOE_RING_GROUPS");  // measurement only: 1, 2 or 4 consumer groups
+        return e ? std::atoi(e) : 2;
+    }();
+    if (groups == 1) return launch_groups<1>(p, stream);
+    if (groups == 4) return launch_groups<4>(p, stream);
+    return launch_groups<2>(p, stream);
 }
 
 }  // namespace dsv4::cuda
