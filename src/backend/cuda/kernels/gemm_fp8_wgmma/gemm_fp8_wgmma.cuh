@@ -139,7 +139,9 @@ __global__ void __launch_bounds__(Fp8WgmmaConfig::kThreads, 1)
                                const __grid_constant__ CUtensorMap tmap_b,  // [N, K] e4m3, box 128 x 128 B
                                const float* __restrict__ a_scale,           // [T, K/128]
                                const uint8_t* __restrict__ w_scale,         // [N/128, K/128] UE8M0
-                               int T, int N, int K, __nv_bfloat16* __restrict__ y) {  // y: [T, N]
+                               // T tokens, N weight rows, K; y: [T, N] bf16
+                               int T, int N, int K,
+                               __nv_bfloat16* __restrict__ y) {
     pdl_enter();
     using Cfg = Fp8WgmmaConfig;
     using namespace fp8_wgmma;
