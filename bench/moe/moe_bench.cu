@@ -1,5 +1,5 @@
-// sm90_mxfp4_moe_decode — both kernel paths, the persistent TMA-ring kernel ("ring", the default) and the
-// register-streaming launches ("register") — at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6) for 1, 4, 16,
+// sm90_mxfp4_moe_decode — both kernel paths, the register-streaming launches ("register", the default) and the
+// persistent TMA-ring kernel ("ring") — at V4-Flash shapes (D 4096, I 2048, 256 experts, top-6) for 1, 4, 16,
 // 64, 256, 1024 and 8192 tokens — above 256 as the engine runs a prefill today, in passes of 256 tokens through the
 // decode kernel —
 // side by side in one run with (a) a plain baseline — dequantise each touched expert to bf16, then cuBLAS GEMMs
@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
         auto ws = DeviceBuffer::allocate(ws_bytes, "workspace");
         CHECK(ws.status());
         // pass p of call i: tokens [p · 256, min(T, (p + 1) · 256))
-        auto args_for = [&](int i, int64_t p, bool register_streaming) {
+        auto args_for = [&](int i, int64_t p, bool tma_ring) {
             const Routing& r = routings[size_t(i % kRoutings)];
             const int64_t t0 = p * kPassT;
             MoeDecodeArgs a;
@@ -324,14 +324,14 @@ int main(int argc, char** argv) {
             a.tokens = std::min<int64_t>(kPassT, T - t0), a.k = kK, a.n_experts = kE, a.dim = kD, a.inter = kI;
             a.workspace = ws->data();
             a.workspace_bytes = ws_bytes;
-            a.register_streaming = register_streaming;
+            a.tma_ring = tma_ring;
             return a;
         };
         auto ring_call = [&](int i) {
-            for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p, false), s));
+            for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p, true), s));
         };
         auto register_call = [&](int i) {
-            for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p, true), s));
+            for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p, false), s));
         };
         if (profile_T) {
             for (int i = 0; i < 8; ++i) ring_call(i);

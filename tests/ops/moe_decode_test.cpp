@@ -1,5 +1,5 @@
-// sm90_mxfp4_moe_decode (both kernel paths: the TMA-ring kernel and the register-streaming launches, which must
-// also agree with each other bit for bit) against the CPU composition it replaces: backend::cpu::routed_experts
+// sm90_mxfp4_moe_decode (both kernel paths: the register-streaming launches and the TMA-ring kernel) against the
+// CPU composition it replaces: backend::cpu::routed_experts
 // (W4A8 experts in reference numerics) then backend::cpu::moe_sum (f32 sum over the picks in ascending expert index,
 // plus the shared expert, one bf16 rounding). Class C of tests/data/official_ops: FP8 x FP4 products are exact, only
 // the f32 summation order of the K blocks differs, so rel_l2 <= 2e-3 and nearly every element bit-exact.
@@ -76,12 +76,11 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
     a.workspace_bytes = ws_bytes;
     auto st = Stream::create();
     ASSERT_TRUE(st.is_ok());
-    // both kernel paths: the persistent TMA-ring kernel (default) and the register-streaming launches. They run the
-    // same per-item arithmetic in the same order, so their outputs must agree bit for bit.
-    std::vector<float> first;
-    for (const bool register_streaming : {false, true}) {
-        SCOPED_TRACE(register_streaming ? "register-streaming kernels" : "TMA-ring kernel");
-        a.register_streaming = register_streaming;
+    // both kernel paths (they split K over their warps differently, so each matches the CPU within class C but
+    // not necessarily the other bit for bit)
+    for (const bool tma_ring : {false, true}) {
+        SCOPED_TRACE(tma_ring ? "TMA-ring kernel" : "register-streaming kernels");
+        a.tma_ring = tma_ring;
         DSV4_ASSERT_OK(dy->fill_bytes(0xff));
         DSV4_ASSERT_OK(dws->fill_bytes(0xff));
         DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
@@ -91,7 +90,7 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
         for (size_t i = 0; i < got.size(); ++i) exact += f32_to_bf16(got[i]) == f32_to_bf16(want[i]);
         const double share = double(exact) / double(got.size());
         std::printf("  %s T %3lld %-7s %-8s bit-exact %.4f%%\n", s.name, (long long)T,
-                    routing == Routing::kUniform ? "uniform" : "skewed", register_streaming ? "register" : "ring",
+                    routing == Routing::kUniform ? "uniform" : "skewed", tma_ring ? "ring" : "register",
                     100.0 * share);
         DSV4_EXPECT_CLOSE(got, want, 2e-3);
         // Class C: only the f32 order of the 128-block sums differs from the CPU. Most outputs round to the same
@@ -107,13 +106,6 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
         size_t same = 0;
         for (size_t i = 0; i < got.size(); ++i) same += f32_to_bf16(got[i]) == f32_to_bf16(again[i]);
         EXPECT_EQ(same, got.size()) << "the result changed between two identical calls";
-        if (first.empty()) {
-            first = got;
-        } else {
-            size_t agree = 0;
-            for (size_t i = 0; i < got.size(); ++i) agree += f32_to_bf16(got[i]) == f32_to_bf16(first[i]);
-            EXPECT_EQ(agree, got.size()) << "the two kernel paths differ";
-        }
     }
 }
 

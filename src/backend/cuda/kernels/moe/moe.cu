@@ -122,10 +122,11 @@ __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate
     const int slot = blockIdx.y;
     if (slot >= *p.n_active) return;
     const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[p.active_expert[slot]];
-    const uint8_t* const w[2] = {ex.w1, ex.w3};
-    const uint8_t* const ws[2] = {ex.w1s, ex.w3s};
+    const uint8_t* const w[1][2] = {{ex.w1, ex.w3}};
+    const uint8_t* const ws[1][2] = {{ex.w1s, ex.w3s}};
     const int row0 = blockIdx.x * Cfg::kUpRows;
-    moe_gate_up_item<Cfg::kUpRT, Cfg::kUpKS>(GlobalWeights{}, p, slot, row0, w, ws, row0, red, &flag, [] {}, [] {});
+    moe_gate_up_item<Cfg::kUpRT, Cfg::kUpKS, 1>(GlobalWeights{}, p, slot, row0, w, ws, row0, red, &flag, [](int) {},
+                                                [](int) {});
 }
 
 // Launch 3: block (32 rows of D, active slot); the last block of a row range combines all tokens.
@@ -136,10 +137,10 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
     const int slot = blockIdx.y, n_active = *p.n_active;
     if (slot >= n_active) return;
     const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[p.active_expert[slot]];
-    const uint8_t* const w[1] = {ex.w2};
-    const uint8_t* const ws[1] = {ex.w2s};
-    moe_down_item<Cfg::kDownRT, Cfg::kDownKS>(GlobalWeights{}, p, slot, blockIdx.x, n_active, w, ws,
-                                             blockIdx.x * Cfg::kDownRows, red, &flag, [] {}, [] {});
+    const uint8_t* const w[1][1] = {{ex.w2}};
+    const uint8_t* const ws[1][1] = {{ex.w2s}};
+    moe_down_item<Cfg::kDownRT, Cfg::kDownKS, 1>(GlobalWeights{}, p, slot, blockIdx.x, n_active, w, ws,
+                                                blockIdx.x * Cfg::kDownRows, red, &flag, [](int) {}, [](int) {});
 }
 
 }  // namespace
@@ -199,7 +200,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
 
     sm90_moe_prepare_kernel<<<unsigned(p.T + 1), Cfg::kPrepThreads, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_prepare"));
-    if (!a.register_streaming && moe_ring_supported(a.dim, a.inter)) return launch_moe_ring(p, stream);
+    if (a.tma_ring && moe_ring_supported(a.dim, a.inter)) return launch_moe_ring(p, stream);
     const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
     sm90_moe_gate_up_kernel<<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));

@@ -38,9 +38,10 @@ struct MoeDecodeArgs {
     float limit = 10.0f;                    // swiglu_limit; <= 0 disables the clamp
     void* workspace = nullptr;              // sm90_mxfp4_moe_decode_workspace_bytes() bytes, 256-byte aligned
     size_t workspace_bytes = 0;
-    // false (default): sm90_moe_prepare + the persistent TMA-ring expert kernel (two launches) where the shape fits
-    // its shared-memory ring; true: the three-launch register-streaming kernels (compared side by side in bench/moe).
-    bool register_streaming = false;
+    // false (default): the three-launch register-streaming kernels. true: sm90_moe_prepare + the persistent TMA-ring
+    // expert kernel (two launches) where the shape fits its shared-memory ring — slower so far (docs/kernels/moe.md),
+    // kept for bench/moe and its test while it is being developed.
+    bool tma_ring = false;
 };
 
 // Scratch the three launches share (token lists, quantised activations, per-pick outputs, counters).

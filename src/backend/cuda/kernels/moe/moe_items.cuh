@@ -17,47 +17,51 @@
 
 namespace dsv4::cuda {
 
-// w / ws point at the expert's w1, w3 (and scales) such that row r of the item is at w + (w_row0 + r) · row bytes:
-// w_row0 = row0 for whole matrices in global memory, 0 for a ring slot holding just the item's rows.
-template <int RT, int KS, class Src, class Wait, class Release>
+// An item is kSub consecutive 16-row tiles of I (rows row0 .. row0 + 16·kSub − 1). w[sub] / ws[sub] point at the
+// expert's w1, w3 (and scales) such that row r of tile sub is at w[sub][m] + (w_row0 + r) · row bytes: w_row0 = row0
+// for whole matrices in global memory, 0 for ring slots holding just the tile's rows. wait(sub) / release(sub) bracket
+// the reads of tile sub's weights. Larger items pay the fences and arrival counters below once for more bytes.
+template <int RT, int KS, int kSub, class Src, class Wait, class Release>
 __device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernelParams& p, int slot, int row0,
-                                                 const uint8_t* const (&w)[2], const uint8_t* const (&ws)[2],
-                                                 int w_row0, float* red, int* flag, Wait&& wait, Release&& release) {
+                                                 const uint8_t* const (&w)[kSub][2],
+                                                 const uint8_t* const (&ws)[kSub][2], int w_row0, float* red,
+                                                 int* flag, Wait&& wait, Release&& release) {
     static_assert(RT * KS * 32 == Src::kThreads, "the item's warps are its RT x KS tiles");
+    static_assert(RT == 1 && 128 % (MoeDecodeConfig::kUpRows * kSub) == 0, "tiles of 16 rows of I, within 128");
     constexpr int kTok = MoeDecodeConfig::kTokTile;
     const int start = p.active_start[slot], count = p.active_count[slot];
     const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
-    for (int tt = 0; tt < count; tt += kTok) {
-        const int ntile = min(kTok, count - tt);
-        int act_row[kTok];
+    for (int sub = 0; sub < kSub; ++sub) {
+        for (int tt = 0; tt < count; tt += kTok) {
+            const int ntile = min(kTok, count - tt);
+            int act_row[kTok];
 #pragma unroll
-        for (int c = 0; c < kTok; ++c) act_row[c] = c < ntile ? p.list[start + tt + c] / p.K : 0;
-        if (tt == 0) wait();
-        float y[2][4];
-        expert_rows_gemm<2, RT, KS>(src, w, ws, p.D, w_row0, p.xq, p.xs, act_row, ntile, red, y);
-        if (warp / RT != 0) continue;
-        const int rt = warp % RT;
+            for (int c = 0; c < kTok; ++c) act_row[c] = c < ntile ? p.list[start + tt + c] / p.K : 0;
+            if (tt == 0) wait(sub);
+            float y[2][4];
+            expert_rows_gemm<2, RT, KS>(src, w[sub], ws[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile, red, y);
+            if (warp / RT != 0) continue;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int col = 2 * t + (i & 1), row = row0 + 16 * rt + g + 8 * (i >> 1);
-            if (col >= ntile) continue;
-            // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight; bf16
-            float u1 = round_bf16(y[0][i]), u3 = round_bf16(y[1][i]);
-            if (p.limit > 0.0f) {
-                u1 = fminf(u1, p.limit);
-                u3 = fminf(fmaxf(u3, -p.limit), p.limit);
+            for (int i = 0; i < 4; ++i) {
+                const int col = 2 * t + (i & 1), row = row0 + 16 * sub + g + 8 * (i >> 1);
+                if (col >= ntile) continue;
+                // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight; bf16
+                float u1 = round_bf16(y[0][i]), u3 = round_bf16(y[1][i]);
+                if (p.limit > 0.0f) {
+                    u1 = fminf(u1, p.limit);
+                    u3 = fminf(fmaxf(u3, -p.limit), p.limit);
+                }
+                const float a = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
+                const int pick = p.list[start + tt + col];
+                p.h[size_t(start + tt + col) * p.I + row] = __float2bfloat16_rn(__fmul_rn(p.route_w[pick], a));
             }
-            const float a = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
-            const int pick = p.list[start + tt + col];
-            p.h[size_t(start + tt + col) * p.I + row] = __float2bfloat16_rn(__fmul_rn(p.route_w[pick], a));
         }
+        release(sub);
     }
-    release();
-    // The last of the 128/16 items of this 128-row block of I quantises it for the down GEMM.
-    static_assert(RT == 1, "a gate/up item is 16 rows of I");
+    // The last of the items of this 128-row block of I quantises it for the down GEMM.
     __threadfence();
     src.sync();
-    constexpr int kItemsPer128 = 128 / MoeDecodeConfig::kUpRows;
+    constexpr int kItemsPer128 = 128 / (MoeDecodeConfig::kUpRows * kSub);
     const int qb = row0 / 128;
     if (src.tid() == 0) *flag = atomicAdd(&p.cnt_up[slot * (p.I / 128) + qb], 1) == kItemsPer128 - 1;
     src.sync();
@@ -92,40 +96,45 @@ __device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernel
     if (src.tid() == 0) atomicAdd(&p.up_done[slot], 1);
 }
 
-// w / ws: the expert's w2 (and scales), row r of the item at w + (w_row0 + r) · row bytes.
-template <int RT, int KS, class Src, class Wait, class Release>
-__device__ __forceinline__ void moe_down_item(const Src& src, const MoeKernelParams& p, int slot, int row_tile,
-                                              int n_active, const uint8_t* const (&w)[1],
-                                              const uint8_t* const (&ws)[1], int w_row0, float* red, int* flag,
+// An item is kSub consecutive 32-row tiles of D: rows (row_range · kSub + sub) · 32 + r; w[sub] / ws[sub]: the
+// expert's w2 (and scales), row r of tile sub at w[sub][0] + (w_row0 + r) · row bytes (w_row0 as for gate/up).
+// cnt_down counts the items of each range of 32 · kSub rows; the last of them combines the range.
+template <int RT, int KS, int kSub, class Src, class Wait, class Release>
+__device__ __forceinline__ void moe_down_item(const Src& src, const MoeKernelParams& p, int slot, int row_range,
+                                              int n_active, const uint8_t* const (&w)[kSub][1],
+                                              const uint8_t* const (&ws)[kSub][1], int w_row0, float* red, int* flag,
                                               Wait&& wait, Release&& release) {
     static_assert(RT * KS * 32 == Src::kThreads && 16 * RT == MoeDecodeConfig::kDownRows,
                   "the item's warps are its RT x KS tiles of 32 rows of D");
-    constexpr int kTok = MoeDecodeConfig::kTokTile, kRows = MoeDecodeConfig::kDownRows;
+    constexpr int kTok = MoeDecodeConfig::kTokTile, kRows = MoeDecodeConfig::kDownRows * kSub;
     const int start = p.active_start[slot], count = p.active_count[slot];
-    const int row0 = row_tile * kRows;
+    const int row0 = row_range * kRows;
     const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
-    for (int tt = 0; tt < count; tt += kTok) {
-        const int ntile = min(kTok, count - tt);
-        int act_row[kTok];
+    for (int sub = 0; sub < kSub; ++sub) {
+        for (int tt = 0; tt < count; tt += kTok) {
+            const int ntile = min(kTok, count - tt);
+            int act_row[kTok];
 #pragma unroll
-        for (int c = 0; c < kTok; ++c) act_row[c] = start + tt + (c < ntile ? c : 0);
-        if (tt == 0) wait();
-        float y[1][4];
-        expert_rows_gemm<1, RT, KS>(src, w, ws, p.I, w_row0, p.hq, p.hs, act_row, ntile, red, y);
-        if (warp / RT != 0) continue;
-        const int rt = warp % RT;
+            for (int c = 0; c < kTok; ++c) act_row[c] = start + tt + (c < ntile ? c : 0);
+            if (tt == 0) wait(sub);
+            float y[1][4];
+            expert_rows_gemm<1, RT, KS>(src, w[sub], ws[sub], p.I, w_row0, p.hq, p.hs, act_row, ntile, red, y);
+            if (warp / RT != 0) continue;
+            const int rt = warp % RT;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int col = 2 * t + (i & 1), row = row0 + 16 * rt + g + 8 * (i >> 1);
-            if (col >= ntile) continue;
-            const int pick = p.list[start + tt + col];
-            p.yp[size_t(pick) * p.D + row] = round_bf16(y[0][i]);  // the expert's bf16 output
+            for (int i = 0; i < 4; ++i) {
+                const int col = 2 * t + (i & 1);
+                const int row = row0 + MoeDecodeConfig::kDownRows * sub + 16 * rt + g + 8 * (i >> 1);
+                if (col >= ntile) continue;
+                const int pick = p.list[start + tt + col];
+                p.yp[size_t(pick) * p.D + row] = round_bf16(y[0][i]);  // the expert's bf16 output
+            }
         }
+        release(sub);
     }
-    release();
     __threadfence();
     src.sync();
-    if (src.tid() == 0) *flag = atomicAdd(&p.cnt_down[row_tile], 1) == n_active - 1;
+    if (src.tid() == 0) *flag = atomicAdd(&p.cnt_down[row_range], 1) == n_active - 1;
     src.sync();
     const bool last = *flag;
     src.sync();

@@ -21,7 +21,6 @@
 // slot u % S for the (u / S)-th time: consumers wait full with parity (u / S) & 1, the producer waits empty with
 // parity (u / S − 1) & 1 before reusing the slot.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
@@ -35,11 +34,15 @@ namespace dsv4::cuda {
 namespace {
 
 using Cfg = MoeDecodeConfig;
-// Consumer groups: each group of kGroupWarps warps runs every kGroups-th item of the block on its own, so one
-// group's fixed per-item latency chain (metadata loads, reduction, epilogue, fences and arrival counters: several µs
-// measured with a single group of 8 warps) overlaps the others' GEMMs. Gate/up items run as 1 row tile x 4 K-splits,
-// down items as 2 row tiles x 2 K-splits.
 constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1), kMaxSlots = 8;
+// An item is kUpSub 16-row tiles of I (gate/up) or kDownSub 32-row tiles of D (down): one tile per pair of units
+// (w1, w3) or per unit (w2), streamed through the ring in turn, with the item's fences and arrival counters paid once.
+constexpr int kUpSub = 4, kDownSub = 4;
+// Consumer groups: each group of kGroupWarps warps runs every kGroups-th item of the block on its own named barrier,
+// so one group's per-item latency chain (metadata loads, reduction, epilogue, fences and arrival counters) overlaps
+// the other's GEMM. Gate/up tiles run as 1 row tile x 4 K-splits, down tiles as 2 row tiles x 2 K-splits.
+constexpr int kGroups = 2, kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
+constexpr int kUpKS = kGroupWarps, kDownRT = 2, kDownKS = kGroupWarps / kDownRT;
 constexpr size_t kMaxRingBytes = 200 * 1024;
 
 struct RingGeometry {
@@ -62,11 +65,8 @@ __host__ __device__ inline RingGeometry ring_geometry(int D, int I) {
     return g;
 }
 
-template <int kGroups>
 __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelParams p) {
     pdl_enter();
-    constexpr int kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
-    constexpr int kUpKS = kGroupWarps, kDownRT = 2, kDownKS = kGroupWarps / kDownRT;
     extern __shared__ __align__(128) uint8_t ring[];  // [slots][unit_bytes]
     __shared__ uint64_t full[kMaxSlots], empty[kMaxSlots];
     // per group: the K-split reduction buffer (gate/up: KS · 2 matrices · 128 floats ≥ down: KS · RT · 128)
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
     }
     __syncthreads();
     const int n_active = *p.n_active;
-    const int up_tiles = p.I / Cfg::kUpRows, down_tiles = p.D / Cfg::kDownRows;
+    const int up_tiles = p.I / (Cfg::kUpRows * kUpSub), down_tiles = p.D / (Cfg::kDownRows * kDownSub);
     const int n_up = n_active * up_tiles, n_items = n_up + n_active * down_tiles;
     const Mxfp4ExpertPtrs* experts = static_cast<const Mxfp4ExpertPtrs*>(p.experts);
     const int warp = threadIdx.x >> 5;
@@ -101,14 +101,18 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
         for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
             if (i < n_up) {
                 const Mxfp4ExpertPtrs ex = experts[p.active_expert[i / up_tiles]];
-                const size_t r0 = size_t(i % up_tiles) * Cfg::kUpRows;
-                produce(ex.w1 + r0 * (p.D / 2), geo.up_w_bytes, ex.w1s + r0 * (p.D / 32), geo.up_s_bytes);
-                produce(ex.w3 + r0 * (p.D / 2), geo.up_w_bytes, ex.w3s + r0 * (p.D / 32), geo.up_s_bytes);
+                for (int sub = 0; sub < kUpSub; ++sub) {
+                    const size_t r0 = (size_t(i % up_tiles) * kUpSub + sub) * Cfg::kUpRows;
+                    produce(ex.w1 + r0 * (p.D / 2), geo.up_w_bytes, ex.w1s + r0 * (p.D / 32), geo.up_s_bytes);
+                    produce(ex.w3 + r0 * (p.D / 2), geo.up_w_bytes, ex.w3s + r0 * (p.D / 32), geo.up_s_bytes);
+                }
             } else {
                 const int j = i - n_up;
                 const Mxfp4ExpertPtrs ex = experts[p.active_expert[j / down_tiles]];
-                const size_t r0 = size_t(j % down_tiles) * Cfg::kDownRows;
-                produce(ex.w2 + r0 * (p.I / 2), geo.down_w_bytes, ex.w2s + r0 * (p.I / 32), geo.down_s_bytes);
+                for (int sub = 0; sub < kDownSub; ++sub) {
+                    const size_t r0 = (size_t(j % down_tiles) * kDownSub + sub) * Cfg::kDownRows;
+                    produce(ex.w2 + r0 * (p.I / 2), geo.down_w_bytes, ex.w2s + r0 * (p.I / 32), geo.down_s_bytes);
+                }
             }
         }
         return;
@@ -128,28 +132,37 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
     for (int i = blockIdx.x; i < n_items; i += gridDim.x, ++k) {
         const bool up = i < n_up;
         const uint32_t n = u;
-        u += up ? 2 : 1;
+        u += up ? 2 * kUpSub : kDownSub;
         if (k % kGroups != gi) continue;
         if (up) {
             const RingWeights<false, kGroupThreads> src{gi};
-            const int slot = i / up_tiles, row0 = (i % up_tiles) * Cfg::kUpRows;
-            const uint8_t* const w[2] = {unit(n), unit(n + 1)};
-            const uint8_t* const ws[2] = {unit(n) + geo.up_w_bytes, unit(n + 1) + geo.up_w_bytes};
-            moe_gate_up_item<1, kUpKS>(
+            const int slot = i / up_tiles, row0 = (i % up_tiles) * kUpSub * Cfg::kUpRows;
+            const uint8_t* w[kUpSub][2];
+            const uint8_t* ws[kUpSub][2];
+            for (int sub = 0; sub < kUpSub; ++sub)
+                for (int m = 0; m < 2; ++m) {
+                    w[sub][m] = unit(n + 2 * sub + m);
+                    ws[sub][m] = unit(n + 2 * sub + m) + geo.up_w_bytes;
+                }
+            moe_gate_up_item<1, kUpKS, kUpSub>(
                 src, p, slot, row0, w, ws, 0, red[gi], &flag[gi],
-                [&] {
-                    wait_unit(n);
-                    wait_unit(n + 1);
+                [&](int sub) {
+                    wait_unit(n + 2 * sub);
+                    wait_unit(n + 2 * sub + 1);
                 },
-                [&] {
-                    release_unit(n);
-                    release_unit(n + 1);
+                [&](int sub) {
+                    release_unit(n + 2 * sub);
+                    release_unit(n + 2 * sub + 1);
                 });
         } else {
             const RingWeights<true, kGroupThreads> src{gi};
-            const int j = i - n_up, slot = j / down_tiles, tile = j % down_tiles;
-            const uint8_t* const w[1] = {unit(n)};
-            const uint8_t* const ws[1] = {unit(n) + geo.down_w_bytes};
+            const int j = i - n_up, slot = j / down_tiles, range = j % down_tiles;
+            const uint8_t* w[kDownSub][1];
+            const uint8_t* ws[kDownSub][1];
+            for (int sub = 0; sub < kDownSub; ++sub) {
+                w[sub][0] = unit(n + sub);
+                ws[sub][0] = unit(n + sub) + geo.down_w_bytes;
+            }
             // the slot's hidden rows: every 128-row block of I quantised by the gate/up items
             if (src.tid() == 0) {
                 const int want = p.I / 128;
@@ -157,8 +170,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
                 __threadfence();
             }
             src.sync();
-            moe_down_item<kDownRT, kDownKS>(src, p, slot, tile, n_active, w, ws, 0, red[gi], &flag[gi],
-                                            [&] { wait_unit(n); }, [&] { release_unit(n); });
+            moe_down_item<kDownRT, kDownKS, kDownSub>(src, p, slot, range, n_active, w, ws, 0, red[gi], &flag[gi],
+                                                      [&](int sub) { wait_unit(n + sub); },
+                                                      [&](int sub) { release_unit(n + sub); });
         }
     }
 }
@@ -169,30 +183,16 @@ bool moe_ring_supported(int64_t dim, int64_t inter) {
     return ring_geometry(int(dim), int(inter)).slots >= 2;
 }
 
-namespace {
-template <int kGroups>
-Status launch_groups(const MoeKernelParams& p, cudaStream_t stream) {
+Status launch_moe_ring(const MoeKernelParams& p, cudaStream_t stream) {
     const RingGeometry geo = ring_geometry(p.D, p.I);
     const size_t smem = size_t(geo.slots) * geo.unit_bytes;
-    DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_moe_ring_kernel<kGroups>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(smem)),
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_moe_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                   "sm90_moe_ring: shared memory opt-in");
     int device = 0, sms = 0;
     DSV4_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
     DSV4_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-    sm90_moe_ring_kernel<kGroups><<<unsigned(sms), kThreads, smem, stream>>>(p);
+    sm90_moe_ring_kernel<<<unsigned(sms), kThreads, smem, stream>>>(p);
     return launch_status("sm90_moe_ring");
-}
-}  // namespace
-
-Status launch_moe_ring(const MoeKernelParams& p, cudaStream_t stream) {
-    static const int groups = [] {
-        const char* e = std::getenv("DSV4_MOE_RING_GROUPS");  // measurement only: 1, 2 or 4 consumer groups
-        return e ? std::atoi(e) : 2;
-    }();
-    if (groups == 1) return launch_groups<1>(p, stream);
-    if (groups == 4) return launch_groups<4>(p, stream);
-    return launch_groups<2>(p, stream);
 }
 
 }  // namespace dsv4::cuda
