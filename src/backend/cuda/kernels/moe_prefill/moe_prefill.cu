@@ -1,0 +1,540 @@
+// Kernels and launcher of sm90_mxfp4_moe_prefill (moe_prefill.cuh describes the four launches, the warp roles and
+// the exact FP4 -> FP8 conversion).
+#include <algorithm>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/kernels/moe_prefill/moe_prefill.cuh"
+#include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using Cfg = MoePrefillConfig;
+using namespace moe_prefill;
+
+// Exclusive prefix sum, in place, of a[0..n) (n <= 1024, shared memory) by a block of kPrepThreads threads (4
+// entries each). Returns the total. Every thread of the block must call it.
+__device__ int block_exclusive_scan(int* a, int n, int* warp_sums) {
+    static_assert(Cfg::kPrepThreads * 4 == Cfg::kMaxExperts, "4 entries per thread cover every expert");
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int v[4], s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int x = 4 * tid + i < n ? a[4 * tid + i] : 0;
+        v[i] = s;
+        s += x;
+    }
+    int incl = s;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int o = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += o;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    int base = incl - s, total = 0;
+    for (int w = 0; w < Cfg::kPrepThreads / 32; ++w) {
+        if (w < warp) base += warp_sums[w];
+        total += warp_sums[w];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        if (4 * tid + i < n) a[4 * tid + i] = base + v[i];
+    __syncthreads();
+    return total;
+}
+
+// Launch 1: grouping by expert + gather-quantise of x. Block b: tokens [64 b, 64 b + 64).
+__global__ void __launch_bounds__(Cfg::kPrepThreads) moe_prefill_prepare_kernel(MoePrefillParams p) {
+    pdl_enter();
+    __shared__ int cnt[Cfg::kMaxExperts], start[Cfg::kMaxExperts], before[Cfg::kMaxExperts];
+    __shared__ int pos_of[Cfg::kPrepTokens * Cfg::kMaxK];  // list position of each of the block's picks (-1: none)
+    __shared__ int warp_sums[Cfg::kPrepThreads / 32];
+    const int tid = threadIdx.x, picks = p.T * p.K;
+    const int t0 = int(blockIdx.x) * Cfg::kPrepTokens, t1 = min(p.T, t0 + Cfg::kPrepTokens);
+    const int p0 = t0 * p.K, p1 = t1 * p.K;
+    for (int e = tid; e < p.E; e += Cfg::kPrepThreads) cnt[e] = 0, before[e] = 0;
+    const int n_counters = p.max_mtiles * (p.I / 128);
+    for (int i = int(blockIdx.x) * Cfg::kPrepThreads + tid; i < n_counters; i += int(gridDim.x) * Cfg::kPrepThreads)
+        p.hcnt[i] = 0;
+    __syncthreads();
+    // picks per expert, and those before this block's first pick
+    for (int i = tid; i < picks; i += Cfg::kPrepThreads) {
+        const int e = __ldg(p.idx + i);
+        if (e >= 0 && e < p.E) {
+            atomicAdd(&cnt[e], 1);
+            if (i < p0) atomicAdd(&before[e], 1);
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < p.E; e += Cfg::kPrepThreads) start[e] = cnt[e];
+    __syncthreads();
+    block_exclusive_scan(start, p.E, warp_sums);
+    if (blockIdx.x == 0) {
+        // M tile table: expert e's ceil(cnt/128) tiles, in ascending expert order (pos_of is scratch here)
+        for (int e = tid; e < p.E; e += Cfg::kPrepThreads) pos_of[e] = (cnt[e] + Cfg::kBM - 1) / Cfg::kBM;
+        __syncthreads();
+        const int n_mtiles = block_exclusive_scan(pos_of, p.E, warp_sums);
+        for (int e = tid; e < p.E; e += Cfg::kPrepThreads) {
+            for (int j = 0; j * Cfg::kBM < cnt[e]; ++j) {
+                const int m = pos_of[e] + j;
+                p.tile_expert[m] = e;
+                p.tile_row0[m] = start[e] + j * Cfg::kBM;
+                p.tile_rows[m] = min(Cfg::kBM, cnt[e] - j * Cfg::kBM);
+            }
+        }
+        if (tid == 0) *p.n_mtiles = n_mtiles;
+        __syncthreads();
+    }
+    // this block's picks take the next free positions of their experts (order inside an expert is free: every
+    // position carries its pick index, and a row's result does not depend on its neighbours)
+    for (int i = p0 + tid; i < p1; i += Cfg::kPrepThreads) {
+        const int e = __ldg(p.idx + i);
+        int pos = -1;
+        if (e >= 0 && e < p.E) {
+            pos = start[e] + atomicAdd(&before[e], 1);
+            p.list[pos] = i;
+        }
+        pos_of[i - p0] = pos;
+    }
+    __syncthreads();
+    // act_quant of the block's token rows, each 32-element chunk written to every position of its token; a quad of
+    // lanes holds one 128-block (D/32 chunks per row is a multiple of 4)
+    const int cpr = p.D / 32, n_chunks = (t1 - t0) * cpr;
+    for (int base = 0; base < n_chunks; base += Cfg::kPrepThreads) {
+        const int c = base + tid;
+        const bool active = c < n_chunks;
+        const int tl = active ? c / cpr : 0, blk = active ? c % cpr : 0;
+        const __nv_bfloat16* src = p.x + size_t(t0 + tl) * size_t(p.D) + size_t(blk) * 32;
+        float v[32];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float f[8];
+            load8(src + 8 * i, f);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[8 * i + j] = f[j];
+        }
+        uint32_t q[8];
+        const float s = quant32_e4m3(v, q);
+        if (!active) continue;
+        for (int k = 0; k < p.K; ++k) {
+            const int pos = pos_of[tl * p.K + k];
+            if (pos < 0) continue;
+            uint4* dst = reinterpret_cast<uint4*>(p.xg + size_t(pos) * size_t(p.D) + size_t(blk) * 32);
+            dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+            if ((blk & 3) == 0) p.xs[size_t(pos) * size_t(p.D / 128) + blk / 4] = s;
+        }
+    }
+}
+
+// Converter thread r: cp.async of B row r's 64 nibble bytes and 4 scale bytes of step g (this block's tile
+// blockIdx.x + (g / KB) · gridDim.x, K block g % KB) into raw slot g % kRaw. One commit group per step, empty past
+// the last step, so the wait_group counts stay uniform. The row's pointers are cached per tile.
+template <bool kGateUp>
+__device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int g, int n_steps, int KB, int n_tiles_n,
+                                               size_t row_bytes, size_t srow_bytes, int r, uint8_t* raw,
+                                               int& cached_tile, const uint8_t*& w_row, const uint8_t*& s_row) {
+    if (g < n_steps) {
+        const int tile = int(blockIdx.x) + (g / KB) * int(gridDim.x), kb = g % KB;
+        if (tile != cached_tile) {
+            cached_tile = tile;
+            const int m = tile / n_tiles_n, n = tile % n_tiles_n;
+            const Mxfp4ExpertPtrs& ex = p.experts[p.tile_expert[m]];
+            int row;
+            const uint8_t *w, *ws;
+            if (kGateUp) {  // B rows 0..63: w1 rows n·64.., rows 64..127: the same rows of w3
+                w = r < Cfg::kUpRows ? ex.w1 : ex.w3;
+                ws = r < Cfg::kUpRows ? ex.w1s : ex.w3s;
+                row = n * Cfg::kUpRows + (r % Cfg::kUpRows);
+            } else {
+                w = ex.w2, ws = ex.w2s;
+                row = n * Cfg::kBN + r;
+            }
+            w_row = w + size_t(row) * row_bytes;
+            s_row = ws + size_t(row) * srow_bytes;
+        }
+        uint8_t* slot = raw + (g % Cfg::kRaw) * Cfg::kRawStageBytes;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) cp_async16(slot + (j * 128 + r) * 16, w_row + size_t(kb) * 64 + 16 * j);
+        cp_async4(slot + Cfg::kRawNibBytes + r * 4, s_row + size_t(kb) * 4);
+    }
+    cp_async_commit();
+}
+
+// Launches 2 (kGateUp) and 3: the grouped GEMMs. tmap_a: xg [T·K, D] (gate/up) or hq [T·K, I] (down), e4m3, box 128
+// rows x 128 bytes, 128-byte swizzle, rows past T·K zero-filled.
+template <bool kGateUp>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    moe_prefill_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const MoePrefillParams p) {
+    pdl_enter();
+    __shared__ __align__(8) uint64_t full_bar[Cfg::kStages];
+    __shared__ __align__(8) uint64_t empty_bar[Cfg::kStages];
+    __shared__ int last_flag;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    float* wscale = reinterpret_cast<float*>(ring + Cfg::kStages * Cfg::kStageBytes);  // [kStages][128 B rows]
+    uint8_t* raw = reinterpret_cast<uint8_t*>(wscale + Cfg::kStages * Cfg::kBN);         // [kRaw][kRawStageBytes]
+    uint8_t* tables = raw + Cfg::kRaw * Cfg::kRawStageBytes;                             // [kDeltas][8] e4m3 bytes
+
+    const int Kdim = kGateUp ? p.D : p.I, KB = Kdim / Cfg::kBK;
+    const int n_tiles_n = kGateUp ? p.I / Cfg::kUpRows : p.D / Cfg::kBN;
+    const int tiles = *p.n_mtiles * n_tiles_n;
+    const int tid = threadIdx.x;
+
+    if (tid < Cfg::kDeltas * 8) tables[tid] = e2m1_mag_to_e4m3(tid % 8, tid / 8);
+    if (tid == 0) {
+        for (int s = 0; s < Cfg::kStages; ++s) {
+            mbar_init(&full_bar[s], 1 + 128);  // thread 0's arrive.expect_tx (A tile) + every converter thread
+            mbar_init(&empty_bar[s], 8);       // one arrival per consumer warp
+        }
+        mbar_init_fence();
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
+    }
+    __syncthreads();
+
+    if (tid < 128) {
+        // ------------------------------------------------------------------------------- converter warpgroup
+        const int r = tid;  // B row of every stage
+        const int my_tiles = tiles > int(blockIdx.x) ? (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x)
+                                                     : 0;
+        const int n_steps = my_tiles * KB;
+        const size_t row_bytes = size_t(Kdim) / 2, srow_bytes = size_t(Kdim) / 32;
+        // the source row of step g (cached per tile)
+        int cached_tile = -1;
+        const uint8_t *w_row = nullptr, *s_row = nullptr;
+        for (int g = 0; g < Cfg::kRaw - 1; ++g)
+            issue_raw_step<kGateUp>(p, g, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cached_tile, w_row,
+                                    s_row);
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int g = 0; g < n_steps; ++g) {
+            issue_raw_step<kGateUp>(p, g + Cfg::kRaw - 1, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw,
+                                    cached_tile, w_row, s_row);
+            cp_async_wait<Cfg::kRaw - 1>();  // this thread's copies of step g have landed
+            const int tile = int(blockIdx.x) + (g / KB) * int(gridDim.x), kb = g % KB;
+            mbar_wait(&empty_bar[stage], phase ^ 1);
+            uint8_t* sA = ring + stage * Cfg::kStageBytes;
+            uint8_t* sB = sA + Cfg::kTileBytes;
+            if (r == 0) {
+                mbar_arrive_expect_tx(&full_bar[stage], Cfg::kTileBytes);
+                tma_load_2d(sA, &tmap_a, kb * Cfg::kBK, p.tile_row0[tile / n_tiles_n], &full_bar[stage]);
+            }
+            const uint8_t* slot = raw + (g % Cfg::kRaw) * Cfg::kRawStageBytes;
+            const uint32_t sw = *reinterpret_cast<const uint32_t*>(slot + Cfg::kRawNibBytes + r * 4);
+            const int e[4] = {int(sw & 0xff), int((sw >> 8) & 0xff), int((sw >> 16) & 0xff), int(sw >> 24)};
+            const int e_max = max(max(e[0], e[1]), max(e[2], e[3]));
+            wscale[stage * Cfg::kBN + r] = pow2_f32(e_max - 133);
+            uint8_t* row_base = sB + r * Cfg::kBK;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const uint4 nib = *reinterpret_cast<const uint4*>(slot + (q * 128 + r) * 16);
+                const uint2 t = *reinterpret_cast<const uint2*>(tables + 8 * min(e_max - e[q], Cfg::kDeltas - 1));
+                const uint2 o0 = e2m1x8_to_e4m3(nib.x, t.x, t.y), o1 = e2m1x8_to_e4m3(nib.y, t.x, t.y);
+                const uint2 o2 = e2m1x8_to_e4m3(nib.z, t.x, t.y), o3 = e2m1x8_to_e4m3(nib.w, t.x, t.y);
+                // elements 32q..32q+15 = 16-byte chunk 2q, 32q+16..32q+31 = chunk 2q+1, swizzled by row % 8
+                *reinterpret_cast<uint4*>(row_base + ((2 * q) ^ (r & 7)) * 16) = make_uint4(o0.x, o0.y, o1.x, o1.y);
+                *reinterpret_cast<uint4*>(row_base + ((2 * q + 1) ^ (r & 7)) * 16) =
+                    make_uint4(o2.x, o2.y, o3.x, o3.y);
+            }
+            fence_proxy_async_smem();  // the B tile is read by wgmma (async proxy)
+            mbar_arrive(&full_bar[stage]);
+            if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
+        }
+        cp_async_wait<0>();
+        return;
+    }
+
+    // ------------------------------------------------------------------------------------ consumer warpgroups
+    const int consumer = tid / 128 - 1;  // M rows 64·consumer .. +63 of the tile
+    const int ct = tid - 128;            // 0..255 over both consumers
+    const int warp = (tid / 32) % 4, lane = tid % 32;
+    const int row_in_tile = consumer * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
+    const int TK = p.T * p.K;
+    const float* a_scale = kGateUp ? p.xs : p.hs;
+    float acc[64], out[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int m = tile / n_tiles_n, n = tile % n_tiles_n;
+        const int row0 = p.tile_row0[m], rows = p.tile_rows[m];
+        const bool active = consumer * 64 < rows;  // else all 64 rows lie past the expert's last pick
+        const int q0 = row0 + row_in_tile, q1 = q0 + 8;  // list positions of the thread's two rows
+        // rows past the tile's valid ones read some other position's scales: their results are never stored
+        const float* sa0 = a_scale + size_t(min(q0, TK - 1)) * size_t(KB);
+        const float* sa1 = a_scale + size_t(min(q1, TK - 1)) * size_t(KB);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) out[i] = 0.0f;
+        for (int kb = 0; kb < KB; ++kb) {
+            const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb);
+            mbar_wait(&full_bar[stage], phase);
+            if (active) {
+                const uint32_t a_base = smem_u32(ring + stage * Cfg::kStageBytes) + consumer * 64 * Cfg::kBK;
+                const uint32_t b_base = smem_u32(ring + stage * Cfg::kStageBytes + Cfg::kTileBytes);
+                fence_regs(acc);
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < Cfg::kBK / 32; ++ks)
+                    wgmma_m64n128k32(acc, sw128_desc(a_base + ks * 32), sw128_desc(b_base + ks * 32), ks > 0 ? 1u : 0u);
+                wgmma_commit();
+                fence_regs(acc);
+                wgmma_wait_all();
+                fence_regs(acc);
+            }
+            if (active) {
+                // out += acc · (a_scale · w_scale) with the weight scales of the thread's 32 columns
+                // 8j + 2(lane%4) + {0, 1}: the scale product is a power of two, so acc times it is exact and the fma
+                // rounds once, like the reference's separate multiply and add
+                const float* wrow = wscale + stage * Cfg::kBN + 2 * (lane % 4);
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    const float2 ws = *reinterpret_cast<const float2*>(wrow + 8 * j);
+                    out[4 * j + 0] = fmaf(acc[4 * j + 0], a0 * ws.x, out[4 * j + 0]);
+                    out[4 * j + 1] = fmaf(acc[4 * j + 1], a0 * ws.y, out[4 * j + 1]);
+                    out[4 * j + 2] = fmaf(acc[4 * j + 2], a1 * ws.x, out[4 * j + 2]);
+                    out[4 * j + 3] = fmaf(acc[4 * j + 3], a1 * ws.y, out[4 * j + 3]);
+                }
+            }
+            __syncwarp();  // the warp's reads of the stage (wgmma operands, scales) are done
+            if (lane == 0) mbar_arrive(&empty_bar[stage]);
+            if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
+        }
+
+        const int col = 2 * (lane % 4);
+        if (kGateUp) {
+            // columns 0..63 are w1 rows n·64 + c, columns 64..127 the same rows of w3: fragment j pairs with j + 8
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int pos = half ? q1 : q0;
+                if (!active || row_in_tile + 8 * half >= rows) continue;
+                const float rw = p.route_w[p.list[pos]];
+                __nv_bfloat16* dst = p.h + size_t(pos) * size_t(p.I) + size_t(n) * Cfg::kUpRows + col;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    float hv[2];
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight
+                        float u1 = round_bf16(out[4 * j + 2 * half + c]);
+                        float u3 = round_bf16(out[4 * (j + 8) + 2 * half + c]);
+                        if (p.limit > 0.0f) {
+                            u1 = fminf(u1, p.limit);
+                            u3 = fminf(fmaxf(u3, -p.limit), p.limit);
+                        }
+                        const float a = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
+                        hv[c] = __fmul_rn(rw, a);
+                    }
+                    *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = __floats2bfloat162_rn(hv[0], hv[1]);
+                }
+            }
+            // The second of the two tiles of a 128-wide block of I quantises it (e4m3 per 128) for the down GEMM.
+            __threadfence();
+            named_barrier_sync(1, 256);
+            const int qb = n / 2;
+            if (ct == 0) last_flag = atomicAdd(&p.hcnt[m * (p.I / 128) + qb], 1) == 1;
+            named_barrier_sync(1, 256);
+            if (last_flag) {  // read before the next tile's first barrier, which precedes the next write
+                __threadfence();
+                for (int base = 0; base < Cfg::kBM * 4; base += 256) {
+                    const int c = base + ct, tl = c / 4, part = c % 4;  // a quad of lanes per row
+                    const bool ok = tl < rows;
+                    const size_t pos = size_t(row0 + (ok ? tl : 0));
+                    const __nv_bfloat16* src = p.h + pos * size_t(p.I) + size_t(qb) * 128 + part * 32;
+                    float v[32];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const uint4 u = __ldcg(reinterpret_cast<const uint4*>(src) + i);  // other blocks' stores
+                        const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                        for (int k = 0; k < 4; ++k) {
+                            v[8 * i + 2 * k] = __uint_as_float(wd[k] << 16);
+                            v[8 * i + 2 * k + 1] = __uint_as_float(wd[k] & 0xffff0000u);
+                        }
+                    }
+                    uint32_t qv[8];
+                    const float s = quant32_e4m3(v, qv);
+                    if (!ok) continue;
+                    uint4* dst = reinterpret_cast<uint4*>(p.hq + pos * size_t(p.I) + size_t(qb) * 128 + part * 32);
+                    dst[0] = make_uint4(qv[0], qv[1], qv[2], qv[3]);
+                    dst[1] = make_uint4(qv[4], qv[5], qv[6], qv[7]);
+                    if (part == 0) p.hs[pos * size_t(p.I / 128) + qb] = s;
+                }
+            }
+        } else if (active) {
+            // each pick's bf16 expert output, by pick index
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                if (row_in_tile + 8 * half >= rows) continue;
+                const int pick = p.list[half ? q1 : q0];
+                __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * Cfg::kBN + col;
+#pragma unroll
+                for (int j = 0; j < 16; ++j)
+                    *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
+                        __floats2bfloat162_rn(out[4 * j + 2 * half], out[4 * j + 2 * half + 1]);
+            }
+        }
+    }
+}
+
+// Launch 4: token b's output = bf16(Σ picks in ascending expert order (f32) + shared), as backend::cpu::moe_sum.
+__global__ void __launch_bounds__(Cfg::kCombineThreads) moe_prefill_combine_kernel(MoePrefillParams p) {
+    pdl_enter();
+    __shared__ int order[Cfg::kMaxK];
+    __shared__ int n_valid;
+    const int t = blockIdx.x;
+    if (threadIdx.x == 0) {
+        int n = 0;
+        for (int j = 0; j < p.K; ++j) {
+            const int e = p.idx[t * p.K + j];
+            if (e < 0 || e >= p.E) continue;
+            int k = n++;
+            for (; k > 0 && p.idx[order[k - 1]] > e; --k) order[k] = order[k - 1];
+            order[k] = t * p.K + j;
+        }
+        n_valid = n;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < p.D / 8; c += Cfg::kCombineThreads) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int j = 0; j < n_valid; ++j) {
+            float v[8];
+            load8(p.yp + size_t(order[j]) * size_t(p.D) + size_t(c) * 8, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], v[i]);
+        }
+        if (p.shared) {
+            float v[8];
+            load8(p.shared + size_t(t) * size_t(p.D) + size_t(c) * 8, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], v[i]);
+        }
+        store8(p.y + size_t(t) * size_t(p.D) + size_t(c) * 8, acc);
+    }
+}
+
+// --------------------------------------------------------------------------------------------- host side
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (the backend links no -lcuda).
+Result<EncodeTiledFn> tensor_map_encoder() {
+    static EncodeTiledFn fn = nullptr;
+    static cudaError_t err = cudaSuccess;
+    static cudaDriverEntryPointQueryResult query = cudaDriverEntryPointSuccess;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        void* f = nullptr;
+        err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &query);
+        fn = reinterpret_cast<EncodeTiledFn>(f);
+    });
+    DSV4_CUDA_TRY(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (query != cudaDriverEntryPointSuccess || !fn)
+        return unsupported("sm90_mxfp4_moe_prefill: the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
+    return fn;
+}
+
+// Row-major [rows, cols] e4m3 matrix read as 128-row x 128-byte boxes in the 128-byte swizzle, rows past the end
+// zero-filled.
+Result<CUtensorMap> e4m3_rows_map(EncodeTiledFn encode, const void* base, int64_t rows, int64_t cols,
+                                  const char* what) {
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(cols)};
+    const cuuint32_t box[2] = {cuuint32_t(Cfg::kBK), cuuint32_t(Cfg::kBM)};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return internal_error(std::string("sm90_mxfp4_moe_prefill: cuTensorMapEncodeTiled(") + what +
+                              ") failed with " + std::to_string(int(r)));
+    return map;
+}
+
+}  // namespace
+
+size_t sm90_mxfp4_moe_prefill_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
+                                              int64_t inter) {
+    if (tokens <= 0 || k <= 0 || n_experts <= 0 || dim <= 0 || inter <= 0) return 0;
+    return MoePrefillWorkspace::make(tokens, k, n_experts, dim, inter).total;
+}
+
+Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_mxfp4_moe_prefill";
+    if (!a.x || !a.idx || !a.route_w || !a.experts || !a.y || !a.workspace)
+        return invalid_argument(op + ": null pointer (x, idx, route_w, experts, y and workspace are required)");
+    if (a.k < 1 || a.k > Cfg::kMaxK || a.n_experts < a.k || a.n_experts > Cfg::kMaxExperts)
+        return invalid_argument(op + ": need 1 <= K <= 16 and K <= E <= 1024, got K " + std::to_string(a.k) +
+                                ", E " + std::to_string(a.n_experts));
+    if (a.tokens < 1 || a.tokens * a.k >= (int64_t(1) << 26))
+        return invalid_argument(op + ": tokens " + std::to_string(a.tokens) + " outside 1..2^26/K");
+    if (a.dim <= 0 || a.inter <= 0 || a.dim % 128 != 0 || a.inter % 128 != 0 || a.dim > (1 << 20) ||
+        a.inter > (1 << 20))
+        return invalid_argument(op + ": D " + std::to_string(a.dim) + " and I " + std::to_string(a.inter) +
+                                " must be positive multiples of 128");
+    const MoePrefillWorkspace wl = MoePrefillWorkspace::make(a.tokens, a.k, a.n_experts, a.dim, a.inter);
+    if (a.workspace_bytes < wl.total || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
+        return invalid_argument(op + ": workspace must be 256-byte aligned and hold " + std::to_string(wl.total) +
+                                " bytes (sm90_mxfp4_moe_prefill_workspace_bytes), got " +
+                                std::to_string(a.workspace_bytes));
+    if ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.y) |
+         reinterpret_cast<uintptr_t>(a.shared)) & 15)
+        return invalid_argument(op + ": x, y and shared must be 16-byte aligned");
+
+    char* ws = static_cast<char*>(a.workspace);
+    MoePrefillParams p{};
+    p.x = static_cast<const __nv_bfloat16*>(a.x);
+    p.idx = a.idx;
+    p.route_w = a.route_w;
+    p.experts = a.experts;
+    p.shared = static_cast<const __nv_bfloat16*>(a.shared);
+    p.y = static_cast<__nv_bfloat16*>(a.y);
+    p.T = int(a.tokens), p.K = int(a.k), p.E = int(a.n_experts), p.D = int(a.dim), p.I = int(a.inter);
+    p.max_mtiles = int(wl.max_mtiles);
+    p.limit = a.limit;
+    p.n_mtiles = reinterpret_cast<int*>(ws + wl.n_mtiles);
+    p.tile_expert = reinterpret_cast<int*>(ws + wl.tile_expert);
+    p.tile_row0 = reinterpret_cast<int*>(ws + wl.tile_row0);
+    p.tile_rows = reinterpret_cast<int*>(ws + wl.tile_rows);
+    p.hcnt = reinterpret_cast<int*>(ws + wl.hcnt);
+    p.list = reinterpret_cast<int*>(ws + wl.list);
+    p.xg = reinterpret_cast<uint8_t*>(ws + wl.xg);
+    p.xs = reinterpret_cast<float*>(ws + wl.xs);
+    p.h = reinterpret_cast<__nv_bfloat16*>(ws + wl.h);
+    p.hq = reinterpret_cast<uint8_t*>(ws + wl.hq);
+    p.hs = reinterpret_cast<float*>(ws + wl.hs);
+    p.yp = reinterpret_cast<__nv_bfloat16*>(ws + wl.yp);
+
+    const int64_t picks = a.tokens * a.k;
+    DSV4_ASSIGN_OR_RETURN(EncodeTiledFn encode, tensor_map_encoder());
+    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_x, e4m3_rows_map(encode, p.xg, picks, a.dim, "gathered activations"));
+    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_h, e4m3_rows_map(encode, p.hq, picks, a.inter, "hidden activations"));
+
+    static const cudaError_t attr_up = cudaFuncSetAttribute(
+        moe_prefill_gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    DSV4_CUDA_TRY(attr_up, "cudaFuncSetAttribute(moe_prefill gate/up shared memory)");
+    static const cudaError_t attr_down = cudaFuncSetAttribute(
+        moe_prefill_gemm_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    DSV4_CUDA_TRY(attr_down, "cudaFuncSetAttribute(moe_prefill down shared memory)");
+
+    const int64_t sms = current_sm_count();
+    const unsigned prep_grid = unsigned((a.tokens + Cfg::kPrepTokens - 1) / Cfg::kPrepTokens);
+    moe_prefill_prepare_kernel<<<prep_grid, Cfg::kPrepThreads, 0, stream>>>(p);
+    DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_prepare"));
+    const unsigned up_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.inter / Cfg::kUpRows)));
+    moe_prefill_gemm_kernel<true><<<up_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_x, p);
+    DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_gate_up"));
+    const unsigned down_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.dim / Cfg::kBN)));
+    moe_prefill_gemm_kernel<false><<<down_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_h, p);
+    DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_down"));
+    moe_prefill_combine_kernel<<<unsigned(a.tokens), Cfg::kCombineThreads, 0, stream>>>(p);
+    return launch_status("moe_prefill_combine");
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,250 @@
+// sm90_mxfp4_moe_prefill: device side. Four launches (docs/kernels/moe_prefill.md):
+//
+//  1. prepare: every block counts the T·K picks per expert (each block redundantly: a few hundred KB of L2 reads) so
+//     it knows each expert's segment of the expert-sorted pick list and how many of an expert's picks precede its own
+//     tokens; it then places its own picks in that list and quantises its tokens' rows of x (act_quant, e4m3 per 128
+//     with a UE8M0 scale) into every position the token occupies: xg [T·K, D], contiguous per expert. Block 0 writes
+//     the table of 128-row M tiles (expert, first list position, valid rows); all blocks zero the arrival counters.
+//  2. gate/up grouped GEMM: tile = (M tile, 64 rows of I): B = 64 rows of w1 stacked on the same 64 rows of w3 (128
+//     wgmma N columns), so a thread holds u1 and u3 of the same (token, row) and applies clamp, SwiGLU and the routing
+//     weight in registers; bf16 hidden h [T·K, I]. The second of the two tiles covering a 128-wide block of I
+//     (arrival counter) quantises it to e4m3 per 128 for the down GEMM: hq [T·K, I], hs [T·K, I/128].
+//  3. down grouped GEMM: tile = (M tile, 128 rows of D), A = hq, B = w2; each pick's bf16 output yp [T·K, D].
+//  4. combine: per token, Σ of its picks in ascending expert order in f32, + shared expert, one bf16 rounding.
+//
+// GEMM kernels (2, 3): 3 warpgroups, one persistent block per SM walking tiles M-major (blocks running together share
+// an expert and sweep its weight rows, which L2 then serves to the other M tiles of that expert).
+//   warpgroup 0, "converter": per 128-wide K step each thread owns one B row. It streams the row's 64 bytes of
+//     e2m1 nibbles and 4 UE8M0 bytes with cp.async into a private ring (kRaw steps ahead), converts them to e4m3 and
+//     writes them into the stage's B tile in the 128-byte-swizzled K-major layout the wgmma descriptor reads (16-byte
+//     chunk c of row r at chunk c ^ (r % 8)), plus the row's scale 2^(e_max - 133) as f32; fence.proxy.async, arrive
+//     on the stage's "full" barrier. Thread 0 also issues the stage's A tile (TMA, 128 rows x 128 B, 128B swizzle).
+//   warpgroups 1, 2, consumers: 64 of the 128 M rows each; per stage 4 x wgmma m64n128k32 e4m3 into a block
+//     accumulator, then out += acc · (a_scale[row] · w_scale[col]) ("promotion" per 128 K, as sm90_fp8_gemm_wgmma,
+//     but with one weight scale per column). A consumer whose 64 rows are all past the tile's valid rows skips its
+//     wgmmas (the tile's second half of a partly filled expert) but keeps the barrier protocol.
+//
+// FP4 -> FP8 (exact): a 32-block b of a weight row holds e2m1 codes c with scale 2^(e_b - 127); e_max = the largest
+// e_b of the row's four blocks in the 128-K step, δ_b = e_max - e_b >= 0. The converter writes e4m3(c · 2^(6 - δ_b)):
+// |c| <= 6 so the largest is 384 < 448, and every c · 2^(6 - δ) is an e4m3 value (normal or subnormal, step 2^-9) for
+// δ <= 14 (smallest non-zero magnitude 0.5 · 2^(6-δ) >= 2^-9 needs δ <= 14; the 3-bit significand of e4m3 holds
+// e2m1's 2 bits). So w = e4m3 · 2^(e_max - 133) exactly, and the per-column scale 2^(e_max - 133) moves to the
+// promotion. δ > 14 (a 32-block 2^15 smaller than its 128-block neighbour) rounds RNE (documented, not exact).
+// The conversion is a table lookup: for each δ an 8-byte table (magnitude code -> e4m3 byte) in shared memory; prmt
+// picks 4 bytes per instruction from the nibbles (low nibble = even element, so the bytes come out in element
+// order: the activation rows need no permutation) and a second prmt in sign-replicate mode yields the sign bits.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (types only)
+
+#include "backend/cuda/common/mbarrier.cuh"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/moe/moe.h"
+
+namespace dsv4::cuda {
+
+struct MoePrefillConfig {
+    static constexpr int kPrepThreads = 256;
+    static constexpr int kPrepTokens = 64;   // tokens per prepare block
+    static constexpr int kMaxExperts = 1024;
+    static constexpr int kMaxK = 16;
+    static constexpr int kBM = 128;          // M tile: positions of one expert in the sorted pick list
+    static constexpr int kBN = 128;          // B rows per tile (gate/up: 64 of w1 + 64 of w3; down: 128 of w2)
+    static constexpr int kBK = 128;          // K per stage: one activation scale block, one swizzle row
+    static constexpr int kUpRows = 64;       // rows of I per gate/up tile
+    static constexpr int kStages = 5;        // A + B tile ring
+    static constexpr int kRaw = 5;           // converter's private raw-weight ring (prefetch distance kRaw - 1)
+    static constexpr int kThreads = 384;     // converter warpgroup + 2 consumer warpgroups
+    static constexpr int kTileBytes = kBM * kBK;                  // 16 KiB (A and B tiles alike)
+    static constexpr int kStageBytes = 2 * kTileBytes;            // A then B
+    static constexpr int kRawNibBytes = 128 * 64;                 // [4 chunks][128 threads] x 16 B
+    static constexpr int kRawStageBytes = kRawNibBytes + 128 * 4; // + [128 threads] scale words
+    static constexpr int kDeltas = 32;                            // conversion tables for δ = 0..31
+    static constexpr int kSmemBytes = kStages * kStageBytes + kStages * kBN * 4 + kRaw * kRawStageBytes +
+                                      kDeltas * 8 + 1024;         // + alignment slack for the 1024-aligned ring
+    static constexpr int kCombineThreads = 256;
+};
+
+// Workspace layout (byte offsets, 256-aligned); the launcher and the tests size it the same way.
+struct MoePrefillWorkspace {
+    size_t n_mtiles, tile_expert, tile_row0, tile_rows, hcnt, list, xg, xs, h, hq, hs, yp, total;
+    int64_t max_mtiles;
+    static constexpr size_t align(size_t v) { return (v + 255) / 256 * 256; }
+    static MoePrefillWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
+        MoePrefillWorkspace w{};
+        const int64_t picks = T * K;
+        // each expert's last tile may be partial: at most one extra tile per touched expert
+        w.max_mtiles = (picks + MoePrefillConfig::kBM - 1) / MoePrefillConfig::kBM + (picks < E ? picks : E);
+        size_t o = 0;
+        auto take = [&](size_t bytes) {
+            const size_t at = o;
+            o = align(o + bytes);
+            return at;
+        };
+        w.n_mtiles = take(4);
+        w.tile_expert = take(4 * size_t(w.max_mtiles));
+        w.tile_row0 = take(4 * size_t(w.max_mtiles));
+        w.tile_rows = take(4 * size_t(w.max_mtiles));
+        w.hcnt = take(4 * size_t(w.max_mtiles) * size_t(I / 128));
+        w.list = take(4 * size_t(picks));
+        w.xg = take(size_t(picks) * size_t(D));
+        w.xs = take(4 * size_t(picks) * size_t(D / 128));
+        w.h = take(2 * size_t(picks) * size_t(I));
+        w.hq = take(size_t(picks) * size_t(I));
+        w.hs = take(4 * size_t(picks) * size_t(I / 128));
+        w.yp = take(2 * size_t(picks) * size_t(D));
+        w.total = o;
+        return w;
+    }
+};
+
+struct MoePrefillParams {
+    const __nv_bfloat16* x;        // [T, D]
+    const int32_t* idx;            // [T, K]
+    const float* route_w;          // [T, K]
+    const Mxfp4ExpertPtrs* experts;  // [E]
+    const __nv_bfloat16* shared;   // [T, D] or null
+    __nv_bfloat16* y;              // [T, D]
+    int T, K, E, D, I, max_mtiles;
+    float limit;
+    int* n_mtiles;                 // [1]
+    int* tile_expert;              // [max_mtiles]
+    int* tile_row0;                // [max_mtiles] first list position of the tile
+    int* tile_rows;                // [max_mtiles] valid rows (1..128)
+    int* hcnt;                     // [max_mtiles, I/128] gate/up tiles finished per 128-block of I
+    int* list;                     // [T·K] pick index t·K + k of each list position, grouped by expert
+    uint8_t* xg;                   // [T·K, D] e4m3 rows of x by list position
+    float* xs;                     // [T·K, D/128]
+    __nv_bfloat16* h;              // [T·K, I] hidden activations by list position
+    uint8_t* hq;                   // [T·K, I] e4m3
+    float* hs;                     // [T·K, I/128]
+    __nv_bfloat16* yp;             // [T·K, D] each pick's bf16 expert output, by pick index
+};
+
+namespace moe_prefill {
+
+// ------------------------------------------------------------------------------------------------ TMA, wgmma
+
+// 2-D tile copy global -> shared through a tensor map, completion counted on the mbarrier.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+            "r"(smem_u32(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
+        : "memory");
+}
+
+// K-major operand in the 128-byte swizzle: start >> 4, leading byte offset 1 (unused), stride byte offset 1024 >> 4
+// (8 rows x 128 B), swizzle mode 1 (128 B) in bits 62-63; tiles 1024-byte aligned (base offset 0).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// Keeps the compiler from moving accumulator accesses across the asynchronous wgmma region.
+__device__ __forceinline__ void fence_regs(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d[64x128] (=|+=) A[64x32] · B[128x32]ᵀ, e4m3 K-major operands in shared memory; accumulate == 0 overwrites d.
+__device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, uint64_t db, uint32_t accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// ------------------------------------------------------------------------------------ cp.async (converter ring)
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+// Generic-proxy shared-memory writes -> visible to the async proxy (wgmma operand reads).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// -------------------------------------------------------------------------------------------- FP4 -> FP8
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// e4m3 byte of e2m1 magnitude code m (0..7) times 2^(6 - delta), RNE (exact for delta <= 14).
+__device__ __forceinline__ uint8_t e2m1_mag_to_e4m3(int m, int delta) {
+    return f32_to_e4m3(ldexpf(e2m1_to_f32(uint8_t(m)), 6 - delta));
+}
+
+// 8 e2m1 codes (nibble j = element j, bit 3 = sign) -> 8 e4m3 bytes in element order. (tl, th): the 8-byte table
+// magnitude code -> e4m3 byte of the block's δ. prmt's selector nibble picks a byte of (tl, th) with bits 0-2; with
+// bit 3 set (the default mode's sign-replicate) it yields the selected byte's msb replicated, so a constant 0x7f
+// source gives 0x00 for negative codes and 0x7f for positive ones: the complement's top bit is the sign.
+__device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t w, uint32_t tl, uint32_t th) {
+    const uint32_t mag = w & 0x77777777u;
+    const uint32_t lo = prmt(tl, th, mag), hi = prmt(tl, th, mag >> 16);
+    const uint32_t pos_lo = prmt(0x7f7f7f7fu, 0x7f7f7f7fu, w), pos_hi = prmt(0x7f7f7f7fu, 0x7f7f7f7fu, w >> 16);
+    return make_uint2(lo | (~pos_lo & 0x80808080u), hi | (~pos_hi & 0x80808080u));
+}
+
+// 2^e as f32 for e >= -149 (subnormal below -126), e <= 127.
+__device__ __forceinline__ float pow2_f32(int e) {
+    return e >= -126 ? __uint_as_float(uint32_t(e + 127) << 23) : (e >= -149 ? __uint_as_float(1u << (e + 149)) : 0.f);
+}
+
+// act_quant of one 128-block held by a quad (lane%4 = t holds elements 32t..32t+31 in v): the 32 e4m3 codes (element
+// order) in q, returns the f32 scale. Every lane of the warp must call it (quad shuffles).
+__device__ __forceinline__ float quant32_e4m3(const float (&v)[32], uint32_t (&q)[8]) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const int e = ue8m0_exponent_for(amax, 1e-4f, 448.0f);
+    const float inv = exp2_int(-e);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        uint32_t wd = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            wd |= uint32_t(f32_to_e4m3(fminf(fmaxf(v[4 * i + j] * inv, -448.0f), 448.0f))) << (8 * j);
+        q[i] = wd;
+    }
+    return exp2_int(e);
+}
+
+}  // namespace moe_prefill
+}  // namespace dsv4::cuda
