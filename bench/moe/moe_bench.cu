@@ -15,6 +15,9 @@
 // bytes, so the columns compare times). FLOPs per call: 6 · D · I per pick
 // (gate and up 2 · 2·I·D, down 2·I·D), T · K picks.
 //
+// From 256 tokens on, the "prefill" columns time sm90_mxfp4_moe_prefill (one call over all T tokens: grouped FP8
+// wgmma GEMMs, docs/kernels/moe_prefill.md) with the same FLOP count.
+//
 // `dsv4_bench_moe --profile T` runs a few calls of each path at T tokens only (for a profiler's per-kernel view);
 // `dsv4_bench_moe --decode` only the first table's T <= 256 rows.
 //
@@ -37,6 +40,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 #include "backend/cuda/kernels/stream_probe/stream_probe.h"
 
 namespace {
@@ -292,8 +296,9 @@ int main(int argc, char** argv) {
     if (profile_T) token_counts = {profile_T};
     if (decode_only) token_counts = {1, 4, 16, 64, 256};
     std::printf("\n| T | experts read | MB touched | ring us | ring TB/s | ring %% copy | ring TFLOP/s | register us | "
-                "register TB/s | baseline us | baseline TB/s | baseline TFLOP/s | ring vs baseline |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                "register TB/s | baseline us | baseline TB/s | baseline TFLOP/s | ring vs baseline | prefill us | "
+                "prefill TFLOP/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int64_t T : token_counts) {
         std::vector<Routing> routings;
         for (int i = 0; i < kRoutings; ++i) routings.push_back(make_routing(rng, T));
@@ -368,6 +373,21 @@ int main(int argc, char** argv) {
             }
         }, long_calls);
         CHECK(stream->synchronize());
+        // the prefill kernel: one call over all T tokens
+        float prefill_ms = 0;
+        if (T >= kPassT) {
+            const size_t pws_bytes = sm90_mxfp4_moe_prefill_workspace_bytes(T, kK, kE, kD, kI);
+            auto pws = DeviceBuffer::allocate(pws_bytes, "prefill workspace");
+            CHECK(pws.status());
+            prefill_ms = median_ms_per_call(s, [&](int i) {
+                MoeDecodeArgs a = args_for(i, 0, false);
+                a.tokens = T;
+                a.workspace = pws->data();
+                a.workspace_bytes = pws_bytes;
+                CHECK(sm90_mxfp4_moe_prefill(a, s));
+            }, long_calls);
+            CHECK(stream->synchronize());
+        }
         // bytes the kernel reads: every pass reads its own distinct experts (= the distinct experts up to 256 tokens)
         double experts = 0;
         for (const auto& r : routings) experts += double(r.pass_experts);
@@ -375,10 +395,14 @@ int main(int argc, char** argv) {
         const double bytes = experts * double(kExpertBytes);
         const double flops = 6.0 * double(kD) * double(kI) * double(kK) * double(T);
         const double tbs = bytes / (moe_ms * 1e-3) / 1e12, base_tbs = bytes / (base_ms * 1e-3) / 1e12;
-        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1fx |\n",
+        std::printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.1f%% | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1fx |",
                     (long long)T, experts, bytes / 1e6, moe_ms * 1e3, tbs, 100.0 * tbs / copy_tbs,
                     flops / (moe_ms * 1e-3) / 1e12, reg_ms * 1e3, bytes / (reg_ms * 1e-3) / 1e12, base_ms * 1e3,
                     base_tbs, flops / (base_ms * 1e-3) / 1e12, base_ms / moe_ms);
+        if (prefill_ms > 0)
+            std::printf(" %.1f | %.1f |\n", prefill_ms * 1e3, flops / (prefill_ms * 1e-3) / 1e12);
+        else
+            std::printf(" - | - |\n");
     }
     CHECK_BLAS(cublasDestroy(blas));
     if (!decode_only) stream_probe_table(s, base, rng, copy_tbs);
