@@ -32,7 +32,7 @@
 // promotion. δ > 14 (a 32-block 2^15 smaller than its 128-block neighbour) rounds RNE (documented, not exact).
 // The conversion is a table lookup: for each δ an 8-byte table (magnitude code -> e4m3 byte) in shared memory; prmt
 // picks 4 bytes per instruction from the nibbles (low nibble = even element, so the bytes come out in element
-// order: the activation rows need no permutation) and a second prmt in sign-replicate mode yields the sign bits.
+// order: the activation rows need no permutation) and a second prmt in sign-replicate mode yields the signs.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (types only)
@@ -211,13 +211,14 @@ __device__ __forceinline__ uint8_t e2m1_mag_to_e4m3(int m, int delta) {
 
 // 8 e2m1 codes (nibble j = element j, bit 3 = sign) -> 8 e4m3 bytes in element order. (tl, th): the 8-byte table
 // magnitude code -> e4m3 byte of the block's δ. prmt's selector nibble picks a byte of (tl, th) with bits 0-2; with
-// bit 3 set (the default mode's sign-replicate) it yields the selected byte's msb replicated, so a constant 0x7f
-// source gives 0x00 for negative codes and 0x7f for positive ones: the complement's top bit is the sign.
+// bit 3 set (the default mode's sign-replicate) it yields the selected byte's msb replicated instead, so a constant
+// 0x7f source gives 0x7f for positive codes and 0x00 for negative ones: bit 0 of each byte is the inverted sign,
+// shifted up to bit 7 of the same byte (the bits shifted into the next byte are masked off).
 __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t w, uint32_t tl, uint32_t th) {
     const uint32_t mag = w & 0x77777777u;
     const uint32_t lo = prmt(tl, th, mag), hi = prmt(tl, th, mag >> 16);
     const uint32_t pos_lo = prmt(0x7f7f7f7fu, 0x7f7f7f7fu, w), pos_hi = prmt(0x7f7f7f7fu, 0x7f7f7f7fu, w >> 16);
-    return make_uint2(lo | (~pos_lo & 0x80808080u), hi | (~pos_hi & 0x80808080u));
+    return make_uint2(lo | (~(pos_lo << 7) & 0x80808080u), hi | (~(pos_hi << 7) & 0x80808080u));
 }
 
 // 2^e as f32 for e >= -149 (subnormal below -126), e <= 127.
