@@ -38,7 +38,13 @@ function(dsv4_test_dir dir)
   add_executable(${exe} ${sources})
   target_link_libraries(${exe} PRIVATE ${ARG_DEPS} dsv4_testing GTest::gtest GTest::gtest_main)
   dsv4_warnings(${exe})
+  # GPU tests take seconds each; a kernel that hangs should fail its test in minutes, not hold the GPU for ctest's
+  # default 25 minutes (the device watchdog in common/mbarrier.cuh traps after ~10 s, this catches the rest).
+  set(timeout 1500)
+  if(ARG_LABEL STREQUAL "gpu")
+    set(timeout 180)
+  endif()
   gtest_discover_tests(${exe} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
-                       PROPERTIES LABELS "${ARG_LABEL}"
+                       PROPERTIES LABELS "${ARG_LABEL}" TIMEOUT ${timeout}
                        ENVIRONMENT "DSV4_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()

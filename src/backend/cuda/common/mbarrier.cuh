@@ -25,8 +25,27 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
                  : "memory");
 }
+// A spin that cannot end is a protocol bug (a barrier phase or counter that will never complete). Rather than hang
+// the GPU, a waiter that has spun for ~2^34 cycles (~9 s at 1.98 GHz) traps: the launch fails with an error the host
+// sees ("unspecified launch failure") instead of never returning. No printf: its argument buffer would give every
+// kernel using these waits a stack frame.
+__device__ __forceinline__ long long clock_cycles() {
+    long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+    return t;
+}
+struct Watchdog {
+    long long start;
+    uint32_t spins = 0;
+    __device__ __forceinline__ Watchdog() : start(clock_cycles()) {}
+    __device__ __forceinline__ void check() {
+        if ((++spins & 1023u) == 0 && clock_cycles() - start > (1ll << 34)) __trap();
+    }
+};
+
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
     uint32_t done = 0;
+    Watchdog dog;
     while (!done) {
         asm volatile(
             "{ .reg .pred p;\n"
@@ -35,6 +54,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
             : "=r"(done)
             : "r"(smem_u32(bar)), "r"(parity)
             : "memory");
+        if (!done) dog.check();
     }
 }
 // Global → shared bulk copy of `bytes` (multiple of 16, both addresses 16-byte aligned), completion counted on bar.

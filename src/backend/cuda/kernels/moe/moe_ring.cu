@@ -38,11 +38,15 @@ constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1), kMaxSlot
 // An item is kUpSub 16-row tiles of I (gate/up) or kDownSub 32-row tiles of D (down): one tile per pair of units
 // (w1, w3) or per unit (w2), streamed through the ring in turn, with the item's fences and arrival counters paid once.
 constexpr int kUpSub = 4, kDownSub = 4;
-// Consumer groups: each group of kGroupWarps warps runs every kGroups-th item of the block on its own named barrier,
-// so one group's per-item latency chain (metadata loads, reduction, epilogue, fences and arrival counters) overlaps
-// the other's GEMM. Gate/up tiles run as 1 row tile x 4 K-splits, down tiles as 2 row tiles x 2 K-splits.
-constexpr int kGroups = 2, kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
-constexpr int kUpKS = kGroupWarps, kDownRT = 2, kDownKS = kGroupWarps / kDownRT;
+// Consumer groups: a group of kGroupWarps warps runs every kGroups-th item of the block on its own named barrier.
+// One group only: a slot's full barrier is waited on by parity, which is right only while the waiter is at most one
+// phase ahead of the barrier — true when one group consumes every unit in order, false with two or more groups over
+// one ring (a group could wait on unit u + S while unit u, another group's, has not landed: the parity test passes
+// at once, the group reads a stale slot and its release corrupts the empty barrier's count: the four-group build,
+// and the two-group build with 4-tile items, hung on the H200; two groups with 1-tile items passed their tests by
+// timing alone). Several groups need one ring (slots, counters) per group.
+constexpr int kGroups = 1, kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
+constexpr int kUpKS = kGroupWarps, kDownRT = 2, kDownKS = kGroupWarps / kDownRT;  // 1 x 8 and 2 x 4 warps
 constexpr size_t kMaxRingBytes = 200 * 1024;
 
 struct RingGeometry {
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
         return;
     }
 
-    // consumers: group gi = warps 4·gi .. 4·gi + 3 takes the block's items k = gi, gi + kGroups, ... (k counts the
+    // consumers: group gi = warps kGroupWarps·gi ... takes the block's items k = gi, gi + kGroups, ... (k counts the
     // block's items); unit numbers follow the producer's order, so a group skips the units of the other groups' items
     const int gi = warp / kGroupWarps, lane = threadIdx.x & 31;
     uint32_t u = 0;  // units of the block's items before item k
@@ -166,7 +170,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
             // the slot's hidden rows: every 128-row block of I quantised by the gate/up items
             if (src.tid() == 0) {
                 const int want = p.I / 128;
-                while (atomicAdd(&p.up_done[slot], 0) < want) __nanosleep(64);
+                Watchdog dog;
+                while (atomicAdd(&p.up_done[slot], 0) < want) {
+                    __nanosleep(64);
+                    dog.check();
+                }
                 __threadfence();
             }
             src.sync();
