@@ -37,6 +37,13 @@ __device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernel
             int act_row[kTok];
 #pragma unroll
             for (int c = 0; c < kTok; ++c) act_row[c] = c < ntile ? p.list[start + tt + c] / p.K : 0;
+            // the epilogue's routing weights of this lane's two token columns, loaded before the GEMM so that their
+            // latency overlaps it
+            float rw[2] = {0.0f, 0.0f};
+            if (warp / RT == 0)
+#pragma unroll
+                for (int c = 0; c < 2; ++c)
+                    if (2 * t + c < ntile) rw[c] = p.route_w[p.list[start + tt + 2 * t + c]];
             if (tt == 0) wait(sub);
             float y[2][4];
             expert_rows_gemm<2, RT, KS>(src, w[sub], ws[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile, red, y);
@@ -52,8 +59,7 @@ __device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernel
                     u3 = fminf(fmaxf(u3, -p.limit), p.limit);
                 }
                 const float a = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
-                const int pick = p.list[start + tt + col];
-                p.h[size_t(start + tt + col) * p.I + row] = __float2bfloat16_rn(__fmul_rn(p.route_w[pick], a));
+                p.h[size_t(start + tt + col) * p.I + row] = __float2bfloat16_rn(__fmul_rn(rw[i & 1], a));
             }
         }
         release(sub);

@@ -1,25 +1,26 @@
 // The persistent expert kernel of sm90_mxfp4_moe_decode: both expert GEMMs of a MoE layer in one launch (after
 // sm90_moe_prepare), with every weight byte brought into shared memory by TMA bulk copies.
 //
-// Work items (moe_items.cuh) in one sequence: all gate/up items (slot-major: active slot, 16-row tile of I), then all
-// down items (slot, 32-row tile of D). Block b of the grid (one block per SM) takes items b, b + grid, ... in order.
-// Warp 8 is the producer: one thread walks the same items and, per item, copies each weight tile it needs — 16 rows
-// of w1, 16 rows of w3 (gate/up) or 32 rows of w2 (down), each a contiguous range of the row-major matrix, plus its
-// UE8M0 scale rows — into the next "unit" of a ring of shared-memory slots, counting the bytes on that slot's full
-// barrier. Warps 0..7 wait for the item's units, run the item on them (RingWeights: weights from shared memory) and
-// release the units to the producer (empty barrier, one arrival per consumer warp). The producer therefore runs
-// ahead by the ring's depth (5 units of 34 KB at V4-Flash shapes) — across items, across the gate/up → down boundary,
-// and while the consumers wait for a down item's inputs — which is what the register-streaming kernels could not do
-// (docs/kernels/moe.md: sm90_stream_probe measured this pipeline before any arithmetic went on it).
+// Work items (moe_items.cuh) in one sequence: all gate/up items (slot-major: active slot, 64 rows of I = 4 tiles of
+// 16), then all down items (slot, 128 rows of D = 4 tiles of 32). Block b of the grid (one block per SM) takes items
+// b, b + grid, ... in order; its consumer groups take turns (item k of the block → group k % kGroups). Warp 8 is the
+// producer: one thread walks the same items and copies each tile's weights — 16 rows of w1, 16 rows of w3 (gate/up)
+// or 32 rows of w2 (down), each a contiguous range of the row-major matrix, plus its UE8M0 scale rows — into the
+// next "unit" of the item's group's sub-ring of shared-memory slots, counting the bytes on that slot's full barrier.
+// A group waits for a tile's units, runs the tile on them (RingWeights: weights from shared memory) and releases
+// them (empty barrier, one arrival per warp of the group). The producer so runs ahead by the sub-rings' depth —
+// across tiles, items, the gate/up → down boundary, and while a group waits for a down item's inputs — which is
+// what the register-streaming kernels could not do (sm90_stream_probe measured this pipeline: docs/kernels/moe.md).
 //
-// A down item needs its slot's hidden rows quantised by gate/up items of other blocks: the consumers spin on
-// up_done[slot] (I/128 when complete). No deadlock: the grid is no larger than the number of SMs and one block fits
-// per SM, so every block runs; and every block's gate/up items come before its down items, and gate/up items never
-// wait, so every gate/up item completes.
+// A down item needs its slot's hidden rows quantised by gate/up items of other blocks: its group spins on
+// up_done[slot] (I/128 when complete) before waiting for its units. No deadlock: the grid is no larger than the
+// number of SMs and one block fits per SM, so every block runs; every block's gate/up items come before its down
+// items in the producer's order, so a gate/up unit is never queued behind a down unit; and gate/up items wait for
+// nothing but their own units, so every gate/up item completes.
 //
-// Barriers per ring slot s: full[s] (count 1: the producer's arrive.expect_tx) and empty[s] (count 8). Unit u uses
-// slot u % S for the (u / S)-th time: consumers wait full with parity (u / S) & 1, the producer waits empty with
-// parity (u / S − 1) & 1 before reusing the slot.
+// Barriers per slot s: full[s] (count 1: the producer's arrive.expect_tx) and empty[s] (count: the group's warps).
+// A group's n-th unit uses its slot g·SG + n % SG for the (n / SG)-th time: the group waits full with parity
+// (n / SG) & 1, the producer waits empty with parity (n / SG − 1) & 1 before reusing the slot.
 #include <algorithm>
 #include <string>
 
@@ -38,16 +39,20 @@ constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1), kMaxSlot
 // An item is kUpSub 16-row tiles of I (gate/up) or kDownSub 32-row tiles of D (down): one tile per pair of units
 // (w1, w3) or per unit (w2), streamed through the ring in turn, with the item's fences and arrival counters paid once.
 constexpr int kUpSub = 4, kDownSub = 4;
-// Consumer groups: a group of kGroupWarps warps runs every kGroups-th item of the block on its own named barrier.
-// One group only: a slot's full barrier is waited on by parity, which is right only while the waiter is at most one
-// phase ahead of the barrier — true when one group consumes every unit in order, false with two or more groups over
-// one ring (a group could wait on unit u + S while unit u, another group's, has not landed: the parity test passes
-// at once, the group reads a stale slot and its release corrupts the empty barrier's count: the four-group build,
-// and the two-group build with 4-tile items, hung on the H200; two groups with 1-tile items passed their tests by
-// timing alone). Several groups need one ring (slots, counters) per group.
-constexpr int kGroups = 1, kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
-constexpr int kUpKS = kGroupWarps, kDownRT = 2, kDownKS = kGroupWarps / kDownRT;  // 1 x 8 and 2 x 4 warps
-constexpr size_t kMaxRingBytes = 200 * 1024;
+// Consumer groups: a group of warps runs every kGroups-th item of the block on its own named barrier, so one group's
+// per-item latency chain (metadata loads, reduction, epilogue, fences and arrival counters) overlaps the other's
+// GEMM. Each group has its own sub-ring of slots: a slot's full barrier is waited on by phase parity, which is right
+// only while the waiter is at most one phase ahead of the barrier, i.e. when one group consumes all of the slot's
+// units in order. (Two groups sharing one ring broke that: a group could wait on unit u while the same slot's unit
+// u − S, the other group's, had not landed; the parity test passed at once on a stale slot. Those builds hung on
+// the H200: docs/kernels/moe.md.) kGroups = 2 where the ring holds two slots per group (V4-Flash: 6 slots of
+// 34 KB), else 1. Gate/up tiles run as 1 row tile x kGroupWarps K-splits, down tiles as 2 row tiles.
+template <int kGroups>
+struct GroupShape {
+    static constexpr int kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
+    static constexpr int kUpKS = kGroupWarps, kDownRT = 2, kDownKS = kGroupWarps / kDownRT;
+};
+constexpr size_t kMaxRingBytes = 210 * 1024;  // + ~9 KB static shared memory, under the 227 KB
 
 struct RingGeometry {
     uint32_t up_w_bytes, up_s_bytes, down_w_bytes, down_s_bytes;  // one unit's weight and scale bytes
@@ -69,17 +74,19 @@ __host__ __device__ inline RingGeometry ring_geometry(int D, int I) {
     return g;
 }
 
+template <int kGroups>
 __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelParams p) {
     pdl_enter();
-    extern __shared__ __align__(128) uint8_t ring[];  // [slots][unit_bytes]
+    using G = GroupShape<kGroups>;
+    extern __shared__ __align__(128) uint8_t ring[];  // [slots][unit_bytes]; group g owns slots g·SG .. g·SG + SG − 1
     __shared__ uint64_t full[kMaxSlots], empty[kMaxSlots];
     // per group: the K-split reduction buffer (gate/up: KS · 2 matrices · 128 floats ≥ down: KS · RT · 128)
-    __shared__ __align__(16) float red[kGroups][kUpKS * 2 * 128];
+    __shared__ __align__(16) float red[kGroups][G::kUpKS * 2 * 128];
     __shared__ int flag[kGroups];
     const RingGeometry geo = ring_geometry(p.D, p.I);
-    const int S = geo.slots;
+    const int SG = geo.slots / kGroups;  // slots per group
     if (threadIdx.x == 0) {
-        for (int s = 0; s < S; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kGroupWarps);
+        for (int s = 0; s < SG * kGroups; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], G::kGroupWarps);
         mbar_init_fence();
     }
     __syncthreads();
@@ -88,58 +95,61 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
     const int n_up = n_active * up_tiles, n_items = n_up + n_active * down_tiles;
     const Mxfp4ExpertPtrs* experts = static_cast<const Mxfp4ExpertPtrs*>(p.experts);
     const int warp = threadIdx.x >> 5;
+    // unit n of group g (its n-th, counted over its own items only) lives in slot g·SG + n % SG
+    auto slot_of = [&](int g, uint32_t n) { return g * SG + int(n % uint32_t(SG)); };
 
-    if (warp == kConsumerWarps) {  // producer
+    if (warp == kConsumerWarps) {  // producer: the block's items in order, each into its group's sub-ring
         if ((threadIdx.x & 31) != 0) return;
-        uint32_t u = 0;
-        auto produce = [&](const uint8_t* w, uint32_t w_bytes, const uint8_t* ws, uint32_t s_bytes) {
-            const int s = int(u % uint32_t(S));
-            const uint32_t use = u / uint32_t(S);
+        uint32_t u[kGroups] = {};
+        int k = 0;  // the block's item count so far
+        auto produce = [&](int g, const uint8_t* w, uint32_t w_bytes, const uint8_t* ws, uint32_t s_bytes) {
+            const int s = slot_of(g, u[g]);
+            const uint32_t use = u[g] / uint32_t(SG);
             if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
             uint8_t* slot = ring + size_t(s) * geo.unit_bytes;
             mbar_arrive_expect_tx(&full[s], w_bytes + s_bytes);
             bulk_copy_g2s(slot, w, w_bytes, &full[s]);
             bulk_copy_g2s(slot + w_bytes, ws, s_bytes, &full[s]);
-            ++u;
+            ++u[g];
         };
-        for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
+        for (int i = blockIdx.x; i < n_items; i += gridDim.x, ++k) {
+            const int g = k % kGroups;
             if (i < n_up) {
                 const Mxfp4ExpertPtrs ex = experts[p.active_expert[i / up_tiles]];
                 for (int sub = 0; sub < kUpSub; ++sub) {
                     const size_t r0 = (size_t(i % up_tiles) * kUpSub + sub) * Cfg::kUpRows;
-                    produce(ex.w1 + r0 * (p.D / 2), geo.up_w_bytes, ex.w1s + r0 * (p.D / 32), geo.up_s_bytes);
-                    produce(ex.w3 + r0 * (p.D / 2), geo.up_w_bytes, ex.w3s + r0 * (p.D / 32), geo.up_s_bytes);
+                    produce(g, ex.w1 + r0 * (p.D / 2), geo.up_w_bytes, ex.w1s + r0 * (p.D / 32), geo.up_s_bytes);
+                    produce(g, ex.w3 + r0 * (p.D / 2), geo.up_w_bytes, ex.w3s + r0 * (p.D / 32), geo.up_s_bytes);
                 }
             } else {
                 const int j = i - n_up;
                 const Mxfp4ExpertPtrs ex = experts[p.active_expert[j / down_tiles]];
                 for (int sub = 0; sub < kDownSub; ++sub) {
                     const size_t r0 = (size_t(j % down_tiles) * kDownSub + sub) * Cfg::kDownRows;
-                    produce(ex.w2 + r0 * (p.I / 2), geo.down_w_bytes, ex.w2s + r0 * (p.I / 32), geo.down_s_bytes);
+                    produce(g, ex.w2 + r0 * (p.I / 2), geo.down_w_bytes, ex.w2s + r0 * (p.I / 32),
+                            geo.down_s_bytes);
                 }
             }
         }
         return;
     }
 
-    // consumers: group gi = warps kGroupWarps·gi ... takes the block's items k = gi, gi + kGroups, ... (k counts the
-    // block's items); unit numbers follow the producer's order, so a group skips the units of the other groups' items
-    const int gi = warp / kGroupWarps, lane = threadIdx.x & 31;
-    uint32_t u = 0;  // units of the block's items before item k
+    // consumers: group gi takes the block's items k = gi, gi + kGroups, ... and consumes its sub-ring in order
+    const int gi = warp / G::kGroupWarps, lane = threadIdx.x & 31;
+    uint32_t u = 0;  // the group's units so far
     int k = 0;
-    auto unit = [&](uint32_t n) { return ring + size_t(n % uint32_t(S)) * geo.unit_bytes; };
-    auto wait_unit = [&](uint32_t n) { mbar_wait(&full[n % uint32_t(S)], (n / uint32_t(S)) & 1); };
+    auto unit = [&](uint32_t n) { return ring + size_t(slot_of(gi, n)) * geo.unit_bytes; };
+    auto wait_unit = [&](uint32_t n) { mbar_wait(&full[slot_of(gi, n)], (n / uint32_t(SG)) & 1); };
     auto release_unit = [&](uint32_t n) {
         __syncwarp();  // every lane's reads of the slot are done
-        if (lane == 0) mbar_arrive(&empty[n % uint32_t(S)]);
+        if (lane == 0) mbar_arrive(&empty[slot_of(gi, n)]);
     };
     for (int i = blockIdx.x; i < n_items; i += gridDim.x, ++k) {
-        const bool up = i < n_up;
-        const uint32_t n = u;
-        u += up ? 2 * kUpSub : kDownSub;
         if (k % kGroups != gi) continue;
-        if (up) {
-            const RingWeights<false, kGroupThreads> src{gi};
+        const uint32_t n = u;
+        if (i < n_up) {
+            u += 2 * kUpSub;
+            const RingWeights<false, G::kGroupThreads> src{gi};
             const int slot = i / up_tiles, row0 = (i % up_tiles) * kUpSub * Cfg::kUpRows;
             const uint8_t* w[kUpSub][2];
             const uint8_t* ws[kUpSub][2];
@@ -148,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
                     w[sub][m] = unit(n + 2 * sub + m);
                     ws[sub][m] = unit(n + 2 * sub + m) + geo.up_w_bytes;
                 }
-            moe_gate_up_item<1, kUpKS, kUpSub>(
+            moe_gate_up_item<1, G::kUpKS, kUpSub>(
                 src, p, slot, row0, w, ws, 0, red[gi], &flag[gi],
                 [&](int sub) {
                     wait_unit(n + 2 * sub);
@@ -159,7 +169,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
                     release_unit(n + 2 * sub + 1);
                 });
         } else {
-            const RingWeights<true, kGroupThreads> src{gi};
+            u += kDownSub;
+            const RingWeights<true, G::kGroupThreads> src{gi};
             const int j = i - n_up, slot = j / down_tiles, range = j % down_tiles;
             const uint8_t* w[kDownSub][1];
             const uint8_t* ws[kDownSub][1];
@@ -178,9 +189,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
                 __threadfence();
             }
             src.sync();
-            moe_down_item<kDownRT, kDownKS, kDownSub>(src, p, slot, range, n_active, w, ws, 0, red[gi], &flag[gi],
-                                                      [&](int sub) { wait_unit(n + sub); },
-                                                      [&](int sub) { release_unit(n + sub); });
+            moe_down_item<G::kDownRT, G::kDownKS, kDownSub>(src, p, slot, range, n_active, w, ws, 0, red[gi],
+                                                            &flag[gi], [&](int sub) { wait_unit(n + sub); },
+                                                            [&](int sub) { release_unit(n + sub); });
         }
     }
 }
@@ -188,19 +199,27 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
 }  // namespace
 
 bool moe_ring_supported(int64_t dim, int64_t inter) {
-    return ring_geometry(int(dim), int(inter)).slots >= 2;
+    return ring_geometry(int(dim), int(inter)).slots >= 2;  // a gate/up tile reads two units at once
 }
 
-Status launch_moe_ring(const MoeKernelParams& p, cudaStream_t stream) {
-    const RingGeometry geo = ring_geometry(p.D, p.I);
+namespace {
+template <int kGroups>
+Status launch_groups(const MoeKernelParams& p, const RingGeometry& geo, cudaStream_t stream) {
     const size_t smem = size_t(geo.slots) * geo.unit_bytes;
-    DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_moe_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(sm90_moe_ring_kernel<kGroups>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem)),
                   "sm90_moe_ring: shared memory opt-in");
     int device = 0, sms = 0;
     DSV4_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
     DSV4_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-    sm90_moe_ring_kernel<<<unsigned(sms), kThreads, smem, stream>>>(p);
+    sm90_moe_ring_kernel<kGroups><<<unsigned(sms), kThreads, smem, stream>>>(p);
     return launch_status("sm90_moe_ring");
+}
+}  // namespace
+
+Status launch_moe_ring(const MoeKernelParams& p, cudaStream_t stream) {
+    const RingGeometry geo = ring_geometry(p.D, p.I);
+    return geo.slots >= 4 ? launch_groups<2>(p, geo, stream) : launch_groups<1>(p, geo, stream);
 }
 
 }  // namespace dsv4::cuda
