@@ -1,10 +1,10 @@
-// Launcher of sm90_fp8_gemm_wgmma: validates, encodes the two tensor maps (the driver's cuTensorMapEncodeTiled,
-// fetched through the runtime so the backend needs no -lcuda), launches one persistent block per SM.
+// Launcher of sm90_fp8_gemm_wgmma: validates, encodes the two tensor maps (common/tensor_map.h), launches one
+// persistent block per SM.
 #include <algorithm>
-#include <mutex>
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/tensor_map.h"
 #include "backend/cuda/kernels/gemm_fp8_wgmma/gemm_fp8_wgmma.cuh"
 #include "backend/cuda/kernels/gemm_fp8_wgmma/gemm_fp8_wgmma.h"
 
@@ -12,44 +12,6 @@ namespace dsv4::cuda {
 namespace {
 
 using Cfg = Fp8WgmmaConfig;
-
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-Result<EncodeTiledFn> tensor_map_encoder() {
-    static EncodeTiledFn fn = nullptr;
-    static cudaError_t err = cudaSuccess;
-    static cudaDriverEntryPointQueryResult query = cudaDriverEntryPointSuccess;
-    static std::once_flag once;
-    std::call_once(once, [] {
-        void* p = nullptr;
-        err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &query);
-        fn = reinterpret_cast<EncodeTiledFn>(p);
-    });
-    DSV4_CUDA_TRY(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-    if (query != cudaDriverEntryPointSuccess || !fn)
-        return unsupported("sm90_fp8_gemm_wgmma: the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
-    return fn;
-}
-
-// Tensor map of a row-major [rows, K] e4m3 matrix read as 128-row x 128-byte boxes in the 128-byte swizzle; rows past
-// the end of the matrix read as zeros.
-Result<CUtensorMap> kmajor_e4m3_map(EncodeTiledFn encode, const void* base, int64_t rows, int64_t k,
-                                    const char* what) {
-    CUtensorMap map;
-    const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-    const cuuint64_t strides[1] = {cuuint64_t(k)};  // bytes between rows
-    const cuuint32_t box[2] = {cuuint32_t(Cfg::kBK), cuuint32_t(Cfg::kBM)};
-    const cuuint32_t elem_strides[2] = {1, 1};
-    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box,
-                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return internal_error(std::string("sm90_fp8_gemm_wgmma: cuTensorMapEncodeTiled(") + what + ") failed with " +
-                              std::to_string(int(r)));
-    return map;
-}
 
 }  // namespace
 
@@ -71,9 +33,10 @@ Status sm90_fp8_gemm_wgmma(const Fp8WgmmaGemmArgs& a, StreamHandle stream) {
     if (reinterpret_cast<uintptr_t>(a.y) & 3) return invalid_argument(op + ": output must be 4-byte aligned");
     if (a.tokens == 0) return Status::ok();
 
-    DSV4_ASSIGN_OR_RETURN(EncodeTiledFn encode, tensor_map_encoder());
-    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_a, kmajor_e4m3_map(encode, a.a_codes, a.tokens, a.w.cols, "activations"));
-    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_b, kmajor_e4m3_map(encode, a.w.data, a.w.rows, a.w.cols, "weight"));
+    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_a, e4m3_kmajor_tensor_map(a.a_codes, a.tokens, a.w.cols, Cfg::kBM, Cfg::kBK,
+                                                                     op.c_str(), "activations"));
+    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_b, e4m3_kmajor_tensor_map(a.w.data, a.w.rows, a.w.cols, Cfg::kBN, Cfg::kBK,
+                                                                     op.c_str(), "weight"));
 
     static const cudaError_t attr = cudaFuncSetAttribute(
         sm90_fp8_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);

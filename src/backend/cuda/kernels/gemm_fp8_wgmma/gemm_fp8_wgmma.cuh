@@ -28,8 +28,10 @@
 
 #include <cuda.h>  // CUtensorMap (types only: the encoder is fetched through the runtime, no -lcuda)
 
+#include "backend/cuda/common/mbarrier.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/wgmma.cuh"
 
 namespace dsv4::cuda {
 
@@ -47,90 +49,6 @@ struct Fp8WgmmaConfig {
     static constexpr int kConsumerRegs = 232;       // 128·40 + 256·232 <= 64 Ki registers
 };
 
-namespace fp8_wgmma {
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Returns once the phase with the given parity has completed (a fresh barrier counts its "previous" phase, parity 1,
-// as completed: the producer's first pass over the ring does not wait).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    const uint32_t addr = smem_addr(bar);
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-
-// 2-D tile copy global -> shared through a tensor map; completes `bytes` of transactions on the mbarrier.
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-            "r"(smem_addr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
-        : "memory");
-}
-
-// wgmma matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading byte offset
-// >> 4 in bits 16-29 (unused here, 1 by convention), stride byte offset >> 4 in bits 32-45 (1024: 8 rows x 128 B),
-// base offset 0 in bits 49-51 (tiles are 1024-aligned), swizzle mode in bits 62-63 (1 = 128-byte swizzle).
-__device__ __forceinline__ uint64_t sw128_kmajor_desc(uint32_t addr) {
-    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
-// Keeps the compiler from moving accesses of the accumulator registers across the asynchronous wgmma region.
-__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// d[64x128] (=|+=) A[64x32] · B[128x32]ᵀ, A and B e4m3 K-major in shared memory; accumulate == 0 overwrites d.
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                                      uint32_t accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1;\n"  // scale-d, imm-scale-a/b = 1 (no negation)
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-}  // namespace fp8_wgmma
 
 // grid: min(tiles, SMs) persistent blocks; tile t -> (token tile t / (N/128), weight tile t % (N/128)), so the blocks
 // running together share a few token tiles and sweep the whole weight, which stays in L2.
@@ -144,7 +62,6 @@ __global__ void __launch_bounds__(Fp8WgmmaConfig::kThreads, 1)
                                __nv_bfloat16* __restrict__ y) {
     pdl_enter();
     using Cfg = Fp8WgmmaConfig;
-    using namespace fp8_wgmma;
     __shared__ __align__(8) uint64_t full_bar[Cfg::kStages];
     __shared__ __align__(8) uint64_t empty_bar[Cfg::kStages];
     extern __shared__ uint8_t smem_raw[];
@@ -159,7 +76,7 @@ __global__ void __launch_bounds__(Fp8WgmmaConfig::kThreads, 1)
             mbar_init(&full_bar[s], 1);  // the producer's arrive.expect_tx; the copy engine completes the bytes
             mbar_init(&empty_bar[s], 8); // one arrival per consumer warp
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_fence();
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tmap_b)) : "memory");
     }
@@ -208,8 +125,8 @@ __global__ void __launch_bounds__(Fp8WgmmaConfig::kThreads, 1)
             const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb);
             const float ws = e8m0_to_f32(__ldg(sw + kb));
             mbar_wait(&full_bar[stage], phase);
-            const uint32_t a_base = smem_addr(ring + stage * Cfg::kStageBytes) + consumer * 64 * Cfg::kBK;
-            const uint32_t b_base = smem_addr(ring + stage * Cfg::kStageBytes + Cfg::kTileBytesA);
+            const uint32_t a_base = smem_u32(ring + stage * Cfg::kStageBytes) + consumer * 64 * Cfg::kBK;
+            const uint32_t b_base = smem_u32(ring + stage * Cfg::kStageBytes + Cfg::kTileBytesA);
             fence_accumulators(acc);
             wgmma_fence();
 #pragma unroll

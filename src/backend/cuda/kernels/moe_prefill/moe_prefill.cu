@@ -1,10 +1,10 @@
 // Kernels and launcher of sm90_mxfp4_moe_prefill (moe_prefill.cuh describes the four launches, the warp roles and
 // the exact FP4 -> FP8 conversion).
 #include <algorithm>
-#include <mutex>
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/tensor_map.h"
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.cuh"
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 
@@ -275,15 +275,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (active) {
                 const uint32_t a_base = smem_u32(ring + stage * Cfg::kStageBytes) + consumer * 64 * Cfg::kBK;
                 const uint32_t b_base = smem_u32(ring + stage * Cfg::kStageBytes + Cfg::kTileBytes);
-                fence_regs(acc);
+                fence_accumulators(acc);
                 wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < Cfg::kBK / 32; ++ks)
-                    wgmma_m64n128k32(acc, sw128_desc(a_base + ks * 32), sw128_desc(b_base + ks * 32), ks > 0 ? 1u : 0u);
+                    wgmma_m64n128k32_e4m3(acc, sw128_kmajor_desc(a_base + ks * 32), sw128_kmajor_desc(b_base + ks * 32), ks > 0 ? 1u : 0u);
                 wgmma_commit();
-                fence_regs(acc);
+                fence_accumulators(acc);
                 wgmma_wait_all();
-                fence_regs(acc);
+                fence_accumulators(acc);
             }
             if (active) {
                 // out += acc · (a_scale · w_scale) with the weight scales of the thread's 32 columns
@@ -416,48 +416,9 @@ __global__ void __launch_bounds__(Cfg::kCombineThreads) moe_prefill_combine_kern
     }
 }
 
-// --------------------------------------------------------------------------------------------- host side
-
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point (the backend links no -lcuda).
-Result<EncodeTiledFn> tensor_map_encoder() {
-    static EncodeTiledFn fn = nullptr;
-    static cudaError_t err = cudaSuccess;
-    static cudaDriverEntryPointQueryResult query = cudaDriverEntryPointSuccess;
-    static std::once_flag once;
-    std::call_once(once, [] {
-        void* f = nullptr;
-        err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &query);
-        fn = reinterpret_cast<EncodeTiledFn>(f);
-    });
-    DSV4_CUDA_TRY(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-    if (query != cudaDriverEntryPointSuccess || !fn)
-        return unsupported("sm90_mxfp4_moe_prefill: the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
-    return fn;
-}
-
-// Row-major [rows, cols] e4m3 matrix read as 128-row x 128-byte boxes in the 128-byte swizzle, rows past the end
-// zero-filled.
-Result<CUtensorMap> e4m3_rows_map(EncodeTiledFn encode, const void* base, int64_t rows, int64_t cols,
-                                  const char* what) {
-    CUtensorMap map;
-    const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-    const cuuint64_t strides[1] = {cuuint64_t(cols)};
-    const cuuint32_t box[2] = {cuuint32_t(Cfg::kBK), cuuint32_t(Cfg::kBM)};
-    const cuuint32_t elem_strides[2] = {1, 1};
-    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box,
-                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return internal_error(std::string("sm90_mxfp4_moe_prefill: cuTensorMapEncodeTiled(") + what +
-                              ") failed with " + std::to_string(int(r)));
-    return map;
-}
-
 }  // namespace
+
+// --------------------------------------------------------------------------------------------- host side
 
 size_t sm90_mxfp4_moe_prefill_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
                                               int64_t inter) {
@@ -512,9 +473,10 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     p.yp = reinterpret_cast<__nv_bfloat16*>(ws + wl.yp);
 
     const int64_t picks = a.tokens * a.k;
-    DSV4_ASSIGN_OR_RETURN(EncodeTiledFn encode, tensor_map_encoder());
-    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_x, e4m3_rows_map(encode, p.xg, picks, a.dim, "gathered activations"));
-    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_h, e4m3_rows_map(encode, p.hq, picks, a.inter, "hidden activations"));
+    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_x, e4m3_kmajor_tensor_map(p.xg, picks, a.dim, Cfg::kBM, Cfg::kBK,
+                                                                     op.c_str(), "gathered activations"));
+    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_h, e4m3_kmajor_tensor_map(p.hq, picks, a.inter, Cfg::kBM, Cfg::kBK,
+                                                                     op.c_str(), "hidden activations"));
 
     static const cudaError_t attr_up = cudaFuncSetAttribute(
         moe_prefill_gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
