@@ -22,6 +22,7 @@
 // two e4m3 per cvt. The 16 warp partials are summed in warp order through shared memory (deterministic).
 #pragma once
 
+#include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/attention/attention_block.cuh"
@@ -58,12 +59,6 @@ struct AttnConfig {
         return act > part ? act : part;
     }
 };
-
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
 
 // The 64 candidate rows idx_s[0..64) of a packed pool (kv_store.h: 584-byte rows, 8-byte aligned) dequantised into
 // the bf16 tile kv_s [64][kLd] (-1: zeros): exactly the bf16 values of the unpacked rows. Thread = channel chunk

@@ -20,6 +20,7 @@
 #pragma once
 
 // (not attention.cuh: it defines a non-template kernel, which two translation units may not both hold)
+#include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/attention/attention_block.cuh"
@@ -79,16 +80,6 @@ struct SplitAttnParams {
     float* block_max = nullptr;  // [T][tiles][n_blocks][16] max logit per block and head (-inf: none valid)
 };
 
-__device__ __forceinline__ void split_cp_async16_zfill(void* smem, const void* gmem, bool valid) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async8_zfill(void* smem, const void* gmem, bool valid) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    const int n = valid ? 8 : 0;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
 
 // The first block >= from (chunk-relative) whose bit is set in mask, or n when there is none. Uniform: every
 // thread reads the same shared words.
@@ -199,7 +190,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += Cfg::kThreads) {
         const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
         const bool valid = r < h_valid;
-        split_cp_async16_zfill(q_s + r * Cfg::kLd + c, qt + (valid ? r : 0) * Cfg::kDim + c, valid);
+        cp_async16_zfill(q_s + r * Cfg::kLd + c, qt + (valid ? r : 0) * Cfg::kDim + c, valid);
     }
     // running state: -inf, or the one-pass kernel's running max at this chunk's first block
     if constexpr (kPass == kSplitPartialFromPrefix) {
@@ -240,7 +231,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
             for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += Cfg::kThreads) {
                 const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
                 const int32_t s = bi[r];
-                split_cp_async16_zfill(dst + r * Cfg::kLd + c, rows + int64_t(s < 0 ? 0 : s) * Cfg::kDim + c, s >= 0);
+                cp_async16_zfill(dst + r * Cfg::kLd + c, rows + int64_t(s < 0 ? 0 : s) * Cfg::kDim + c, s >= 0);
             }
         }
     };

@@ -14,6 +14,7 @@
 // replaces it and records the measurements.
 #pragma once
 
+#include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
 
@@ -29,14 +30,6 @@ struct Fp8GemmConfig {
     static constexpr int smem_bytes(int bn) { return kStages * stage_bytes(bn); }
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    const int n = valid ? 16 : 0;  // 0: zero-fill (rows past N or T)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
     const unsigned s = unsigned(__cvta_generic_to_shared(p));
@@ -84,11 +77,11 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
         const size_t kofs = size_t(kb) * Cfg::kBK;
         for (int c = threadIdx.x; c < Cfg::kBM * 8; c += Cfg::kThreads) {
             const int r = c >> 3, ch = c & 7, gr = n0 + r;
-            cp_async16(sA + swz(r, ch), w + size_t(min(gr, N - 1)) * K + kofs + ch * 16, gr < N);
+            cp_async16_zfill(sA + swz(r, ch), w + size_t(min(gr, N - 1)) * K + kofs + ch * 16, gr < N);
         }
         for (int c = threadIdx.x; c < BN * 8; c += Cfg::kThreads) {
             const int r = c >> 3, ch = c & 7, gt = t0 + r;
-            cp_async16(sB + swz(r, ch), a + size_t(min(gt, T - 1)) * K + kofs + ch * 16, gt < T);
+            cp_async16_zfill(sB + swz(r, ch), a + size_t(min(gt, T - 1)) * K + kofs + ch * 16, gt < T);
         }
     };
 
