@@ -1,6 +1,8 @@
-// Kernels and launcher of sm90_mxfp4_moe_decode (moe.cuh describes the three launches and the inner loop).
+// Kernels and launcher of sm90_mxfp4_moe_decode (moe.cuh describes the three launches, the inner loop and the
+// weight formats).
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/kernels/moe/moe_items.cuh"
@@ -114,33 +116,71 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(Moe
     for (int i = tid; i < p.D / Cfg::kDownRows; i += Cfg::kPrepThreads) p.cnt_down[i] = 0;
 }
 
+// The gate/up (MATS = 2: w1, w3) or down (MATS = 1: w2) operands of expert e from the format's table.
+template <class Fmt, int MATS>
+__device__ __forceinline__ void expert_operands(const void* table, int e, const uint8_t* (&w)[1][MATS],
+                                                const uint8_t* (&ws)[1][MATS], float (&wg)[1][MATS]) {
+    if constexpr (std::is_same_v<Fmt, Nvfp4Weights>) {
+        const Nvfp4ExpertPtrs ex = static_cast<const Nvfp4ExpertPtrs*>(table)[e];
+        if constexpr (MATS == 2) {
+            w[0][0] = ex.w1, w[0][1] = ex.w3, ws[0][0] = ex.w1s, ws[0][1] = ex.w3s;
+            wg[0][0] = __ldg(ex.w1g), wg[0][1] = __ldg(ex.w3g);
+        } else {
+            w[0][0] = ex.w2, ws[0][0] = ex.w2s, wg[0][0] = __ldg(ex.w2g);
+        }
+    } else {
+        using Table = std::conditional_t<std::is_same_v<Fmt, Fp8BlockWeights>, Fp8BlockExpertPtrs, Mxfp4ExpertPtrs>;
+        const Table ex = static_cast<const Table*>(table)[e];
+        if constexpr (MATS == 2) {
+            w[0][0] = ex.w1, w[0][1] = ex.w3, ws[0][0] = ex.w1s, ws[0][1] = ex.w3s;
+            wg[0][0] = wg[0][1] = 1.0f;
+        } else {
+            w[0][0] = ex.w2, ws[0][0] = ex.w2s, wg[0][0] = 1.0f;
+        }
+    }
+}
+
 // Launch 2: block (16 rows of I, active slot).
+template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
     pdl_enter();
     __shared__ __align__(16) float red[Cfg::kUpKS * Cfg::kUpRT * 2 * 128];
     __shared__ int flag;
     const int slot = blockIdx.y;
     if (slot >= *p.n_active) return;
-    const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[p.active_expert[slot]];
-    const uint8_t* const w[1][2] = {{ex.w1, ex.w3}};
-    const uint8_t* const ws[1][2] = {{ex.w1s, ex.w3s}};
+    const uint8_t* w[1][2];
+    const uint8_t* ws[1][2];
+    float wg[1][2];
+    expert_operands<Fmt, 2>(p.experts, p.active_expert[slot], w, ws, wg);
     const int row0 = blockIdx.x * Cfg::kUpRows;
-    moe_gate_up_item<Cfg::kUpRT, Cfg::kUpKS, 1>(GlobalWeights{}, p, slot, row0, w, ws, row0, red, &flag, [](int) {},
-                                                [](int) {});
+    moe_gate_up_item<Cfg::kUpRT, Cfg::kUpKS, 1>(Fmt{}, GlobalWeights{}, p, slot, row0, w, ws, wg, row0, red, &flag,
+                                                [](int) {}, [](int) {});
 }
 
 // Launch 3: block (32 rows of D, active slot); the last block of a row range combines all tokens.
+template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
     pdl_enter();
     __shared__ __align__(16) float red[Cfg::kDownKS * Cfg::kDownRT * 128];
     __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
     if (slot >= n_active) return;
-    const Mxfp4ExpertPtrs ex = static_cast<const Mxfp4ExpertPtrs*>(p.experts)[p.active_expert[slot]];
-    const uint8_t* const w[1][1] = {{ex.w2}};
-    const uint8_t* const ws[1][1] = {{ex.w2s}};
-    moe_down_item<Cfg::kDownRT, Cfg::kDownKS, 1>(GlobalWeights{}, p, slot, blockIdx.x, n_active, w, ws,
+    const uint8_t* w[1][1];
+    const uint8_t* ws[1][1];
+    float wg[1][1];
+    expert_operands<Fmt, 1>(p.experts, p.active_expert[slot], w, ws, wg);
+    moe_down_item<Cfg::kDownRT, Cfg::kDownKS, 1>(Fmt{}, GlobalWeights{}, p, slot, blockIdx.x, n_active, w, ws, wg,
                                                 blockIdx.x * Cfg::kDownRows, red, &flag, [](int) {}, [](int) {});
+}
+
+template <class Fmt>
+Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
+    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
+    sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
+    DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
+    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), unsigned(p.slots));
+    sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, 0, stream>>>(p);
+    return launch_status("sm90_moe_down");
 }
 
 }  // namespace
@@ -153,8 +193,30 @@ size_t sm90_mxfp4_moe_decode_workspace_bytes(int64_t tokens, int64_t k, int64_t 
 
 Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     const std::string op = "sm90_mxfp4_moe_decode";
-    if (!a.x || !a.idx || !a.route_w || !a.experts || !a.y || !a.workspace)
-        return invalid_argument(op + ": null pointer (x, idx, route_w, experts, y and workspace are required)");
+    if (!a.x || !a.idx || !a.route_w || !a.y || !a.workspace)
+        return invalid_argument(op + ": null pointer (x, idx, route_w, y and workspace are required)");
+    // exactly the table of `format`
+    const void* table = nullptr;
+    switch (a.format) {
+        case MoeWeightFormat::kMXFP4: table = a.experts; break;
+        case MoeWeightFormat::kNVFP4: table = a.nvfp4_experts; break;
+        case MoeWeightFormat::kFP8Block: table = a.fp8_experts; break;
+        default:
+            return invalid_argument(op + ": unknown weight format " + std::to_string(int(a.format)) +
+                                    " (MoeWeightFormat: kMXFP4, kNVFP4 or kFP8Block)");
+    }
+    const std::string fmt = moe_weight_format_name(a.format);
+    const char* field = a.format == MoeWeightFormat::kMXFP4   ? "experts"
+                        : a.format == MoeWeightFormat::kNVFP4 ? "nvfp4_experts"
+                                                              : "fp8_experts";
+    if (!table) return invalid_argument(op + ": format " + fmt + " needs its expert table in MoeDecodeArgs::" + field);
+    if (int(a.experts != nullptr) + int(a.nvfp4_experts != nullptr) + int(a.fp8_experts != nullptr) != 1)
+        return invalid_argument(op + ": format " + fmt + " reads MoeDecodeArgs::" + field +
+                                ", but another format's expert table is set too: set `format` to the weights' format "
+                                "and leave the other tables null");
+    if (a.tma_ring && a.format != MoeWeightFormat::kMXFP4)
+        return invalid_argument(op + ": the TMA-ring path reads MXFP4 experts only (format " + fmt +
+                                "): leave tma_ring false");
     if (a.tokens < 1 || a.tokens > Cfg::kMaxTokens)
         return invalid_argument(op + ": tokens " + std::to_string(a.tokens) + " outside 1.." +
                                 std::to_string(Cfg::kMaxTokens) + " (the decode kernel; prefill is a separate path)");
@@ -176,7 +238,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     p.x = static_cast<const __nv_bfloat16*>(a.x);
     p.idx = a.idx;
     p.route_w = a.route_w;
-    p.experts = a.experts;
+    p.experts = table;
     p.shared = static_cast<const __nv_bfloat16*>(a.shared);
     p.y = static_cast<__nv_bfloat16*>(a.y);
     p.T = int(a.tokens), p.K = int(a.k), p.E = int(a.n_experts), p.D = int(a.dim), p.I = int(a.inter);
@@ -200,13 +262,77 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
 
     sm90_moe_prepare_kernel<<<unsigned(p.T + 1), Cfg::kPrepThreads, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_prepare"));
+    switch (a.format) {
+        case MoeWeightFormat::kNVFP4: return launch_expert_kernels<Nvfp4Weights>(p, stream);
+        case MoeWeightFormat::kFP8Block: return launch_expert_kernels<Fp8BlockWeights>(p, stream);
+        case MoeWeightFormat::kMXFP4: break;
+    }
     if (a.tma_ring && moe_ring_supported(a.dim, a.inter)) return launch_moe_ring(p, stream);
-    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
-    sm90_moe_gate_up_kernel<<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
-    DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
-    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), unsigned(p.slots));
-    sm90_moe_down_kernel<<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, 0, stream>>>(p);
-    return launch_status("sm90_moe_down");
+    return launch_expert_kernels<Mxfp4Weights>(p, stream);
+}
+
+const char* moe_weight_format_name(MoeWeightFormat f) {
+    switch (f) {
+        case MoeWeightFormat::kMXFP4: return "MXFP4";
+        case MoeWeightFormat::kNVFP4: return "NVFP4";
+        case MoeWeightFormat::kFP8Block: return "FP8 block";
+    }
+    return "unknown";
+}
+
+namespace {
+bool aligned(const void* ptr, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(ptr) & (bytes - 1)) == 0; }
+
+// One expert's matrix: weight pointer set and 16-byte aligned, scale pointer set and aligned to `scale_align`.
+Status check_matrix(const std::string& what, int64_t e, const char* name, const void* w, const void* s,
+                    uintptr_t scale_align) {
+    const std::string at = what + ": expert " + std::to_string(e) + " " + name;
+    if (!w) return invalid_argument(at + ": null weight pointer");
+    if (!s) return invalid_argument(at + ": null scale pointer");
+    if (!aligned(w, 16)) return invalid_argument(at + ": weight pointer not 16-byte aligned");
+    if (!aligned(s, scale_align))
+        return invalid_argument(at + ": scale pointer not " + std::to_string(scale_align) + "-byte aligned");
+    return Status::ok();
+}
+}  // namespace
+
+Status check_moe_expert_table(const Mxfp4ExpertPtrs* host, int64_t n_experts, const std::string& what) {
+    if (!host || n_experts < 1) return invalid_argument(what + ": empty MXFP4 expert table");
+    for (int64_t e = 0; e < n_experts; ++e) {
+        const Mxfp4ExpertPtrs& x = host[e];
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w1", x.w1, x.w1s, 8));
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w3", x.w3, x.w3s, 8));
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w2", x.w2, x.w2s, 8));
+    }
+    return Status::ok();
+}
+
+Status check_moe_expert_table(const Nvfp4ExpertPtrs* host, int64_t n_experts, const std::string& what) {
+    if (!host || n_experts < 1) return invalid_argument(what + ": empty NVFP4 expert table");
+    for (int64_t e = 0; e < n_experts; ++e) {
+        const Nvfp4ExpertPtrs& x = host[e];
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w1", x.w1, x.w1s, 2));
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w3", x.w3, x.w3s, 2));
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w2", x.w2, x.w2s, 2));
+        const float* g[3] = {x.w1g, x.w3g, x.w2g};
+        const char* names[3] = {"w1", "w3", "w2"};
+        for (int m = 0; m < 3; ++m)
+            if (!g[m] || !aligned(g[m], 4))
+                return invalid_argument(what + ": expert " + std::to_string(e) + " " + names[m] +
+                                        ": null or misaligned NVFP4 global scale pointer (weight_scale_2)");
+    }
+    return Status::ok();
+}
+
+Status check_moe_expert_table(const Fp8BlockExpertPtrs* host, int64_t n_experts, const std::string& what) {
+    if (!host || n_experts < 1) return invalid_argument(what + ": empty FP8 block expert table");
+    for (int64_t e = 0; e < n_experts; ++e) {
+        const Fp8BlockExpertPtrs& x = host[e];
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w1", x.w1, x.w1s, 1));
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w3", x.w3, x.w3s, 1));
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w2", x.w2, x.w2s, 1));
+    }
+    return Status::ok();
 }
 
 }  // namespace dsv4::cuda

@@ -28,9 +28,26 @@
 // P(m, r) = (element 8m+3-r, element 8m+7-r), r = 0..3, and MMA j (K step of 16) takes pairs 2j and 2j+1 (pair
 // p = 4m + r). Activations are therefore stored permuted the same way, so a lane's B fragments are four 16-byte
 // loads.
+//
+// Weight formats (the format tag Fmt of expert_rows_gemm, the items and the kernels; docs/kernels/moe.md "Weight
+// formats"). Only the weight load and its conversion to f16 A fragments differ; activations, pair order, MMA,
+// reduction and epilogues are shared.
+//  * Mxfp4Weights: as above.
+//  * Nvfp4Weights (ModelOpt): the same nibble packing, one e4m3 scale per 16 elements, one f32 global scale per
+//    matrix. A lane's 32-element block holds two scale groups: words 0-1 (MMAs j = 0..3) the first, words 2-3
+//    (j = 4..7) the second. The f16 A value is (e2m1 · 2^-14) · (s16 · 2^7) = e2m1 · s16 · 2^-7, one f16 multiply,
+//    exact: e2m1 · s16 has at most 6 significant bits and is a multiple of 2^-10 at most 2688, so the scaled value is
+//    a multiple of 2^-17 (f16 subnormals reach 2^-24) at most 21; s16 · 2^7 <= 57344 is an f16 value. Per 128-block
+//    y += acc · ((2^7 · global) · a_scale), both factors exact products with powers of two.
+//  * Fp8BlockWeights (DeepSeek): e4m3 bytes [rows, cols], one UE8M0 per 128x128 block. Row bytes = K, so a step is
+//    one 128-block (the same bytes per lane as the 4-bit formats' two blocks): lane t loads elements 32t..32t+31 of
+//    the block (two 16-byte loads per row), permutes bytes into pair order with prmt and converts pairs with
+//    cvt.rn.f16x2.e4m3x2 (exact). Per 128-block y += acc · (2^(s-127) · a_scale), s shared by the 16 rows of a tile.
 #pragma once
 
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "backend/cuda/common/numerics.cuh"
 
@@ -48,6 +65,18 @@ struct MoeDecodeConfig {
     static constexpr int kDownRT = 2, kDownKS = 4;
     static constexpr int kUpRows = 16 * kUpRT;      // rows of I per gate/up block
     static constexpr int kDownRows = 16 * kDownRT;  // rows of D per down block
+};
+
+// Weight format tags (header comment). kStepK: K per load step of a warp (the same 16 bytes per lane and row for
+// every format: two 128-blocks of 4-bit codes or one of e4m3 bytes).
+struct Mxfp4Weights {
+    static constexpr int kStepK = MoeDecodeConfig::kStepK;
+};
+struct Nvfp4Weights {
+    static constexpr int kStepK = MoeDecodeConfig::kStepK;
+};
+struct Fp8BlockWeights {
+    static constexpr int kStepK = 128;
 };
 
 // Workspace layout (byte offsets, each 256-aligned). Shared by the launcher and the benchmark.
@@ -89,7 +118,7 @@ struct MoeKernelParams {
     const __nv_bfloat16* x;     // [T, D]
     const int32_t* idx;         // [T, K]
     const float* route_w;       // [T, K]
-    const void* experts;        // Mxfp4ExpertPtrs [E]
+    const void* experts;        // [E] Mxfp4ExpertPtrs, Nvfp4ExpertPtrs or Fp8BlockExpertPtrs (the kernels' Fmt)
     const __nv_bfloat16* shared;  // [T, D] or null
     __nv_bfloat16* y;           // [T, D]
     int T, K, E, D, I, slots;
@@ -229,6 +258,101 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
     y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
 }
 
+// ---------------------------------------------------------------------------------- NVFP4 and FP8-block stages
+
+__device__ __forceinline__ uint32_t prmt_bits(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// Two e4m3 codes (bits 0-7 and 8-15 of v) to the f16x2 of their values (low half from bits 0-7), exact.
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v) {
+    uint32_t d;
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(d) : "r"(v));
+    return d;
+}
+// The same for bits 16-31.
+__device__ __forceinline__ uint32_t e4m3x2_f16x2_hi(uint32_t v) {
+    uint32_t d;
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi;\n\t}" : "=r"(d) : "r"(v));
+    return d;
+}
+
+__device__ __forceinline__ uint32_t ld_stream_u16(const void* p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ld_stream_u8(const void* p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+// NVFP4 stage of one 128-block: as block128_mma, but lane t's 32-block carries two e4m3 group scales per row
+// (sc_lo / sc_hi: bits 0-7 for elements 0-15 = MMAs j < 4, bits 8-15 for elements 16-31), and the per-(row, token)
+// factors f0 / f1 = 2^7 · global · a_scale of tokens 2t and 2t+1 are the same for both rows.
+__device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint4& w_hi, uint32_t sc_lo,
+                                                   uint32_t sc_hi, const uint4 (&act)[4], float f0, float f1,
+                                                   float (&y)[4]) {
+    constexpr uint32_t kTwo7 = 0x58005800u;  // f16x2 (128, 128)
+    const uint32_t s_lo = hmul2_bits(e4m3x2_f16x2(sc_lo), kTwo7), s_hi = hmul2_bits(e4m3x2_f16x2(sc_hi), kTwo7);
+    // (s, s) of each group: halves duplicated
+    const uint32_t f_lo[2] = {prmt_bits(s_lo, 0, 0x1010u), prmt_bits(s_lo, 0, 0x3232u)};
+    const uint32_t f_hi[2] = {prmt_bits(s_hi, 0, 0x1010u), prmt_bits(s_hi, 0, 0x3232u)};
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const uint32_t wl = word_of(w_lo, j >> 1), wh = word_of(w_hi, j >> 1);
+        uint32_t a0, a1, a2, a3;
+        if (j & 1) {
+            a0 = e2m1_pair_f16<2>(wl), a2 = e2m1_pair_f16<3>(wl);
+            a1 = e2m1_pair_f16<2>(wh), a3 = e2m1_pair_f16<3>(wh);
+        } else {
+            a0 = e2m1_pair_f16<0>(wl), a2 = e2m1_pair_f16<1>(wl);
+            a1 = e2m1_pair_f16<0>(wh), a3 = e2m1_pair_f16<1>(wh);
+        }
+        const uint32_t fl = f_lo[j >> 2], fh = f_hi[j >> 2];
+        a0 = hmul2_bits(a0, fl), a2 = hmul2_bits(a2, fl);
+        a1 = hmul2_bits(a1, fh), a3 = hmul2_bits(a3, fh);
+        const uint4& b = act[j >> 1];
+        const uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
+        mma_f16_16816(acc, a0, a1, a2, a3, b0, b1);
+    }
+    y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], f0));
+    y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], f1));
+    y[2] = __fadd_rn(y[2], __fmul_rn(acc[2], f0));
+    y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], f1));
+}
+
+// FP8-block stage of one 128-block: w_lo / w_hi = the 32 e4m3 bytes (elements 32t..32t+31) of rows g and g+8.
+// Pair P(m, r) = (element 8m+3-r, element 8m+7-r) = (byte 3-r of word 2m, byte 3-r of word 2m+1): prmt gathers
+// pairs r = 0, 1 (selector 0x6273) or r = 2, 3 (0x4051) of a word pair into one register, one cvt per pair.
+// f0 / f1 = 2^(s-127) · a_scale of tokens 2t and 2t+1 (one block scale for the tile's 16 rows).
+__device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const uint4 (&w_hi)[2],
+                                                 const uint4 (&act)[4], float f0, float f1, float (&y)[4]) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int m = j >> 1;
+        const uint32_t sel = (j & 1) ? 0x4051u : 0x6273u;
+        const uint4& l = w_lo[m >> 1];
+        const uint4& h = w_hi[m >> 1];
+        const uint32_t pl = prmt_bits((m & 1) ? l.z : l.x, (m & 1) ? l.w : l.y, sel);
+        const uint32_t ph = prmt_bits((m & 1) ? h.z : h.x, (m & 1) ? h.w : h.y, sel);
+        const uint32_t a0 = e4m3x2_f16x2(pl), a2 = e4m3x2_f16x2_hi(pl);
+        const uint32_t a1 = e4m3x2_f16x2(ph), a3 = e4m3x2_f16x2_hi(ph);
+        const uint4& b = act[m];
+        const uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
+        mma_f16_16816(acc, a0, a1, a2, a3, b0, b1);
+    }
+    y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], f0));
+    y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], f1));
+    y[2] = __fadd_rn(y[2], __fmul_rn(acc[2], f0));
+    y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], f1));
+}
+
 // Where expert_rows_gemm reads from and who runs it. GlobalWeights: weights streamed from global memory straight
 // into registers, by the whole 256-thread block (the register-streaming kernels); activations written by an earlier
 // launch, through the read-only path. RingWeights<kCoherentAct, kThreads>: weights from a shared-memory ring slot
@@ -241,6 +365,9 @@ struct GlobalWeights {
     __device__ __forceinline__ void sync() const { __syncthreads(); }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }
     static __device__ __forceinline__ uint2 s8(const uint8_t* p) { return ld_stream8(p); }
+    // NVFP4 / FP8-block scales (register-streaming kernels only: the ring is MXFP4-only)
+    static __device__ __forceinline__ uint32_t s2(const uint8_t* p) { return ld_stream_u16(p); }
+    static __device__ __forceinline__ uint32_t s1(const uint8_t* p) { return ld_stream_u8(p); }
     static __device__ __forceinline__ uint4 act16(const uint4* p) { return __ldg(p); }
     static __device__ __forceinline__ float act_s(const float* p) { return __ldg(p); }
 };
@@ -275,10 +402,12 @@ struct RingWeights {
 // (act_row[c] = activation row of token column c, c < ntile) it accumulates y[m][.] = (row g, col 2t),
 // (row g, col 2t+1), (row g+8, col 2t), (row g+8, col 2t+1) for each of the MATS matrices, and reduces the K splits
 // through shared memory `red` (KS·RT·MATS·128 floats) in split order. On return the warps with ks == 0 hold the
-// totals.
-template <int MATS, int RT, int KS, class Src>
+// totals. Fmt selects the weight stage (header comment): w[m] = the matrix, ws[m] = its scales (MXFP4 [rows, K/32]
+// UE8M0, NVFP4 [rows, K/16] e4m3, FP8 block [rows/128, K/128] UE8M0; row0 then is the matrix's own row), wg[m] = the
+// NVFP4 global scale (unused by the other formats).
+template <class Fmt, int MATS, int RT, int KS, class Src>
 __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* const (&w)[MATS],
-                                                 const uint8_t* const (&ws)[MATS],
+                                                 const uint8_t* const (&ws)[MATS], const float (&wg)[MATS],
                                                  int K, int row0, const __half* act, const float* act_s,
                                                  const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile,
                                                  float* red, float (&y)[MATS][4]) {
@@ -294,37 +423,109 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
     const float* srow1 = act_s + size_t(c1 < ntile ? act_row[c1] : 0) * size_t(nq);
 #pragma unroll
     for (int m = 0; m < MATS; ++m) y[m][0] = y[m][1] = y[m][2] = y[m][3] = 0.0f;
-    for (int step = ks; step < nsteps; step += KS) {
-        // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
-        uint4 wv[MATS][2][2];
-        uint2 sv[MATS][2];
+    if constexpr (std::is_same_v<Fmt, Nvfp4Weights>) {
+        // as MXFP4, with the lane's two e4m3 group scales (2 bytes at group 2(4q+t)) per row and 128-block
+        const size_t nsrow_bytes = size_t(K) / 16;
+        float gk[MATS];  // 2^7 · global: exact
 #pragma unroll
-        for (int m = 0; m < MATS; ++m) {
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
-                wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
-                wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
-            }
-            sv[m][0] = Src::s8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
-            sv[m][1] = Src::s8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
-        }
-        uint4 av[2][4];
-        float sa[2][2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step * 2 + q) * 128 + t * 32);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
-            sa[q][0] = c0 < ntile ? Src::act_s(srow0 + step * 2 + q) : 0.0f;
-            sa[q][1] = c1 < ntile ? Src::act_s(srow1 + step * 2 + q) : 0.0f;
-        }
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
+        for (int m = 0; m < MATS; ++m) gk[m] = __fmul_rn(wg[m], 128.0f);
+        for (int step = ks; step < nsteps; step += KS) {
+            uint4 wv[MATS][2][2];
+            uint32_t sv[MATS][2][2];  // [matrix][row g, g+8][128-block]
 #pragma unroll
             for (int m = 0; m < MATS; ++m) {
-                const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
-                block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
+                    wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
+                    wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
+                    const size_t soff = size_t(step * 2 + q) * 8 + size_t(t) * 2;
+                    sv[m][0][q] = Src::s2(ws[m] + size_t(r_lo) * nsrow_bytes + soff);
+                    sv[m][1][q] = Src::s2(ws[m] + size_t(r_hi) * nsrow_bytes + soff);
+                }
+            }
+            uint4 av[2][4];
+            float sa[2][2];
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step * 2 + q) * 128 + t * 32);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
+                sa[q][0] = c0 < ntile ? Src::act_s(srow0 + step * 2 + q) : 0.0f;
+                sa[q][1] = c1 < ntile ? Src::act_s(srow1 + step * 2 + q) : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+#pragma unroll
+                for (int m = 0; m < MATS; ++m)
+                    block128_mma_nvfp4(wv[m][0][q], wv[m][1][q], sv[m][0][q], sv[m][1][q], av[q],
+                                       __fmul_rn(gk[m], sa[q][0]), __fmul_rn(gk[m], sa[q][1]), y[m]);
+            }
+        }
+    } else if constexpr (std::is_same_v<Fmt, Fp8BlockWeights>) {
+        // one 128-block per step: rows of K bytes, lane t's 32 bytes as two 16-byte loads per row; one UE8M0 per
+        // (128-row block, 128-block), the same for rows g and g+8 (16-row tiles never straddle 128 rows)
+        const size_t frow_bytes = size_t(K);
+        const size_t srow = size_t(r_lo / 128) * size_t(nq);
+        for (int step = ks; step < nq; step += KS) {
+            uint4 wv[MATS][2][2];  // [matrix][row g, g+8][bytes 0-15, 16-31 of the lane's 32]
+            uint32_t sv[MATS];
+#pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+                const size_t off = size_t(step) * 128 + size_t(t) * 32;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    wv[m][0][h] = Src::w16(w[m] + size_t(r_lo) * frow_bytes + off + 16 * h);
+                    wv[m][1][h] = Src::w16(w[m] + size_t(r_hi) * frow_bytes + off + 16 * h);
+                }
+                sv[m] = Src::s1(ws[m] + srow + size_t(step));
+            }
+            uint4 av[4];
+            const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step) * 128 + t * 32);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) av[i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
+            const float sa0 = c0 < ntile ? Src::act_s(srow0 + step) : 0.0f;
+            const float sa1 = c1 < ntile ? Src::act_s(srow1 + step) : 0.0f;
+#pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+                const float s_w = e8m0_to_f32(uint8_t(sv[m]));
+                block128_mma_fp8(wv[m][0], wv[m][1], av, __fmul_rn(s_w, sa0), __fmul_rn(s_w, sa1), y[m]);
+            }
+        }
+    } else {
+        static_assert(std::is_same_v<Fmt, Mxfp4Weights>, "weight format tag");
+        for (int step = ks; step < nsteps; step += KS) {
+            // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
+            uint4 wv[MATS][2][2];
+            uint2 sv[MATS][2];
+    #pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+    #pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
+                    wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
+                    wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
+                }
+                sv[m][0] = Src::s8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
+                sv[m][1] = Src::s8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
+            }
+            uint4 av[2][4];
+            float sa[2][2];
+    #pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step * 2 + q) * 128 + t * 32);
+    #pragma unroll
+                for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
+                sa[q][0] = c0 < ntile ? Src::act_s(srow0 + step * 2 + q) : 0.0f;
+                sa[q][1] = c1 < ntile ? Src::act_s(srow1 + step * 2 + q) : 0.0f;
+            }
+    #pragma unroll
+            for (int q = 0; q < 2; ++q) {
+    #pragma unroll
+                for (int m = 0; m < MATS; ++m) {
+                    const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
+                    block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
+                }
             }
         }
     }

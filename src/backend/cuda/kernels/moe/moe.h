@@ -1,5 +1,6 @@
 // The routed experts of one MoE layer at decode shapes (MODEL_SPEC §5.5, §7.1): W4A8 — activations quantised to
-// e4m3 with per-128 UE8M0 scales, MXFP4 expert weights (e2m1 + UE8M0 per 32) as shipped, f32 accumulation, SwiGLU
+// e4m3 with per-128 UE8M0 scales, MXFP4 expert weights (e2m1 + UE8M0 per 32) as shipped (or NVFP4 / FP8-block
+// experts through the same kernels, MoeWeightFormat), f32 accumulation, SwiGLU
 // with clamp, the routing weight multiplied in before w2, and the per-token sum over the K picks in ascending
 // expert index (f32), plus the shared expert's output, rounded once to bf16. The CPU composition it matches is
 // backend::cpu::routed_experts followed by backend::cpu::moe_sum in kReference.
@@ -11,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/common/stream.h"
 #include "dsv4/status.h"
@@ -27,11 +29,44 @@ struct Mxfp4ExpertPtrs {
     const uint8_t* w2s = nullptr;  // [D, I/32]
 };
 
+// NVFP4 experts (NVIDIA ModelOpt checkpoints): value = (e2m1 · e4m3 scale) · global, as nvfp4_dequant_row
+// (core/quant_formats.h). The global scales are device pointers to the checkpoint's f32 scalars (weight_scale_2).
+struct Nvfp4ExpertPtrs {
+    const uint8_t* w1 = nullptr;   // gate [I, D/2] packed e2m1 (low nibble = even column), 16-byte aligned
+    const uint8_t* w1s = nullptr;  // [I, D/16] e4m3, 2-byte aligned
+    const float* w1g = nullptr;    // [1] f32
+    const uint8_t* w3 = nullptr;   // up   [I, D/2]
+    const uint8_t* w3s = nullptr;  // [I, D/16]
+    const float* w3g = nullptr;    // [1]
+    const uint8_t* w2 = nullptr;   // down [D, I/2]
+    const uint8_t* w2s = nullptr;  // [D, I/16]
+    const float* w2g = nullptr;    // [1]
+};
+
+// FP8 block experts (DeepSeek base checkpoints, MODEL_SPEC §9.6): value = e4m3 · 2^(s - 127), one UE8M0 s per
+// 128x128 block, as fp8_block_dequant_row.
+struct Fp8BlockExpertPtrs {
+    const uint8_t* w1 = nullptr;   // gate [I, D] e4m3, 16-byte aligned
+    const uint8_t* w1s = nullptr;  // [I/128, D/128] UE8M0
+    const uint8_t* w3 = nullptr;   // up   [I, D]
+    const uint8_t* w3s = nullptr;  // [I/128, D/128]
+    const uint8_t* w2 = nullptr;   // down [D, I]
+    const uint8_t* w2s = nullptr;  // [D/128, I/128]
+};
+
+// Which expert table the kernels read: only the weight load + conversion stage differs (docs/kernels/moe.md).
+enum class MoeWeightFormat : uint8_t { kMXFP4, kNVFP4, kFP8Block };
+const char* moe_weight_format_name(MoeWeightFormat f);
+
 struct MoeDecodeArgs {
     const void* x = nullptr;                // bf16 [T, D]
     const int32_t* idx = nullptr;           // [T, K] expert ids (router output; distinct within a token)
     const float* route_w = nullptr;         // [T, K] routing weights (already × routed_scale)
-    const Mxfp4ExpertPtrs* experts = nullptr;  // device array [E]
+    // The expert weights: `format` names the one table that is set (device arrays [E]; the others stay null).
+    MoeWeightFormat format = MoeWeightFormat::kMXFP4;
+    const Mxfp4ExpertPtrs* experts = nullptr;          // kMXFP4
+    const Nvfp4ExpertPtrs* nvfp4_experts = nullptr;    // kNVFP4
+    const Fp8BlockExpertPtrs* fp8_experts = nullptr;   // kFP8Block
     const void* shared = nullptr;           // bf16 [T, D] shared-expert output, or null
     void* y = nullptr;                      // bf16 [T, D]
     int64_t tokens = 0, k = 0, n_experts = 0, dim = 0, inter = 0;  // T, K, E, D, I
@@ -40,14 +75,21 @@ struct MoeDecodeArgs {
     size_t workspace_bytes = 0;
     // false (default): the three-launch register-streaming kernels. true: sm90_moe_prepare + the persistent TMA-ring
     // expert kernel (two launches) where the shape fits its shared-memory ring — slower so far (docs/kernels/moe.md),
-    // kept for bench/moe and its test while it is being developed.
+    // kept for bench/moe and its test while it is being developed. MXFP4 only.
     bool tma_ring = false;
 };
 
 // Scratch the three launches share (token lists, quantised activations, per-pick outputs, counters).
 size_t sm90_mxfp4_moe_decode_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
                                              int64_t inter);
-// T in 1..256, D % 512 == 0, I % 512 == 0, E <= 1024, K <= 16.
+// T in 1..256, D % 512 == 0, I % 512 == 0, E <= 1024, K <= 16. Any MoeWeightFormat (the name is historical).
 Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream);
+
+// Host-side checks of an expert table before it is uploaded (the launcher cannot read the device copy): every
+// weight and scale pointer (and NVFP4 global pointer) set, weights 16-byte aligned, NVFP4 scales 2-byte aligned.
+// `what` names the table in the message (e.g. the layer). No GPU needed.
+Status check_moe_expert_table(const Mxfp4ExpertPtrs* host, int64_t n_experts, const std::string& what);
+Status check_moe_expert_table(const Nvfp4ExpertPtrs* host, int64_t n_experts, const std::string& what);
+Status check_moe_expert_table(const Fp8BlockExpertPtrs* host, int64_t n_experts, const std::string& what);
 
 }  // namespace dsv4::cuda

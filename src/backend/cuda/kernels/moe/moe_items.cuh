@@ -21,11 +21,12 @@ namespace dsv4::cuda {
 // expert's w1, w3 (and scales) such that row r of tile sub is at w[sub][m] + (w_row0 + r) · row bytes: w_row0 = row0
 // for whole matrices in global memory, 0 for ring slots holding just the tile's rows. wait(sub) / release(sub) bracket
 // the reads of tile sub's weights. Larger items pay the fences and arrival counters below once for more bytes.
-template <int RT, int KS, int kSub, class Src, class Wait, class Release>
-__device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernelParams& p, int slot, int row0,
+// Fmt: the weight format (moe.cuh); wg[sub][m]: NVFP4 global scales (ignored by the other formats).
+template <int RT, int KS, int kSub, class Fmt, class Src, class Wait, class Release>
+__device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeKernelParams& p, int slot, int row0,
                                                  const uint8_t* const (&w)[kSub][2],
-                                                 const uint8_t* const (&ws)[kSub][2], int w_row0, float* red,
-                                                 int* flag, Wait&& wait, Release&& release) {
+                                                 const uint8_t* const (&ws)[kSub][2], const float (&wg)[kSub][2],
+                                                 int w_row0, float* red, int* flag, Wait&& wait, Release&& release) {
     static_assert(RT * KS * 32 == Src::kThreads, "the item's warps are its RT x KS tiles");
     static_assert(RT == 1 && 128 % (MoeDecodeConfig::kUpRows * kSub) == 0, "tiles of 16 rows of I, within 128");
     constexpr int kTok = MoeDecodeConfig::kTokTile;
@@ -46,7 +47,8 @@ __device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernel
                     if (2 * t + c < ntile) rw[c] = p.route_w[p.list[start + tt + 2 * t + c]];
             if (tt == 0) wait(sub);
             float y[2][4];
-            expert_rows_gemm<2, RT, KS>(src, w[sub], ws[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile, red, y);
+            expert_rows_gemm<Fmt, 2, RT, KS>(src, w[sub], ws[sub], wg[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile,
+                                             red, y);
             if (warp / RT != 0) continue;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -105,11 +107,11 @@ __device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernel
 // An item is kSub consecutive 32-row tiles of D: rows (row_range · kSub + sub) · 32 + r; w[sub] / ws[sub]: the
 // expert's w2 (and scales), row r of tile sub at w[sub][0] + (w_row0 + r) · row bytes (w_row0 as for gate/up).
 // cnt_down counts the items of each range of 32 · kSub rows; the last of them combines the range.
-template <int RT, int KS, int kSub, class Src, class Wait, class Release>
-__device__ __forceinline__ void moe_down_item(const Src& src, const MoeKernelParams& p, int slot, int row_range,
+template <int RT, int KS, int kSub, class Fmt, class Src, class Wait, class Release>
+__device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKernelParams& p, int slot, int row_range,
                                               int n_active, const uint8_t* const (&w)[kSub][1],
-                                              const uint8_t* const (&ws)[kSub][1], int w_row0, float* red, int* flag,
-                                              Wait&& wait, Release&& release) {
+                                              const uint8_t* const (&ws)[kSub][1], const float (&wg)[kSub][1],
+                                              int w_row0, float* red, int* flag, Wait&& wait, Release&& release) {
     static_assert(RT * KS * 32 == Src::kThreads && 16 * RT == MoeDecodeConfig::kDownRows,
                   "the item's warps are its RT x KS tiles of 32 rows of D");
     constexpr int kTok = MoeDecodeConfig::kTokTile, kRows = MoeDecodeConfig::kDownRows * kSub;
@@ -124,7 +126,8 @@ __device__ __forceinline__ void moe_down_item(const Src& src, const MoeKernelPar
             for (int c = 0; c < kTok; ++c) act_row[c] = start + tt + (c < ntile ? c : 0);
             if (tt == 0) wait(sub);
             float y[1][4];
-            expert_rows_gemm<1, RT, KS>(src, w[sub], ws[sub], p.I, w_row0, p.hq, p.hs, act_row, ntile, red, y);
+            expert_rows_gemm<Fmt, 1, RT, KS>(src, w[sub], ws[sub], wg[sub], p.I, w_row0, p.hq, p.hs, act_row, ntile,
+                                             red, y);
             if (warp / RT != 0) continue;
             const int rt = warp % RT;
 #pragma unroll
@@ -155,6 +158,28 @@ __device__ __forceinline__ void moe_down_item(const Src& src, const MoeKernelPar
         if (p.shared) acc = __fadd_rn(acc, __bfloat162float(p.shared[size_t(tok) * p.D + d]));
         p.y[size_t(tok) * p.D + d] = __float2bfloat16_rn(acc);
     }
+}
+
+// The MXFP4 items as the TMA-ring kernel calls them (no format tag, no global scales).
+template <int RT, int KS, int kSub, class Src, class Wait, class Release>
+__device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernelParams& p, int slot, int row0,
+                                                 const uint8_t* const (&w)[kSub][2],
+                                                 const uint8_t* const (&ws)[kSub][2], int w_row0, float* red,
+                                                 int* flag, Wait&& wait, Release&& release) {
+    float wg[kSub][2];
+    for (int sub = 0; sub < kSub; ++sub) wg[sub][0] = wg[sub][1] = 1.0f;
+    moe_gate_up_item<RT, KS, kSub>(Mxfp4Weights{}, src, p, slot, row0, w, ws, wg, w_row0, red, flag,
+                                   static_cast<Wait&&>(wait), static_cast<Release&&>(release));
+}
+template <int RT, int KS, int kSub, class Src, class Wait, class Release>
+__device__ __forceinline__ void moe_down_item(const Src& src, const MoeKernelParams& p, int slot, int row_range,
+                                              int n_active, const uint8_t* const (&w)[kSub][1],
+                                              const uint8_t* const (&ws)[kSub][1], int w_row0, float* red, int* flag,
+                                              Wait&& wait, Release&& release) {
+    float wg[kSub][1];
+    for (int sub = 0; sub < kSub; ++sub) wg[sub][0] = 1.0f;
+    moe_down_item<RT, KS, kSub>(Mxfp4Weights{}, src, p, slot, row_range, n_active, w, ws, wg, w_row0, red, flag,
+                                static_cast<Wait&&>(wait), static_cast<Release&&>(release));
 }
 
 }  // namespace dsv4::cuda
