@@ -9,6 +9,15 @@
 // Weights are fresh random MXFP4 (mxfp4_encode of Gaussian rows whose 32-blocks span 9 binades, so the four
 // sub-scales of a 128-block differ); a pool of distinct experts is aliased across the expert table (expert e uses
 // pool entry e % P), which keeps the CPU reference affordable while a wrong expert index still shows.
+//
+// NVFP4 and FP8-block experts (MoeWeightFormat; register-streaming kernels only) at both shapes, T in
+// {1, 7, 64, 256}, both routings, from fresh random weights quantised by core/quant_formats' encoders (NVFP4 group
+// scales over 13 binades of the data, FP8 128x128 block scales over 9). FP8 blocks: the same CPU ops on native
+// kFP8Block views (W8A8 in reference numerics). NVFP4: the CPU backend holds NVFP4 as f32 (backend/cpu/weights.cpp),
+// and backend::cpu::linear does not quantise activations for f32 weights, so routed_experts would compare W4A16
+// against the kernel's W4A8; the reference instead composes the CPU ops with the activation quantisation made
+// explicit (act_quant, linear on the f32 dequantisation, SwiGLU as backend::cpu::expert, act_quant, linear). A
+// CPU-only test checks that composition against routed_experts on MXFP4 and FP8-block views.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,6 +131,277 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeDecode, kMoeParams, moe_case_name);
 // Argument checks happen before any CUDA call (no GPU needed).
 TEST(CudaMoeDecodeArgs, RejectsBadShapesWithClearMessages) {
     expect_bad_moe_args_rejected(sm90_mxfp4_moe_decode);
+}
+
+// ---------------------------------------------------------------------------------- NVFP4 and FP8-block experts
+
+// routed_experts with every activation quantisation explicit, for experts whose CPU views are f32 (the NVFP4
+// dequantisation): per expert, its tokens through act_quant (x_sim = q · s, exact in bf16), linear (bf16 out),
+// SwiGLU with clamp and the routing weight exactly as backend::cpu::expert, bf16, act_quant, linear. out [T·K, D].
+Status act_quantised_routed_experts(const backend::Exec& ex, const float* x, int64_t T, int64_t K, int64_t D,
+                                    const backend::ExpertWeights* experts, int64_t E, const int32_t* idx,
+                                    const float* rw, float limit, float* out) {
+    for (int64_t e = 0; e < E; ++e) {
+        std::vector<int64_t> picks;
+        for (int64_t i = 0; i < T * K; ++i)
+            if (idx[i] == e) picks.push_back(i);
+        if (picks.empty()) continue;
+        const int64_t n = int64_t(picks.size()), I = experts[e].w1.rows;
+        std::vector<float> xs(size_t(n * D)), xq(size_t(n * D)), u1(size_t(n * I)), u3(size_t(n * I));
+        std::vector<float> h(size_t(n * I)), hq(size_t(n * I)), y(size_t(n * D));
+        for (int64_t j = 0; j < n; ++j) std::copy(x + (picks[j] / K) * D, x + (picks[j] / K + 1) * D, &xs[j * D]);
+        DSV4_RETURN_IF_ERROR(backend::cpu::act_quant({.x = xs.data(), .rows = n, .cols = D, .x_sim = xq.data()}));
+        const auto bf = backend::LinearOut::kBF16;
+        DSV4_RETURN_IF_ERROR(
+            backend::cpu::linear(ex, {.x = xq.data(), .tokens = n, .w = experts[e].w1, .out = bf, .y = u1.data()}));
+        DSV4_RETURN_IF_ERROR(
+            backend::cpu::linear(ex, {.x = xq.data(), .tokens = n, .w = experts[e].w3, .out = bf, .y = u3.data()}));
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t i = 0; i < I; ++i) {
+                float g = u1[size_t(j * I + i)], u = u3[size_t(j * I + i)];
+                if (limit > 0) {
+                    g = std::min(g, limit);
+                    u = std::clamp(u, -limit, limit);
+                }
+                float a = g / (1.0f + std::exp(-g)) * u;
+                a = rw[picks[j]] * a;
+                h[size_t(j * I + i)] = round_bf16(a);
+            }
+        DSV4_RETURN_IF_ERROR(backend::cpu::act_quant({.x = h.data(), .rows = n, .cols = I, .x_sim = hq.data()}));
+        DSV4_RETURN_IF_ERROR(
+            backend::cpu::linear(ex, {.x = hq.data(), .tokens = n, .w = experts[e].w2, .out = bf, .y = y.data()}));
+        for (int64_t j = 0; j < n; ++j) std::copy(&y[size_t(j * D)], &y[size_t((j + 1) * D)], out + picks[j] * D);
+    }
+    return Status::ok();
+}
+
+// Bit-exact share bounds (the rel_l2 bound 2e-3 is the check; the share guards against a systematic bias that
+// rel_l2 would hide). FP8 blocks: the CPU op is the same W8A8 arithmetic (e4m3 x e4m3 products, a 128-sum per
+// block, × the product of two powers of two), only the f32 order of the sums differs, as for MXFP4 (93.7-100 %
+// measured there): 0.85. NVFP4: every reference weight carries one f32 rounding of (e2m1 · s16) · global and the
+// reference sums rounded products, where the kernel sums exact ones and multiplies by the global once per block;
+// the results differ by a few f32 ulps, which cross a bf16 rounding boundary more often (and then move a hidden
+// value's e4m3 code), so the share is lower: 0.75. A wrong group scale, global scale, row, block scale or format
+// changes values by factors of 2 or more (scales span 9-13 binades; w3 is 2.5x w1, so even a swapped global is a
+// 2.5x error): rel_l2 of order 1 and a bit-exact share near 0, which both bounds reject.
+void run_format_case(MoeWeightFormat f, const MoeShape& s, int64_t T, Routing routing) {
+    SCOPED_TRACE(std::string(moe_weight_format_name(f)) + " " + s.name + " T " + std::to_string(T) +
+                 (routing == Routing::kUniform ? " uniform" : " skewed"));
+    FormatExpertPool* ep = format_expert_pool(s, f);
+    ASSERT_NE(ep, nullptr) << "could not build or upload the expert pool";
+    std::mt19937_64 rng(fresh_seed());
+    const int64_t K = s.k, D = s.dim;
+    const MoeInputs in = make_moe_inputs(s, T, routing, rng);
+    const bool with_shared = routing == Routing::kUniform;
+
+    const backend::Exec ex{Precision::kReference, &pool()};
+    std::vector<float> per_pick(size_t(T * K * D)), want(size_t(T * D));
+    if (f == MoeWeightFormat::kFP8Block) {
+        DSV4_ASSERT_OK(backend::cpu::routed_experts(
+            ex, {.x = in.x.data(), .tokens = T, .k = K, .n_experts = s.n_experts, .experts = ep->views.data(),
+                 .idx = in.idx.data(), .weights = in.rw.data(), .limit = 10.0f, .out = per_pick.data()}));
+    } else {
+        DSV4_ASSERT_OK(act_quantised_routed_experts(ex, in.x.data(), T, K, D, ep->views.data(), s.n_experts,
+                                                    in.idx.data(), in.rw.data(), 10.0f, per_pick.data()));
+    }
+    DSV4_ASSERT_OK(backend::cpu::moe_sum(ex, {.expert_out = per_pick.data(), .idx = in.idx.data(),
+                                              .shared = with_shared ? in.shared.data() : nullptr, .tokens = T,
+                                              .k = K, .dim = D, .y = want.data()}));
+
+    auto dx = to_device(to_bf16_bits(in.x));
+    auto didx = to_device(in.idx);
+    auto drw = to_device(in.rw);
+    auto dsh = to_device(to_bf16_bits(in.shared));
+    auto dy = poisoned<uint16_t>(size_t(T * D));
+    const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, K, s.n_experts, D, s.inter);
+    auto dws = poisoned<uint8_t>(ws_bytes);
+    ASSERT_TRUE(dx.is_ok() && didx.is_ok() && drw.is_ok() && dsh.is_ok() && dy.is_ok() && dws.is_ok());
+    MoeDecodeArgs a;
+    a.x = dx->data();
+    a.idx = didx->as<int32_t>();
+    a.route_w = drw->as<float>();
+    a.format = f;
+    if (f == MoeWeightFormat::kNVFP4)
+        a.nvfp4_experts = ep->table.as<Nvfp4ExpertPtrs>();
+    else
+        a.fp8_experts = ep->table.as<Fp8BlockExpertPtrs>();
+    a.shared = with_shared ? dsh->data() : nullptr;
+    a.y = dy->data();
+    a.tokens = T, a.k = K, a.n_experts = s.n_experts, a.dim = D, a.inter = s.inter;
+    a.workspace = dws->data();
+    a.workspace_bytes = ws_bytes;
+    auto st = Stream::create();
+    ASSERT_TRUE(st.is_ok());
+    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
+    DSV4_ASSERT_OK(st->synchronize());
+    const auto got = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
+    size_t exact = 0;
+    for (size_t i = 0; i < got.size(); ++i) exact += f32_to_bf16(got[i]) == f32_to_bf16(want[i]);
+    const double share = double(exact) / double(got.size());
+    std::printf("  %-9s %s T %3lld %-7s bit-exact %.4f%%\n", moe_weight_format_name(f), s.name, (long long)T,
+                routing == Routing::kUniform ? "uniform" : "skewed", 100.0 * share);
+    DSV4_EXPECT_CLOSE(got, want, 2e-3);
+    EXPECT_GE(share, f == MoeWeightFormat::kFP8Block ? 0.85 : 0.75) << "class C: most outputs should be bit-exact";
+
+    // a second call on the same workspace gives the same bits
+    DSV4_ASSERT_OK(dy->fill_bytes(0xff));
+    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
+    DSV4_ASSERT_OK(st->synchronize());
+    const auto again = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
+    size_t same = 0;
+    for (size_t i = 0; i < got.size(); ++i) same += f32_to_bf16(got[i]) == f32_to_bf16(again[i]);
+    EXPECT_EQ(same, got.size()) << "the result changed between two identical calls";
+}
+
+using FormatParam = std::tuple<MoeWeightFormat, int, int64_t, Routing>;  // format, shape (0 Flash, 1 Pro), T, routing
+class CudaMoeDecodeFormats : public ::testing::TestWithParam<FormatParam> {};
+
+TEST_P(CudaMoeDecodeFormats, MatchesCpuReference) {
+    DSV4_REQUIRE_GPU();
+    const auto [format, shape, T, routing] = GetParam();
+    run_format_case(format, shape == 0 ? kFlash : kPro, T, routing);
+}
+
+std::string format_case_name(const ::testing::TestParamInfo<FormatParam>& info) {
+    const MoeWeightFormat format = std::get<0>(info.param);
+    const int64_t T = std::get<2>(info.param);
+    return std::string(format == MoeWeightFormat::kNVFP4 ? "NVFP4_" : "FP8Block_") +
+           (std::get<1>(info.param) == 0 ? "Flash" : "Pro") + "_T" + std::to_string(T) +
+           (std::get<3>(info.param) == Routing::kUniform ? "_uniform" : "_skewed");
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaMoeDecodeFormats,
+                         ::testing::Combine(::testing::Values(MoeWeightFormat::kNVFP4, MoeWeightFormat::kFP8Block),
+                                            ::testing::Values(0, 1),
+                                            ::testing::Values(int64_t(1), int64_t(7), int64_t(64), int64_t(256)),
+                                            ::testing::Values(Routing::kUniform, Routing::kSkewed)),
+                         format_case_name);
+
+// The NVFP4 reference's composition against routed_experts itself, on formats the CPU op quantises natively (MXFP4,
+// FP8 blocks) given once natively and once as their f32 dequantisation: both are W4A8 / W8A8 and differ only in the
+// f32 order of the sums (class C). Small shapes, no GPU.
+TEST(MoeDecodeReference, ActQuantisedCompositionMatchesRoutedExperts) {
+    std::mt19937_64 rng(fresh_seed());
+    const int64_t D = 512, I = 256, E = 4, K = 2, T = 6;
+    const backend::Exec ex{Precision::kReference, &pool()};
+    MoeShape small{"small", D, I, E, K};
+    for (const bool fp8 : {false, true}) {
+        SCOPED_TRACE(fp8 ? "FP8 blocks" : "MXFP4");
+        std::vector<std::vector<float>> deq;  // per expert w1, w3, w2
+        std::vector<Mxfp4Tensor> mx;
+        std::vector<Fp8BlockTensor> fb;
+        std::vector<backend::ExpertWeights> native, as_f32;
+        for (int64_t e = 0; e < E; ++e)
+            for (int m = 0; m < 3; ++m) {
+                const int64_t rows = m < 2 ? I : D, cols = m < 2 ? D : I;
+                std::vector<float> d(size_t(rows * cols));
+                if (fp8) {
+                    auto t = fp8_block_encode(random_binade_tiles(rng, rows, cols, 128, 128, -6, 2, 0.02f), rows,
+                                              cols);
+                    ASSERT_TRUE(t.is_ok());
+                    DSV4_ASSERT_OK(fp8_block_decode(t->data, t->scales, rows, cols, d));
+                    fb.push_back(std::move(*t));
+                } else {
+                    mx.push_back(random_mxfp4(rng, rows, cols));
+                    DSV4_ASSERT_OK(mxfp4_decode(mx.back().packed, mx.back().scales, rows, cols, d));
+                }
+                deq.push_back(std::move(d));
+            }
+        for (int64_t e = 0; e < E; ++e) {
+            backend::WeightView v[3], f[3];
+            for (int m = 0; m < 3; ++m) {
+                const size_t i = size_t(3 * e + m);
+                const int64_t rows = m < 2 ? I : D, cols = m < 2 ? D : I;
+                v[m] = fp8 ? backend::WeightView{backend::WeightFormat::kFP8Block, rows, cols, fb[i].data.data(),
+                                                 fb[i].scales.data()}
+                           : backend::WeightView{backend::WeightFormat::kMXFP4, rows, cols, mx[i].packed.data(),
+                                                 mx[i].scales.data()};
+                f[m] = backend::WeightView{backend::WeightFormat::kF32, rows, cols, deq[i].data(), nullptr};
+            }
+            native.push_back({.w1 = v[0], .w2 = v[2], .w3 = v[1]});
+            as_f32.push_back({.w1 = f[0], .w2 = f[2], .w3 = f[1]});
+        }
+        const MoeInputs in = make_moe_inputs(small, T, Routing::kUniform, rng);
+        std::vector<float> want(size_t(T * K * D)), got(size_t(T * K * D));
+        DSV4_ASSERT_OK(backend::cpu::routed_experts(
+            ex, {.x = in.x.data(), .tokens = T, .k = K, .n_experts = E, .experts = native.data(),
+                 .idx = in.idx.data(), .weights = in.rw.data(), .limit = 10.0f, .out = want.data()}));
+        DSV4_ASSERT_OK(act_quantised_routed_experts(ex, in.x.data(), T, K, D, as_f32.data(), E, in.idx.data(),
+                                                    in.rw.data(), 10.0f, got.data()));
+        DSV4_EXPECT_CLOSE(got, want, 2e-3);
+        size_t exact = 0;
+        for (size_t i = 0; i < got.size(); ++i) exact += got[i] == want[i];
+        EXPECT_GE(double(exact) / double(got.size()), 0.9) << "same W4A8 / W8A8 arithmetic: mostly bit-exact";
+        // without the activation quantisation (routed_experts on the f32 views: W4A16) the difference is the e4m3
+        // rounding of x and h, far outside class C: the composition's quantisation is not a no-op
+        std::vector<float> w16(size_t(T * K * D));
+        DSV4_ASSERT_OK(backend::cpu::routed_experts(
+            ex, {.x = in.x.data(), .tokens = T, .k = K, .n_experts = E, .experts = as_f32.data(),
+                 .idx = in.idx.data(), .weights = in.rw.data(), .limit = 10.0f, .out = w16.data()}));
+        EXPECT_GT(dsv4::testing::compare(w16, want).rel_l2, 5e-3);
+    }
+}
+
+// The format / table checks of the launcher, before any CUDA call (no GPU needed).
+TEST(CudaMoeDecodeArgs, RejectsWrongFormatTables) {
+    int dummy[64] = {};
+    MoeDecodeArgs a;
+    a.x = a.shared = a.y = a.workspace = dummy;
+    a.idx = dummy;
+    a.route_w = reinterpret_cast<const float*>(dummy);
+    a.tokens = 1, a.k = 6, a.n_experts = 256, a.dim = 4096, a.inter = 2048, a.workspace_bytes = 1;
+    a.format = MoeWeightFormat::kNVFP4;
+    a.experts = reinterpret_cast<const Mxfp4ExpertPtrs*>(dummy);  // the MXFP4 table only
+    Status s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("nvfp4_experts"), std::string::npos) << s.to_string();
+    a.nvfp4_experts = reinterpret_cast<const Nvfp4ExpertPtrs*>(dummy);  // now two tables
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("another format's expert table"), std::string::npos) << s.to_string();
+    a.experts = nullptr, a.tma_ring = true;
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("MXFP4 experts only"), std::string::npos) << s.to_string();
+    a.tma_ring = false, a.format = MoeWeightFormat::kFP8Block;
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("fp8_experts"), std::string::npos) << s.to_string();
+    a.format = static_cast<MoeWeightFormat>(7);
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("unknown weight format 7"), std::string::npos) << s.to_string();
+    // a valid format and table reach the later checks (here: the workspace)
+    a.format = MoeWeightFormat::kNVFP4;
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
+}
+
+// check_moe_expert_table on host tables (what the engine runs before uploading one; no GPU needed).
+TEST(CudaMoeDecodeArgs, ExpertTableChecksNameTheMissingPointer) {
+    alignas(16) static uint8_t bytes[64];
+    static float global = 1.0f;
+    std::vector<Nvfp4ExpertPtrs> nv(3, Nvfp4ExpertPtrs{bytes, bytes, &global, bytes, bytes, &global, bytes, bytes,
+                                                      &global});
+    EXPECT_TRUE(check_moe_expert_table(nv.data(), 3, "layer 3").is_ok());
+    nv[2].w3s = nullptr;
+    Status s = check_moe_expert_table(nv.data(), 3, "layer 3");
+    EXPECT_NE(s.message().find("layer 3: expert 2 w3: null scale pointer"), std::string::npos) << s.to_string();
+    nv[2].w3s = bytes, nv[1].w2g = nullptr;
+    s = check_moe_expert_table(nv.data(), 3, "layer 3");
+    EXPECT_NE(s.message().find("expert 1 w2: null or misaligned NVFP4 global scale"), std::string::npos)
+        << s.to_string();
+    nv[1].w2g = &global, nv[0].w1 = bytes + 8;
+    s = check_moe_expert_table(nv.data(), 3, "layer 3");
+    EXPECT_NE(s.message().find("expert 0 w1: weight pointer not 16-byte aligned"), std::string::npos)
+        << s.to_string();
+    nv[0].w1 = bytes, nv[0].w1s = bytes + 1;
+    s = check_moe_expert_table(nv.data(), 3, "layer 3");
+    EXPECT_NE(s.message().find("scale pointer not 2-byte aligned"), std::string::npos) << s.to_string();
+    std::vector<Fp8BlockExpertPtrs> fb(2, Fp8BlockExpertPtrs{bytes, bytes, bytes, bytes, bytes, bytes});
+    EXPECT_TRUE(check_moe_expert_table(fb.data(), 2, "layer 0").is_ok());
+    fb[1].w2 = nullptr;
+    s = check_moe_expert_table(fb.data(), 2, "layer 0");
+    EXPECT_NE(s.message().find("expert 1 w2: null weight pointer"), std::string::npos) << s.to_string();
+    std::vector<Mxfp4ExpertPtrs> mx(1, Mxfp4ExpertPtrs{bytes, bytes, bytes, bytes, bytes, nullptr});
+    s = check_moe_expert_table(mx.data(), 1, "layer 1");
+    EXPECT_NE(s.message().find("expert 0 w2: null scale pointer"), std::string::npos) << s.to_string();
 }
 
 }  // namespace

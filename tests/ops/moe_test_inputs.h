@@ -1,11 +1,12 @@
-// Inputs of the MXFP4 MoE decode kernel tests (moe_decode_test.cpp): the V4-Flash and V4-Pro shapes, a pool of
-// distinct random MXFP4 experts aliased across the expert table (on the host for the CPU op and on the device), and
-// a case's routing, activations and shared-expert output.
+// Inputs of the MoE decode kernel tests (moe_decode_test.cpp): the V4-Flash and V4-Pro shapes, a pool of distinct
+// random MXFP4 experts aliased across the expert table (on the host for the CPU op and on the device), the same for
+// NVFP4 and FP8-block experts (format_expert_pool), and a case's routing, activations and shared-expert output.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -142,7 +143,8 @@ inline const auto kMoeParams =
                                                                   int64_t(64), int64_t(256)),
                        ::testing::Values(Routing::kUniform, Routing::kSkewed));
 inline std::string moe_case_name(const ::testing::TestParamInfo<MoeParam>& info) {
-    return std::string(std::get<0>(info.param) == 0 ? "Flash" : "Pro") + "_T" + std::to_string(std::get<1>(info.param)) +
+    return std::string(std::get<0>(info.param) == 0 ? "Flash" : "Pro") + "_T" +
+           std::to_string(std::get<1>(info.param)) +
            (std::get<2>(info.param) == Routing::kUniform ? "_uniform" : "_skewed");
 }
 
@@ -167,6 +169,136 @@ inline void expect_bad_moe_args_rejected(Status (*launch)(const MoeDecodeArgs&, 
     a.dim = 4096, a.k = 0;
     s = launch(a, nullptr);
     EXPECT_NE(s.message().find("K 0"), std::string::npos) << s.to_string();
+}
+
+// ---- NVFP4 and FP8-block experts ----
+
+// Gaussian [rows, cols] (sd) whose tiles of tile_rows x tile_cols are each scaled by 2^u, u uniform in [lo, hi], so
+// the format's scales span several binades. Rows are drawn in parallel from per-row generators seeded by `rng`.
+inline std::vector<float> random_binade_tiles(std::mt19937_64& rng, int64_t rows, int64_t cols, int64_t tile_rows,
+                                              int64_t tile_cols, int lo, int hi, float sd) {
+    const int64_t trows = (rows + tile_rows - 1) / tile_rows, tcols = cols / tile_cols;
+    std::vector<int> binade(size_t(trows * tcols));
+    std::uniform_int_distribution<int> u(lo, hi);
+    for (auto& b : binade) b = u(rng);
+    const uint64_t seed = rng();
+    std::vector<float> w(size_t(rows * cols));
+    pool().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            std::mt19937_64 row_rng(seed ^ (0x9e3779b97f4a7c15ull * uint64_t(r + 1)));
+            std::normal_distribution<float> n(0.0f, sd);
+            for (int64_t c = 0; c < cols; ++c)
+                w[size_t(r * cols + c)] =
+                    n(row_rng) * std::ldexp(1.0f, binade[size_t((r / tile_rows) * tcols + c / tile_cols)]);
+        }
+    });
+    return w;
+}
+
+// A pool of distinct random NVFP4 or FP8-block experts (quantised by core/quant_formats' encoders) on the device,
+// their expert table, and the CPU views: FP8 blocks natively (backend::WeightFormat::kFP8Block); NVFP4 as the f32
+// values the CPU backend loads them as (nvfp4_decode: (e2m1 · e4m3 scale) · global, backend/cpu/weights.cpp).
+// w3 is drawn 2.5x wider than w1 so that the NVFP4 global scales of the two differ (a swapped global shows).
+struct FormatExpertPool {
+    MoeWeightFormat format = MoeWeightFormat::kNVFP4;
+    int64_t size = 0;
+    std::vector<std::vector<float>> deq;     // NVFP4: per entry w1, w3, w2 dequantised (f32)
+    std::vector<Fp8BlockTensor> fp8;         // FP8: per entry w1, w3, w2
+    std::vector<float> global;               // NVFP4: per entry w1, w3, w2 global scale
+    std::vector<DeviceBuffer> dev;           // per entry and matrix: weights, scales (+ NVFP4 global)
+    std::vector<backend::ExpertWeights> views;  // [E]
+    DeviceBuffer table;                         // Nvfp4ExpertPtrs or Fp8BlockExpertPtrs [E]
+};
+
+inline FormatExpertPool* format_expert_pool(const MoeShape& s, MoeWeightFormat f) {
+    static std::map<std::string, std::unique_ptr<FormatExpertPool>> cache;
+    auto& slot = cache[std::string(s.name) + moe_weight_format_name(f)];
+    if (slot) return slot.get();
+    auto p = std::make_unique<FormatExpertPool>();
+    p->format = f;
+    std::mt19937_64 rng(fresh_seed());
+    p->size = 5;
+    const bool nv = f == MoeWeightFormat::kNVFP4;
+    // per entry: the device pointers of w1, w3, w2 (weights, scales, global)
+    std::vector<std::array<const void*, 9>> ptrs;
+    bool uploaded = true;
+    auto upload = [&](const auto& host) -> const void* {
+        auto d = to_device(host);
+        if (!d.is_ok()) {
+            uploaded = false;
+            return nullptr;
+        }
+        p->dev.push_back(std::move(*d));
+        return p->dev.back().data();
+    };
+    for (int64_t i = 0; i < p->size; ++i) {
+        std::array<const void*, 9> e{};
+        const int64_t shape[3][2] = {{s.inter, s.dim}, {s.inter, s.dim}, {s.dim, s.inter}};
+        const float sd[3] = {0.02f, 0.05f, 0.02f};
+        for (int m = 0; m < 3; ++m) {
+            const int64_t rows = shape[m][0], cols = shape[m][1];
+            if (nv) {
+                const auto w = random_binade_tiles(rng, rows, cols, 1, kNvfp4GroupSize, -10, 2, sd[m]);
+                auto t = nvfp4_encode(w, rows, cols);
+                EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+                if (!t.is_ok()) return nullptr;
+                std::vector<float> d(size_t(rows * cols));
+                EXPECT_TRUE(nvfp4_decode(t->packed, t->scales, t->global_scale, rows, cols, d).is_ok());
+                p->deq.push_back(std::move(d));
+                p->global.push_back(t->global_scale);
+                e[size_t(3 * m)] = upload(t->packed);
+                e[size_t(3 * m + 1)] = upload(t->scales);
+                e[size_t(3 * m + 2)] = upload(std::vector<float>{t->global_scale});
+            } else {
+                const auto w = random_binade_tiles(rng, rows, cols, kFp8BlockSize, kFp8BlockSize, -6, 2, sd[m]);
+                auto t = fp8_block_encode(w, rows, cols);
+                EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+                if (!t.is_ok()) return nullptr;
+                e[size_t(3 * m)] = upload(t->data);
+                e[size_t(3 * m + 1)] = upload(t->scales);
+                p->fp8.push_back(std::move(*t));
+            }
+            if (!uploaded) return nullptr;
+        }
+        ptrs.push_back(e);
+    }
+    auto u8 = [](const void* v) { return static_cast<const uint8_t*>(v); };
+    auto f32 = [](const void* v) { return static_cast<const float*>(v); };
+    std::vector<Nvfp4ExpertPtrs> nv_table;
+    std::vector<Fp8BlockExpertPtrs> fp8_table;
+    for (int64_t ex = 0; ex < s.n_experts; ++ex) {
+        const int64_t i = ex % p->size;
+        const auto& e = ptrs[size_t(i)];
+        if (nv) {
+            nv_table.push_back({u8(e[0]), u8(e[1]), f32(e[2]), u8(e[3]), u8(e[4]), f32(e[5]), u8(e[6]), u8(e[7]),
+                                f32(e[8])});
+            const float* d = nullptr;
+            const auto fv = backend::WeightFormat::kF32;
+            d = p->deq[size_t(3 * i)].data();
+            const backend::WeightView w1{fv, s.inter, s.dim, d, nullptr};
+            d = p->deq[size_t(3 * i + 1)].data();
+            const backend::WeightView w3{fv, s.inter, s.dim, d, nullptr};
+            d = p->deq[size_t(3 * i + 2)].data();
+            const backend::WeightView w2{fv, s.dim, s.inter, d, nullptr};
+            p->views.push_back({.w1 = w1, .w2 = w2, .w3 = w3});
+        } else {
+            fp8_table.push_back({u8(e[0]), u8(e[1]), u8(e[3]), u8(e[4]), u8(e[6]), u8(e[7])});
+            const auto fb = backend::WeightFormat::kFP8Block;
+            const Fp8BlockTensor &w1 = p->fp8[size_t(3 * i)], &w3 = p->fp8[size_t(3 * i + 1)],
+                                 &w2 = p->fp8[size_t(3 * i + 2)];
+            p->views.push_back({.w1 = {fb, s.inter, s.dim, w1.data.data(), w1.scales.data()},
+                                .w2 = {fb, s.dim, s.inter, w2.data.data(), w2.scales.data()},
+                                .w3 = {fb, s.inter, s.dim, w3.data.data(), w3.scales.data()}});
+        }
+    }
+    const Status checked = nv ? check_moe_expert_table(nv_table.data(), s.n_experts, "test NVFP4 experts")
+                              : check_moe_expert_table(fp8_table.data(), s.n_experts, "test FP8 experts");
+    EXPECT_TRUE(checked.is_ok()) << checked.to_string();
+    auto tb = nv ? to_device(nv_table) : to_device(fp8_table);
+    if (!tb.is_ok() || !checked.is_ok()) return nullptr;
+    p->table = std::move(*tb);
+    slot = std::move(p);
+    return slot.get();
 }
 
 }  // namespace dsv4::cuda::moe_testing
