@@ -398,13 +398,13 @@ struct RingWeights {
 };
 
 // The GEMM core shared by both expert GEMMs. The block's warps are RT row tiles x KS K-splits; warp (rt, ks)
-// owns rows row0 + 16·rt + {g, g+8} and the 256-wide K steps ks, ks+KS, ... For one tile of up to 8 tokens
+// owns rows row0 + 16·rt + {g, g+8} and the K steps (Fmt::kStepK wide) ks, ks+KS, ... For one tile of up to 8 tokens
 // (act_row[c] = activation row of token column c, c < ntile) it accumulates y[m][.] = (row g, col 2t),
 // (row g, col 2t+1), (row g+8, col 2t), (row g+8, col 2t+1) for each of the MATS matrices, and reduces the K splits
 // through shared memory `red` (KS·RT·MATS·128 floats) in split order. On return the warps with ks == 0 hold the
 // totals. Fmt selects the weight stage (header comment): w[m] = the matrix, ws[m] = its scales (MXFP4 [rows, K/32]
-// UE8M0, NVFP4 [rows, K/16] e4m3, FP8 block [rows/128, K/128] UE8M0; row0 then is the matrix's own row), wg[m] = the
-// NVFP4 global scale (unused by the other formats).
+// UE8M0, NVFP4 [rows, K/16] e4m3, FP8 block [rows/128, K/128] UE8M0, for which row0 must be the row in the whole
+// matrix: global weights only), wg[m] = the NVFP4 global scale (unused by the other formats).
 template <class Fmt, int MATS, int RT, int KS, class Src>
 __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* const (&w)[MATS],
                                                  const uint8_t* const (&ws)[MATS], const float (&wg)[MATS],
