@@ -21,7 +21,8 @@
 // `dsv4_bench_moe --profile T` runs a few calls of each path at T tokens only (for a profiler's per-kernel view);
 // `dsv4_bench_moe --decode` only the first table's T <= 256 rows.
 //
-// A second table streams, for T <= 256, exactly the bytes the kernel must read (every touched expert's weights and
+// A second table times the decode kernel's three weight formats (MXFP4, NVFP4, FP8 128x128 blocks) at T <= 256.
+// A third streams, for T <= 256, exactly the bytes the kernel must read (every touched expert's weights and
 // scales, contiguous per expert here) through sm90_stream_probe — the TMA-ring load pipeline without arithmetic,
 // read only — with a few ring shapes: what a weight-streaming MoE kernel on that pipeline could reach at best.
 #include <cublas_v2.h>
@@ -230,6 +231,110 @@ void stream_probe_table(cudaStream_t s, const uint8_t* base, std::mt19937_64& rn
     }
 }
 
+
+// A fill for scale bytes of the other formats: NVFP4 e4m3 group scales in [0x28, 0x57] (2^-3 .. 15: positive,
+// normal, never NaN); FP8 weights: random e4m3 bytes with the two NaN codes (0x7f, 0xff) moved to their neighbours.
+__global__ void fill_e4m3(uint8_t* p, size_t n, uint64_t seed, bool scales) {
+    const size_t stride = size_t(gridDim.x) * blockDim.x * 8;
+    for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; i < n; i += stride) {
+        const uint64_t r = mix64(seed + i);
+        for (int j = 0; j < 8 && i + j < n; ++j) {
+            const uint8_t b = uint8_t(r >> (8 * j));
+            p[i + j] = scales ? uint8_t(0x28 + b % 48) : ((b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b);
+        }
+    }
+}
+
+// The three weight formats of the decode kernel (register-streaming path) side by side at T <= 256: MXFP4 (the
+// table above's weights), NVFP4 (the same e2m1 bytes with e4m3 per-16 scales and an f32 global per matrix) and FP8
+// 128x128 blocks (1 byte per weight). Bytes per expert: MXFP4 3·I·D·(1/2 + 1/32), NVFP4 3·I·D·(1/2 + 1/16), FP8
+// 3·I·D·(1 + 1/16384).
+void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4ExpertPtrs* dev_mx,
+                  std::mt19937_64& rng, double copy_tbs) {
+    constexpr size_t kNvScale13 = size_t(kI) * kD / 16, kNvScale2 = size_t(kD) * kI / 16;
+    constexpr size_t kNvBytes = 2 * (kW13Bytes + kNvScale13) + kW2Bytes + kNvScale2;
+    constexpr size_t kF13 = size_t(kI) * kD, kF2 = size_t(kD) * kI;
+    constexpr size_t kFs13 = size_t(kI / 128) * (kD / 128), kFs2 = size_t(kD / 128) * (kI / 128);
+    constexpr size_t kFpBytes = 2 * (kF13 + kFs13) + kF2 + kFs2;
+    const size_t n = size_t(kLayers * kE);
+    auto nv_scales = DeviceBuffer::allocate(n * (2 * kNvScale13 + kNvScale2), "NVFP4 scales");
+    auto nv_global = DeviceBuffer::allocate(n * 3 * sizeof(float), "NVFP4 globals");
+    auto fp_bytes = DeviceBuffer::allocate(n * (2 * (kF13 + kFs13) + kF2 + kFs2), "FP8 experts");
+    CHECK(nv_scales.status());
+    CHECK(nv_global.status());
+    CHECK(fp_bytes.status());
+    fill_e4m3<<<1024, 256, 0, s>>>(nv_scales->as<uint8_t>(), n * (2 * kNvScale13 + kNvScale2), 77, true);
+    const std::vector<float> globals(n * 3, 1.0f / 2688.0f);
+    CHECK(nv_global->upload(globals.data(), globals.size() * sizeof(float)));
+    std::vector<Nvfp4ExpertPtrs> nv(n);
+    std::vector<Fp8BlockExpertPtrs> fp(n);
+    for (size_t i = 0; i < n; ++i) {
+        uint8_t* ns = nv_scales->as<uint8_t>() + i * (2 * kNvScale13 + kNvScale2);
+        const float* g = nv_global->as<float>() + 3 * i;
+        nv[i] = {host_mx[i].w1, ns, g, host_mx[i].w3, ns + kNvScale13, g + 1, host_mx[i].w2, ns + 2 * kNvScale13,
+                 g + 2};
+        uint8_t* f = fp_bytes->as<uint8_t>() + i * kFpBytes;
+        fill_e4m3<<<1024, 256, 0, s>>>(f, 2 * kF13 + kF2, uint64_t(i) << 40, false);
+        fill_random<<<16, 256, 0, s>>>(f + 2 * kF13 + kF2, 2 * kFs13 + kFs2, (uint64_t(i) << 40) ^ 0x3333, true);
+        fp[i] = {f, f + 2 * kF13 + kF2, f + kF13, f + 2 * kF13 + kF2 + kFs13, f + 2 * kF13,
+                 f + 2 * kF13 + kF2 + 2 * kFs13};
+    }
+    CHECK(launch_status("fill_e4m3"));
+    CHECK(check_moe_expert_table(nv.data(), int64_t(n), "bench NVFP4 experts"));
+    CHECK(check_moe_expert_table(fp.data(), int64_t(n), "bench FP8 experts"));
+    auto d_nv = DeviceBuffer::allocate(n * sizeof(Nvfp4ExpertPtrs), "NVFP4 table");
+    auto d_fp = DeviceBuffer::allocate(n * sizeof(Fp8BlockExpertPtrs), "FP8 table");
+    CHECK(d_nv.status());
+    CHECK(d_fp.status());
+    CHECK(d_nv->upload(nv.data(), n * sizeof(Nvfp4ExpertPtrs)));
+    CHECK(d_fp->upload(fp.data(), n * sizeof(Fp8BlockExpertPtrs)));
+    std::printf("\n| T | experts | MXFP4 us | MXFP4 TB/s | NVFP4 us | NVFP4 TB/s | FP8 block us | FP8 block TB/s | FP8 "
+                "%% copy |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int64_t T : {int64_t(1), int64_t(4), int64_t(16), int64_t(64), int64_t(256)}) {
+        std::vector<Routing> routings;
+        double experts = 0;
+        for (int i = 0; i < kRoutings; ++i) {
+            routings.push_back(make_routing(rng, T));
+            experts += double(routings.back().distinct.size());
+        }
+        experts /= kRoutings;
+        auto x = DeviceBuffer::allocate(size_t(T) * kD * 2, "x");
+        auto y = DeviceBuffer::allocate(size_t(T) * kD * 2, "y");
+        CHECK(x.status());
+        CHECK(y.status());
+        fill_bf16<<<64, 256, 0, s>>>(x->as<__nv_bfloat16>(), size_t(T) * kD, 7);
+        const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, kK, kE, kD, kI);
+        auto ws = DeviceBuffer::allocate(ws_bytes, "workspace");
+        CHECK(ws.status());
+        auto time_format = [&](MoeWeightFormat f) {
+            return median_ms_per_call(s, [&](int i) {
+                const Routing& r = routings[size_t(i % kRoutings)];
+                const int64_t layer = (i % kLayers) * kE;
+                MoeDecodeArgs a;
+                a.x = x->data();
+                a.idx = r.d_idx.as<int32_t>();
+                a.route_w = r.d_w.as<float>();
+                a.format = f;
+                if (f == MoeWeightFormat::kMXFP4) a.experts = dev_mx + layer;
+                if (f == MoeWeightFormat::kNVFP4) a.nvfp4_experts = d_nv->as<Nvfp4ExpertPtrs>() + layer;
+                if (f == MoeWeightFormat::kFP8Block) a.fp8_experts = d_fp->as<Fp8BlockExpertPtrs>() + layer;
+                a.y = y->data();
+                a.tokens = T, a.k = kK, a.n_experts = kE, a.dim = kD, a.inter = kI;
+                a.workspace = ws->data();
+                a.workspace_bytes = ws_bytes;
+                CHECK(sm90_mxfp4_moe_decode(a, s));
+            });
+        };
+        const float mx = time_format(MoeWeightFormat::kMXFP4), nvt = time_format(MoeWeightFormat::kNVFP4),
+                    fpt = time_format(MoeWeightFormat::kFP8Block);
+        auto tbs = [&](size_t per_expert, float ms) { return experts * double(per_expert) / (ms * 1e-3) / 1e12; };
+        std::printf("| %lld | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f%% |\n", (long long)T, experts,
+                    mx * 1e3, tbs(kExpertBytes, mx), nvt * 1e3, tbs(kNvBytes, nvt), fpt * 1e3, tbs(kFpBytes, fpt),
+                    100.0 * tbs(kFpBytes, fpt) / copy_tbs);
+    }
+    CHECK_CUDA(cudaStreamSynchronize(s));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -405,6 +510,7 @@ int main(int argc, char** argv) {
             std::printf(" - | - |\n");
     }
     CHECK_BLAS(cublasDestroy(blas));
+    format_table(s, table.data(), layer_table, rng, copy_tbs);
     if (!decode_only) stream_probe_table(s, base, rng, copy_tbs);
     return 0;
 }
