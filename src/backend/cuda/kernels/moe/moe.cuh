@@ -397,6 +397,23 @@ struct RingWeights {
     static __device__ __forceinline__ float act_s(const float* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
 };
 
+// The B fragments and activation scales of one 256-wide K step (two 128-blocks q) of the 4-bit formats: lane t's
+// 32 pair-ordered f16 values of block 4q+t of its token (zeros when the token column does not exist) and the scales
+// of its two accumulator columns.
+template <class Src>
+__device__ __forceinline__ void load_step_activations(const __half* arow, const float* srow0, const float* srow1,
+                                                      int step, int t, bool tok_b, bool col0, bool col1,
+                                                      uint4 (&av)[2][4], float (&sa)[2][2]) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step * 2 + q) * 128 + t * 32);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
+        sa[q][0] = col0 ? Src::act_s(srow0 + step * 2 + q) : 0.0f;
+        sa[q][1] = col1 ? Src::act_s(srow1 + step * 2 + q) : 0.0f;
+    }
+}
+
 // The GEMM core shared by both expert GEMMs. The block's warps are RT row tiles x KS K-splits; warp (rt, ks)
 // owns rows row0 + 16·rt + {g, g+8} and the K steps (Fmt::kStepK wide) ks, ks+KS, ... For one tile of up to 8 tokens
 // (act_row[c] = activation row of token column c, c < ntile) it accumulates y[m][.] = (row g, col 2t),
@@ -446,14 +463,7 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
             }
             uint4 av[2][4];
             float sa[2][2];
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step * 2 + q) * 128 + t * 32);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
-                sa[q][0] = c0 < ntile ? Src::act_s(srow0 + step * 2 + q) : 0.0f;
-                sa[q][1] = c1 < ntile ? Src::act_s(srow1 + step * 2 + q) : 0.0f;
-            }
+            load_step_activations<Src>(arow, srow0, srow1, step, t, tok_b, c0 < ntile, c1 < ntile, av, sa);
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
 #pragma unroll
@@ -498,9 +508,9 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
             // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
             uint4 wv[MATS][2][2];
             uint2 sv[MATS][2];
-    #pragma unroll
+#pragma unroll
             for (int m = 0; m < MATS; ++m) {
-    #pragma unroll
+#pragma unroll
                 for (int q = 0; q < 2; ++q) {
                     const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
                     wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
@@ -511,17 +521,10 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
             }
             uint4 av[2][4];
             float sa[2][2];
-    #pragma unroll
+            load_step_activations<Src>(arow, srow0, srow1, step, t, tok_b, c0 < ntile, c1 < ntile, av, sa);
+#pragma unroll
             for (int q = 0; q < 2; ++q) {
-                const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(step * 2 + q) * 128 + t * 32);
-    #pragma unroll
-                for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
-                sa[q][0] = c0 < ntile ? Src::act_s(srow0 + step * 2 + q) : 0.0f;
-                sa[q][1] = c1 < ntile ? Src::act_s(srow1 + step * 2 + q) : 0.0f;
-            }
-    #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-    #pragma unroll
+#pragma unroll
                 for (int m = 0; m < MATS; ++m) {
                     const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
                     block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
