@@ -188,6 +188,10 @@ TEST(CudaMoePrefillArgs, RejectsBadShapesWithClearMessages) {
     expect_message("null pointer");
     a.experts = reinterpret_cast<const Mxfp4ExpertPtrs*>(dummy), a.workspace = nullptr;
     expect_message("null pointer");
+    a.workspace = dummy, a.format = MoeWeightFormat::kFP8Block;
+    expect_message("MXFP4 experts only");
+    a.format = MoeWeightFormat::kMXFP4, a.nvfp4_experts = reinterpret_cast<const Nvfp4ExpertPtrs*>(dummy);
+    expect_message("MXFP4 experts only");
     // the workspace size query agrees with the check
     EXPECT_EQ(sm90_mxfp4_moe_prefill_workspace_bytes(0, 6, 256, 4096, 2048), 0u);
     EXPECT_GT(sm90_mxfp4_moe_prefill_workspace_bytes(8192, 6, 256, 4096, 2048), size_t(8192) * 6 * 4096 * 3);

@@ -430,6 +430,9 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     const std::string op = "sm90_mxfp4_moe_prefill";
     if (!a.x || !a.idx || !a.route_w || !a.experts || !a.y || !a.workspace)
         return invalid_argument(op + ": null pointer (x, idx, route_w, experts, y and workspace are required)");
+    if (a.format != MoeWeightFormat::kMXFP4 || a.nvfp4_experts || a.fp8_experts)
+        return invalid_argument(op + ": MXFP4 experts only (format " + moe_weight_format_name(a.format) +
+                                "); NVFP4 and FP8-block experts run through sm90_mxfp4_moe_decode");
     if (a.k < 1 || a.k > Cfg::kMaxK || a.n_experts < a.k || a.n_experts > Cfg::kMaxExperts)
         return invalid_argument(op + ": need 1 <= K <= 16 and K <= E <= 1024, got K " + std::to_string(a.k) +
                                 ", E " + std::to_string(a.n_experts));
