@@ -19,8 +19,9 @@
 // nothing but their own units, so every gate/up item completes.
 //
 // Barriers per slot s: full[s] (count 1: the producer's arrive.expect_tx) and empty[s] (count: the group's warps).
-// A group's n-th unit uses its slot g·SG + n % SG for the (n / SG)-th time: the group waits full with parity
-// (n / SG) & 1, the producer waits empty with parity (n / SG − 1) & 1 before reusing the slot.
+// A group's n-th unit uses slot MoeRingPlan::slot(g, n) = g·SG + n % SG (SG slots per group) for the use-th time,
+// use = n / SG: the group waits full with parity use & 1, the producer waits empty with parity (use − 1) & 1 before
+// reusing the slot.
 #include <algorithm>
 #include <string>
 
@@ -30,23 +31,24 @@
 #include "backend/cuda/kernels/moe/moe.h"
 #include "backend/cuda/kernels/moe/moe_items.cuh"
 #include "backend/cuda/kernels/moe/moe_ring.h"
+#include "backend/cuda/kernels/moe/moe_ring_plan.h"
 
 namespace dsv4::cuda {
 namespace {
 
 using Cfg = MoeDecodeConfig;
 constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1), kMaxSlots = 8;
-// An item is kUpSub 16-row tiles of I (gate/up) or kDownSub 32-row tiles of D (down): one tile per pair of units
-// (w1, w3) or per unit (w2), streamed through the ring in turn, with the item's fences and arrival counters paid once.
-constexpr int kUpSub = 4, kDownSub = 4;
+// Items of 4 tiles (moe_ring_plan.h): the item's fences and arrival counters are paid once per 4 tiles' bytes.
+constexpr int kUpSub = kMoeRingUpSub, kDownSub = kMoeRingDownSub;
 // Consumer groups: a group of warps runs every kGroups-th item of the block on its own named barrier, so one group's
 // per-item latency chain (metadata loads, reduction, epilogue, fences and arrival counters) overlaps the other's
 // GEMM. Each group has its own sub-ring of slots: a slot's full barrier is waited on by phase parity, which is right
 // only while the waiter is at most one phase ahead of the barrier, i.e. when one group consumes all of the slot's
 // units in order. (Two groups sharing one ring broke that: a group could wait on unit u while the same slot's unit
 // u − S, the other group's, had not landed; the parity test passed at once on a stale slot. Those builds hung on
-// the H200: docs/kernels/moe.md.) kGroups = 2 where the ring holds two slots per group (V4-Flash: 6 slots of
-// 34 KB), else 1. Gate/up tiles run as 1 row tile x kGroupWarps K-splits, down tiles as 2 row tiles.
+// the H200: docs/kernels/moe.md; tests/unit/ring_protocol simulates both.) moe_ring_plan picks the groups: 2 where
+// the ring holds two slots per group (V4-Flash: 6 slots of 34 KB), else 1. Gate/up tiles run as 1 row tile x
+// kGroupWarps K-splits, down tiles as 2 row tiles.
 template <int kGroups>
 struct GroupShape {
     static constexpr int kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
@@ -84,9 +86,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
     __shared__ __align__(16) float red[kGroups][G::kUpKS * 2 * 128];
     __shared__ int flag[kGroups];
     const RingGeometry geo = ring_geometry(p.D, p.I);
-    const int SG = geo.slots / kGroups;  // slots per group
+    // = moe_ring_plan(geo.slots), whose group count the launcher passed as kGroups (a constant here)
+    const MoeRingPlan plan{kGroups, geo.slots / kGroups};
     if (threadIdx.x == 0) {
-        for (int s = 0; s < SG * kGroups; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], G::kGroupWarps);
+        for (int s = 0; s < plan.slots_per_group * kGroups; ++s)
+            mbar_init(&full[s], 1), mbar_init(&empty[s], G::kGroupWarps);
         mbar_init_fence();
     }
     __syncthreads();
@@ -95,16 +99,14 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
     const int n_up = n_active * up_tiles, n_items = n_up + n_active * down_tiles;
     const Mxfp4ExpertPtrs* experts = static_cast<const Mxfp4ExpertPtrs*>(p.experts);
     const int warp = threadIdx.x >> 5;
-    // unit n of group g (its n-th, counted over its own items only) lives in slot g·SG + n % SG
-    auto slot_of = [&](int g, uint32_t n) { return g * SG + int(n % uint32_t(SG)); };
 
     if (warp == kConsumerWarps) {  // producer: the block's items in order, each into its group's sub-ring
         if ((threadIdx.x & 31) != 0) return;
         uint32_t u[kGroups] = {};
         int k = 0;  // the block's item count so far
         auto produce = [&](int g, const uint8_t* w, uint32_t w_bytes, const uint8_t* ws, uint32_t s_bytes) {
-            const int s = slot_of(g, u[g]);
-            const uint32_t use = u[g] / uint32_t(SG);
+            const int s = plan.slot(g, u[g]);
+            const uint32_t use = plan.use(u[g]);
             if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
             uint8_t* slot = ring + size_t(s) * geo.unit_bytes;
             mbar_arrive_expect_tx(&full[s], w_bytes + s_bytes);
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
             ++u[g];
         };
         for (int i = blockIdx.x; i < n_items; i += gridDim.x, ++k) {
-            const int g = k % kGroups;
+            const int g = plan.group_of_item(k);
             if (i < n_up) {
                 const Mxfp4ExpertPtrs ex = experts[p.active_expert[i / up_tiles]];
                 for (int sub = 0; sub < kUpSub; ++sub) {
@@ -138,17 +140,17 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
     const int gi = warp / G::kGroupWarps, lane = threadIdx.x & 31;
     uint32_t u = 0;  // the group's units so far
     int k = 0;
-    auto unit = [&](uint32_t n) { return ring + size_t(slot_of(gi, n)) * geo.unit_bytes; };
-    auto wait_unit = [&](uint32_t n) { mbar_wait(&full[slot_of(gi, n)], (n / uint32_t(SG)) & 1); };
+    auto unit = [&](uint32_t n) { return ring + size_t(plan.slot(gi, n)) * geo.unit_bytes; };
+    auto wait_unit = [&](uint32_t n) { mbar_wait(&full[plan.slot(gi, n)], plan.use(n) & 1); };
     auto release_unit = [&](uint32_t n) {
         __syncwarp();  // every lane's reads of the slot are done
-        if (lane == 0) mbar_arrive(&empty[slot_of(gi, n)]);
+        if (lane == 0) mbar_arrive(&empty[plan.slot(gi, n)]);
     };
     for (int i = blockIdx.x; i < n_items; i += gridDim.x, ++k) {
-        if (k % kGroups != gi) continue;
+        if (plan.group_of_item(k) != gi) continue;
         const uint32_t n = u;
         if (i < n_up) {
-            u += 2 * kUpSub;
+            u += MoeRingPlan::units_of_item(true);
             const RingWeights<false, G::kGroupThreads> src{gi};
             const int slot = i / up_tiles, row0 = (i % up_tiles) * kUpSub * Cfg::kUpRows;
             const uint8_t* w[kUpSub][2];
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
                     release_unit(n + 2 * sub + 1);
                 });
         } else {
-            u += kDownSub;
+            u += MoeRingPlan::units_of_item(false);
             const RingWeights<true, G::kGroupThreads> src{gi};
             const int j = i - n_up, slot = j / down_tiles, range = j % down_tiles;
             const uint8_t* w[kDownSub][1];
@@ -219,7 +221,7 @@ Status launch_groups(const MoeKernelParams& p, const RingGeometry& geo, cudaStre
 
 Status launch_moe_ring(const MoeKernelParams& p, cudaStream_t stream) {
     const RingGeometry geo = ring_geometry(p.D, p.I);
-    return geo.slots >= 4 ? launch_groups<2>(p, geo, stream) : launch_groups<1>(p, geo, stream);
+    return moe_ring_plan(geo.slots).groups == 2 ? launch_groups<2>(p, geo, stream) : launch_groups<1>(p, geo, stream);
 }
 
 }  // namespace dsv4::cuda
