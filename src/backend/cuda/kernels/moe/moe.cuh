@@ -222,17 +222,11 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// One 128-element block (q) of one weight matrix for rows g and g+8 of a warp's 16-row tile, times the token
-// tile: 8 MMAs into a fresh accumulator, then y += acc · (2^(e_max-127) · a_scale) per (row, token).
-__device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
-                                             int t, const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
-    // s_*: the 4 UE8M0 bytes of the row's 32-blocks in this 128-block; lane t owns block t.
-    uint32_t m_lo = __vmaxu4(s_lo, s_lo >> 16), m_hi = __vmaxu4(s_hi, s_hi >> 16);
-    m_lo = __vmaxu4(m_lo, m_lo >> 8) & 0xff;
-    m_hi = __vmaxu4(m_hi, m_hi >> 8) & 0xff;
-    const int e_lo = int((s_lo >> (8 * t)) & 0xff), e_hi = int((s_hi >> (8 * t)) & 0xff);
-    const uint32_t f_lo = pow2_f16x2(e_lo - int(m_lo) + 14), f_hi = pow2_f16x2(e_hi - int(m_hi) + 14);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+// The 8 MMAs of one 128-element block of e2m1 weights (rows g and g+8: w_lo / w_hi, the lane's 32 nibbles each)
+// times the token tile, into a fresh accumulator. Each f16 pair of the A fragments (e2m1 · 2^-14) is multiplied by the
+// factor of its half of the block: f_lo / f_hi [0] for elements 0-15 (MMAs 0-3), [1] for 16-31 (MMAs 4-7).
+__device__ __forceinline__ void e2m1_block_mma(const uint4& w_lo, const uint4& w_hi, const uint32_t (&f_lo)[2],
+                                               const uint32_t (&f_hi)[2], const uint4 (&act)[4], float (&acc)[4]) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const uint32_t wl = word_of(w_lo, j >> 1), wh = word_of(w_hi, j >> 1);
@@ -244,12 +238,28 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
             a0 = e2m1_pair_f16<0>(wl), a2 = e2m1_pair_f16<1>(wl);
             a1 = e2m1_pair_f16<0>(wh), a3 = e2m1_pair_f16<1>(wh);
         }
-        a0 = hmul2_bits(a0, f_lo), a2 = hmul2_bits(a2, f_lo);
-        a1 = hmul2_bits(a1, f_hi), a3 = hmul2_bits(a3, f_hi);
+        const uint32_t fl = f_lo[j >> 2], fh = f_hi[j >> 2];
+        a0 = hmul2_bits(a0, fl), a2 = hmul2_bits(a2, fl);
+        a1 = hmul2_bits(a1, fh), a3 = hmul2_bits(a3, fh);
         const uint4& b = act[j >> 1];
         const uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
         mma_f16_16816(acc, a0, a1, a2, a3, b0, b1);
     }
+}
+
+// One 128-element block (q) of one weight matrix for rows g and g+8 of a warp's 16-row tile, times the token
+// tile: 8 MMAs into a fresh accumulator, then y += acc · (2^(e_max-127) · a_scale) per (row, token).
+__device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
+                                             int t, const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
+    // s_*: the 4 UE8M0 bytes of the row's 32-blocks in this 128-block; lane t owns block t.
+    uint32_t m_lo = __vmaxu4(s_lo, s_lo >> 16), m_hi = __vmaxu4(s_hi, s_hi >> 16);
+    m_lo = __vmaxu4(m_lo, m_lo >> 8) & 0xff;
+    m_hi = __vmaxu4(m_hi, m_hi >> 8) & 0xff;
+    const int e_lo = int((s_lo >> (8 * t)) & 0xff), e_hi = int((s_hi >> (8 * t)) & 0xff);
+    const uint32_t f_lo = pow2_f16x2(e_lo - int(m_lo) + 14), f_hi = pow2_f16x2(e_hi - int(m_hi) + 14);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t fl[2] = {f_lo, f_lo}, fh[2] = {f_hi, f_hi};  // one factor for the whole 32-block
+    e2m1_block_mma(w_lo, w_hi, fl, fh, act, acc);
     const float s_row_lo = e8m0_to_f32(uint8_t(m_lo)), s_row_hi = e8m0_to_f32(uint8_t(m_hi));
     // acc · (w_s · a_s): the product of scales is exact (powers of two), so fma == separate multiply and add
     y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], __fmul_rn(s_row_lo, sa0)));
@@ -302,24 +312,7 @@ __device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint
     const uint32_t f_lo[2] = {prmt_bits(s_lo, 0, 0x1010u), prmt_bits(s_lo, 0, 0x3232u)};
     const uint32_t f_hi[2] = {prmt_bits(s_hi, 0, 0x1010u), prmt_bits(s_hi, 0, 0x3232u)};
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const uint32_t wl = word_of(w_lo, j >> 1), wh = word_of(w_hi, j >> 1);
-        uint32_t a0, a1, a2, a3;
-        if (j & 1) {
-            a0 = e2m1_pair_f16<2>(wl), a2 = e2m1_pair_f16<3>(wl);
-            a1 = e2m1_pair_f16<2>(wh), a3 = e2m1_pair_f16<3>(wh);
-        } else {
-            a0 = e2m1_pair_f16<0>(wl), a2 = e2m1_pair_f16<1>(wl);
-            a1 = e2m1_pair_f16<0>(wh), a3 = e2m1_pair_f16<1>(wh);
-        }
-        const uint32_t fl = f_lo[j >> 2], fh = f_hi[j >> 2];
-        a0 = hmul2_bits(a0, fl), a2 = hmul2_bits(a2, fl);
-        a1 = hmul2_bits(a1, fh), a3 = hmul2_bits(a3, fh);
-        const uint4& b = act[j >> 1];
-        const uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
-        mma_f16_16816(acc, a0, a1, a2, a3, b0, b1);
-    }
+    e2m1_block_mma(w_lo, w_hi, f_lo, f_hi, act, acc);
     y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], f0));
     y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], f1));
     y[2] = __fadd_rn(y[2], __fmul_rn(acc[2], f0));
