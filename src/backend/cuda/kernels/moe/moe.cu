@@ -220,13 +220,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     if (a.tokens < 1 || a.tokens > Cfg::kMaxTokens)
         return invalid_argument(op + ": tokens " + std::to_string(a.tokens) + " outside 1.." +
                                 std::to_string(Cfg::kMaxTokens) + " (the decode kernel; prefill is a separate path)");
-    if (a.k < 1 || a.k > Cfg::kMaxK || a.n_experts < a.k || a.n_experts > Cfg::kMaxExperts)
-        return invalid_argument(op + ": need 1 <= K <= 16 and K <= E <= 1024, got K " + std::to_string(a.k) +
-                                ", E " + std::to_string(a.n_experts));
-    if (a.dim % 512 != 0 || a.inter % 512 != 0 || a.dim <= 0 || a.inter <= 0 || a.dim > (1 << 20) ||
-        a.inter > (1 << 20))
-        return invalid_argument(op + ": D " + std::to_string(a.dim) + " and I " + std::to_string(a.inter) +
-                                " must be positive multiples of 512");
+    DSV4_RETURN_IF_ERROR(check_moe_shape(a, op, 512));
     const MoeWorkspace wl = MoeWorkspace::make(a.tokens, a.k, a.n_experts, a.dim, a.inter);
     if (a.workspace_bytes < wl.total || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
         return invalid_argument(op + ": workspace must be 256-byte aligned and hold " + std::to_string(wl.total) +
@@ -271,6 +265,17 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     return launch_expert_kernels<Mxfp4Weights>(p, stream);
 }
 
+Status check_moe_shape(const MoeDecodeArgs& a, const std::string& op, int64_t dim_multiple) {
+    if (a.k < 1 || a.k > Cfg::kMaxK || a.n_experts < a.k || a.n_experts > Cfg::kMaxExperts)
+        return invalid_argument(op + ": need 1 <= K <= 16 and K <= E <= 1024, got K " + std::to_string(a.k) +
+                                ", E " + std::to_string(a.n_experts));
+    if (a.dim <= 0 || a.inter <= 0 || a.dim % dim_multiple != 0 || a.inter % dim_multiple != 0 ||
+        a.dim > (1 << 20) || a.inter > (1 << 20))
+        return invalid_argument(op + ": D " + std::to_string(a.dim) + " and I " + std::to_string(a.inter) +
+                                " must be positive multiples of " + std::to_string(dim_multiple));
+    return Status::ok();
+}
+
 const char* moe_weight_format_name(MoeWeightFormat f) {
     switch (f) {
         case MoeWeightFormat::kMXFP4: return "MXFP4";
@@ -294,26 +299,30 @@ Status check_matrix(const std::string& what, int64_t e, const char* name, const 
         return invalid_argument(at + ": scale pointer not " + std::to_string(scale_align) + "-byte aligned");
     return Status::ok();
 }
-}  // namespace
 
-Status check_moe_expert_table(const Mxfp4ExpertPtrs* host, int64_t n_experts, const std::string& what) {
-    if (!host || n_experts < 1) return invalid_argument(what + ": empty MXFP4 expert table");
+// The three matrices of every expert of a table (all formats name them w1/w1s, w3/w3s, w2/w2s).
+template <class Ptrs>
+Status check_expert_matrices(const Ptrs* host, int64_t n_experts, const std::string& what, const char* format,
+                             uintptr_t scale_align) {
+    if (!host || n_experts < 1) return invalid_argument(what + ": empty " + format + " expert table");
     for (int64_t e = 0; e < n_experts; ++e) {
-        const Mxfp4ExpertPtrs& x = host[e];
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w1", x.w1, x.w1s, 8));
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w3", x.w3, x.w3s, 8));
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w2", x.w2, x.w2s, 8));
+        const Ptrs& x = host[e];
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w1", x.w1, x.w1s, scale_align));
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w3", x.w3, x.w3s, scale_align));
+        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w2", x.w2, x.w2s, scale_align));
     }
     return Status::ok();
 }
+}  // namespace
+
+Status check_moe_expert_table(const Mxfp4ExpertPtrs* host, int64_t n_experts, const std::string& what) {
+    return check_expert_matrices(host, n_experts, what, "MXFP4", 8);
+}
 
 Status check_moe_expert_table(const Nvfp4ExpertPtrs* host, int64_t n_experts, const std::string& what) {
-    if (!host || n_experts < 1) return invalid_argument(what + ": empty NVFP4 expert table");
+    DSV4_RETURN_IF_ERROR(check_expert_matrices(host, n_experts, what, "NVFP4", 2));
     for (int64_t e = 0; e < n_experts; ++e) {
         const Nvfp4ExpertPtrs& x = host[e];
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w1", x.w1, x.w1s, 2));
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w3", x.w3, x.w3s, 2));
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w2", x.w2, x.w2s, 2));
         const float* g[3] = {x.w1g, x.w3g, x.w2g};
         const char* names[3] = {"w1", "w3", "w2"};
         for (int m = 0; m < 3; ++m)
@@ -325,14 +334,7 @@ Status check_moe_expert_table(const Nvfp4ExpertPtrs* host, int64_t n_experts, co
 }
 
 Status check_moe_expert_table(const Fp8BlockExpertPtrs* host, int64_t n_experts, const std::string& what) {
-    if (!host || n_experts < 1) return invalid_argument(what + ": empty FP8 block expert table");
-    for (int64_t e = 0; e < n_experts; ++e) {
-        const Fp8BlockExpertPtrs& x = host[e];
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w1", x.w1, x.w1s, 1));
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w3", x.w3, x.w3s, 1));
-        DSV4_RETURN_IF_ERROR(check_matrix(what, e, "w2", x.w2, x.w2s, 1));
-    }
-    return Status::ok();
+    return check_expert_matrices(host, n_experts, what, "FP8 block", 1);
 }
 
 }  // namespace dsv4::cuda

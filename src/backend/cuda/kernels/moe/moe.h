@@ -85,6 +85,10 @@ size_t sm90_mxfp4_moe_decode_workspace_bytes(int64_t tokens, int64_t k, int64_t 
 // T in 1..256, D % 512 == 0, I % 512 == 0, E <= 1024, K <= 16. Any MoeWeightFormat (the name is historical).
 Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream);
 
+// The routing and matrix shape rules both MoE launchers share (decode, moe_prefill): 1 <= K <= 16, K <= E <= 1024, D
+// and I positive multiples of `dim_multiple` up to 2^20. Messages start with `op`.
+Status check_moe_shape(const MoeDecodeArgs& a, const std::string& op, int64_t dim_multiple);
+
 // Host-side checks of an expert table before it is uploaded (the launcher cannot read the device copy): every
 // weight and scale pointer (and NVFP4 global pointer) set, weights 16-byte aligned, NVFP4 scales 2-byte aligned.
 // `what` names the table in the message (e.g. the layer). No GPU needed.

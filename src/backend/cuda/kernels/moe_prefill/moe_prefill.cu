@@ -433,15 +433,10 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     if (a.format != MoeWeightFormat::kMXFP4 || a.nvfp4_experts || a.fp8_experts)
         return invalid_argument(op + ": MXFP4 experts only (format " + moe_weight_format_name(a.format) +
                                 "); NVFP4 and FP8-block experts run through sm90_mxfp4_moe_decode");
-    if (a.k < 1 || a.k > Cfg::kMaxK || a.n_experts < a.k || a.n_experts > Cfg::kMaxExperts)
-        return invalid_argument(op + ": need 1 <= K <= 16 and K <= E <= 1024, got K " + std::to_string(a.k) +
-                                ", E " + std::to_string(a.n_experts));
+    static_assert(Cfg::kMaxK == 16 && Cfg::kMaxExperts == 1024, "the limits check_moe_shape enforces");
+    DSV4_RETURN_IF_ERROR(check_moe_shape(a, op, 128));
     if (a.tokens < 1 || a.tokens * a.k >= (int64_t(1) << 26))
         return invalid_argument(op + ": tokens " + std::to_string(a.tokens) + " outside 1..2^26/K");
-    if (a.dim <= 0 || a.inter <= 0 || a.dim % 128 != 0 || a.inter % 128 != 0 || a.dim > (1 << 20) ||
-        a.inter > (1 << 20))
-        return invalid_argument(op + ": D " + std::to_string(a.dim) + " and I " + std::to_string(a.inter) +
-                                " must be positive multiples of 128");
     const MoePrefillWorkspace wl = MoePrefillWorkspace::make(a.tokens, a.k, a.n_experts, a.dim, a.inter);
     if (a.workspace_bytes < wl.total || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
         return invalid_argument(op + ": workspace must be 256-byte aligned and hold " + std::to_string(wl.total) +
