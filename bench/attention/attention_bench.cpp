@@ -55,6 +55,7 @@
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "backend/cuda/kernels/synthetic/synthetic.h"
 #include "backend/ops.h"
+#include "../bench_check.h"
 
 namespace {
 
@@ -74,14 +75,6 @@ constexpr double kGraphTargetUs = 10000;  // calls per timed graph: about this l
 constexpr int kMaxRotations = 4096;
 constexpr double kMarginBytes = double(size_t(1) << 30);  // free memory a point leaves untouched
 
-#define CHECK(expr)                                                                              \
-    do {                                                                                         \
-        const ::dsv4::Status s_ = (expr);                                                        \
-        if (!s_.is_ok()) {                                                                       \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.to_string().c_str());     \
-            std::exit(1);                                                                        \
-        }                                                                                        \
-    } while (0)
 #define CHECK_CUDA(call)                                                                                   \
     do {                                                                                                   \
         const cudaError_t e_ = (call);                                                                     \

@@ -22,6 +22,7 @@
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 #include "backend/cuda/kernels/router/router.h"
 #include "core/formats.h"
+#include "../bench_check.h"
 
 namespace {
 
@@ -31,14 +32,6 @@ using namespace dsv4::cuda;
 constexpr double kCopyBytesPerS = 4.27e12, kBf16FlopPerS = 793e12;
 constexpr size_t kRotateBytes = size_t(256) << 20;  // working set across the rotated copies: > 4x L2
 
-#define CHECK(expr)                                                                          \
-    do {                                                                                     \
-        ::dsv4::Status s_ = (expr);                                                          \
-        if (!s_.is_ok()) {                                                                   \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.to_string().c_str()); \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
 
 DeviceBuffer random_buffer(std::mt19937_64& rng, size_t bytes, bool bf16) {
     auto r = DeviceBuffer::allocate(bytes + 16, "bench");

@@ -26,6 +26,7 @@
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/gemm_fp8_wgmma/gemm_fp8_wgmma.h"
+#include "../bench_check.h"
 
 namespace {
 
@@ -34,14 +35,6 @@ using namespace dsv4::cuda;
 
 constexpr int kWarm = 3, kReps = 20;
 
-#define CHECK(expr)                                                                          \
-    do {                                                                                     \
-        ::dsv4::Status s_ = (expr);                                                          \
-        if (!s_.is_ok()) {                                                                   \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.to_string().c_str()); \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
 #define CHECK_CUDA(call) CHECK(::dsv4::cuda::cuda_status((call), #call))
 
 __device__ __forceinline__ uint32_t mix(uint64_t x) {

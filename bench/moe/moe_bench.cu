@@ -43,6 +43,7 @@
 #include "backend/cuda/kernels/moe/moe.h"
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 #include "backend/cuda/kernels/stream_probe/stream_probe.h"
+#include "../bench_check.h"
 
 namespace {
 
@@ -53,14 +54,6 @@ constexpr int64_t kD = 4096, kI = 2048, kE = 256, kK = 6, kLayers = 2, kRoutings
 constexpr int kBatch = 16, kBatches = 15, kWarm = 3;
 constexpr int64_t kPassT = 256, kMaxT = 8192;  // the decode kernel's largest T; the largest T benchmarked
 
-#define CHECK(expr)                                                                              \
-    do {                                                                                         \
-        ::dsv4::Status s_ = (expr);                                                              \
-        if (!s_.is_ok()) {                                                                       \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.to_string().c_str());     \
-            std::exit(1);                                                                        \
-        }                                                                                        \
-    } while (0)
 #define CHECK_CUDA(call) CHECK(::dsv4::cuda::cuda_status((call), #call))
 #define CHECK_BLAS(call)                                                                         \
     do {                                                                                         \
