@@ -40,6 +40,57 @@ using backend::Precision;
 using namespace dsv4::cuda::testing;
 using namespace dsv4::cuda::moe_testing;
 
+// The GPU half of a case: uploads the inputs, runs sm90_mxfp4_moe_decode with `a` (its expert table, format and
+// path already set by the caller) on poisoned outputs and workspace, and checks the result against the CPU's `want`:
+// rel_l2 <= 2e-3, a share of bit-exact bf16 outputs >= min_share, and identical bits from a second call on the
+// same workspace (its counters re-armed by the first launch).
+void expect_gpu_matches(MoeDecodeArgs a, const MoeShape& s, int64_t T, const MoeInputs& in, bool with_shared,
+                        const std::vector<float>& want, double min_share, const std::string& label) {
+    const int64_t K = s.k, D = s.dim;
+    auto dx = to_device(to_bf16_bits(in.x));
+    auto didx = to_device(in.idx);
+    auto drw = to_device(in.rw);
+    auto dsh = to_device(to_bf16_bits(in.shared));
+    auto dy = poisoned<uint16_t>(size_t(T * D));
+    const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, K, s.n_experts, D, s.inter);
+    auto dws = poisoned<uint8_t>(ws_bytes);
+    ASSERT_TRUE(dx.is_ok() && didx.is_ok() && drw.is_ok() && dsh.is_ok() && dy.is_ok() && dws.is_ok());
+    a.x = dx->data();
+    a.idx = didx->as<int32_t>();
+    a.route_w = drw->as<float>();
+    a.shared = with_shared ? dsh->data() : nullptr;
+    a.y = dy->data();
+    a.tokens = T, a.k = K, a.n_experts = s.n_experts, a.dim = D, a.inter = s.inter;
+    a.workspace = dws->data();
+    a.workspace_bytes = ws_bytes;
+    auto st = Stream::create();
+    ASSERT_TRUE(st.is_ok());
+    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
+    DSV4_ASSERT_OK(st->synchronize());
+    const auto got = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
+    size_t exact = 0;
+    for (size_t i = 0; i < got.size(); ++i) exact += f32_to_bf16(got[i]) == f32_to_bf16(want[i]);
+    const double share = double(exact) / double(got.size());
+    std::printf("  %s bit-exact %.4f%%\n", label.c_str(), 100.0 * share);
+    DSV4_EXPECT_CLOSE(got, want, 2e-3);
+    EXPECT_GE(share, min_share) << "class C: most outputs should be bit-exact";
+
+    DSV4_ASSERT_OK(dy->fill_bytes(0xff));
+    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
+    DSV4_ASSERT_OK(st->synchronize());
+    const auto again = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
+    size_t same = 0;
+    for (size_t i = 0; i < got.size(); ++i) same += f32_to_bf16(got[i]) == f32_to_bf16(again[i]);
+    EXPECT_EQ(same, got.size()) << "the result changed between two identical calls";
+}
+
+std::string case_label(const char* what, const MoeShape& s, int64_t T, Routing routing) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%-9s %s T %3lld %-7s", what, s.name, (long long)T,
+                  routing == Routing::kUniform ? "uniform" : "skewed");
+    return buf;
+}
+
 void run_case(const MoeShape& s, int64_t T, Routing routing) {
     SCOPED_TRACE(std::string(s.name) + " T " + std::to_string(T) +
                  (routing == Routing::kUniform ? " uniform" : " skewed"));
@@ -64,57 +115,18 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
                                               .shared = with_shared ? shared.data() : nullptr, .tokens = T, .k = K,
                                               .dim = D, .y = want.data()}));
 
-    // GPU
-    auto dx = to_device(to_bf16_bits(x));
-    auto didx = to_device(idx);
-    auto drw = to_device(rw);
-    auto dsh = to_device(to_bf16_bits(shared));
-    auto dy = poisoned<uint16_t>(size_t(T * D));
-    const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, K, s.n_experts, D, s.inter);
-    auto dws = poisoned<uint8_t>(ws_bytes);
-    ASSERT_TRUE(dx.is_ok() && didx.is_ok() && drw.is_ok() && dsh.is_ok() && dy.is_ok() && dws.is_ok());
-    MoeDecodeArgs a;
-    a.x = dx->data();
-    a.idx = didx->as<int32_t>();
-    a.route_w = drw->as<float>();
-    a.experts = ep->table.as<Mxfp4ExpertPtrs>();
-    a.shared = with_shared ? dsh->data() : nullptr;
-    a.y = dy->data();
-    a.tokens = T, a.k = K, a.n_experts = s.n_experts, a.dim = D, a.inter = s.inter;
-    a.workspace = dws->data();
-    a.workspace_bytes = ws_bytes;
-    auto st = Stream::create();
-    ASSERT_TRUE(st.is_ok());
     // both kernel paths (they split K over their warps differently, so each matches the CPU within class C but
-    // not necessarily the other bit for bit)
+    // not necessarily the other bit for bit). Class C: only the f32 order of the 128-block sums differs from the CPU.
+    // Most outputs round to the same bf16; the share varies with the data (93.7-100 % seen over seeds: a sum of 6
+    // experts with cancellation magnifies the f32 order difference relative to the result), so the bound is loose
+    // and rel_l2 is the check.
     for (const bool tma_ring : {false, true}) {
         SCOPED_TRACE(tma_ring ? "TMA-ring kernel" : "register-streaming kernels");
+        MoeDecodeArgs a;
+        a.experts = ep->table.as<Mxfp4ExpertPtrs>();
         a.tma_ring = tma_ring;
-        DSV4_ASSERT_OK(dy->fill_bytes(0xff));
-        DSV4_ASSERT_OK(dws->fill_bytes(0xff));
-        DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
-        DSV4_ASSERT_OK(st->synchronize());
-        const auto got = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
-        size_t exact = 0;
-        for (size_t i = 0; i < got.size(); ++i) exact += f32_to_bf16(got[i]) == f32_to_bf16(want[i]);
-        const double share = double(exact) / double(got.size());
-        std::printf("  %s T %3lld %-7s %-8s bit-exact %.4f%%\n", s.name, (long long)T,
-                    routing == Routing::kUniform ? "uniform" : "skewed", tma_ring ? "ring" : "register",
-                    100.0 * share);
-        DSV4_EXPECT_CLOSE(got, want, 2e-3);
-        // Class C: only the f32 order of the 128-block sums differs from the CPU. Most outputs round to the same
-        // bf16; the share varies with the data (93.7-100 % seen over seeds: a sum of 6 experts with cancellation
-        // magnifies the f32 order difference relative to the result), so the bound is loose and rel_l2 is the check.
-        EXPECT_GE(share, 0.90) << "class C: nearly every output should be bit-exact";
-
-        // a second call on the same workspace (counters re-armed by launch 1) gives the same bits
-        DSV4_ASSERT_OK(dy->fill_bytes(0xff));
-        DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
-        DSV4_ASSERT_OK(st->synchronize());
-        const auto again = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
-        size_t same = 0;
-        for (size_t i = 0; i < got.size(); ++i) same += f32_to_bf16(got[i]) == f32_to_bf16(again[i]);
-        EXPECT_EQ(same, got.size()) << "the result changed between two identical calls";
+        expect_gpu_matches(a, s, T, in, with_shared, want, 0.90,
+                           case_label(tma_ring ? "ring" : "register", s, T, routing));
     }
 }
 
@@ -208,49 +220,14 @@ void run_format_case(MoeWeightFormat f, const MoeShape& s, int64_t T, Routing ro
                                               .shared = with_shared ? in.shared.data() : nullptr, .tokens = T,
                                               .k = K, .dim = D, .y = want.data()}));
 
-    auto dx = to_device(to_bf16_bits(in.x));
-    auto didx = to_device(in.idx);
-    auto drw = to_device(in.rw);
-    auto dsh = to_device(to_bf16_bits(in.shared));
-    auto dy = poisoned<uint16_t>(size_t(T * D));
-    const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, K, s.n_experts, D, s.inter);
-    auto dws = poisoned<uint8_t>(ws_bytes);
-    ASSERT_TRUE(dx.is_ok() && didx.is_ok() && drw.is_ok() && dsh.is_ok() && dy.is_ok() && dws.is_ok());
     MoeDecodeArgs a;
-    a.x = dx->data();
-    a.idx = didx->as<int32_t>();
-    a.route_w = drw->as<float>();
     a.format = f;
     if (f == MoeWeightFormat::kNVFP4)
         a.nvfp4_experts = ep->table.as<Nvfp4ExpertPtrs>();
     else
         a.fp8_experts = ep->table.as<Fp8BlockExpertPtrs>();
-    a.shared = with_shared ? dsh->data() : nullptr;
-    a.y = dy->data();
-    a.tokens = T, a.k = K, a.n_experts = s.n_experts, a.dim = D, a.inter = s.inter;
-    a.workspace = dws->data();
-    a.workspace_bytes = ws_bytes;
-    auto st = Stream::create();
-    ASSERT_TRUE(st.is_ok());
-    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
-    DSV4_ASSERT_OK(st->synchronize());
-    const auto got = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
-    size_t exact = 0;
-    for (size_t i = 0; i < got.size(); ++i) exact += f32_to_bf16(got[i]) == f32_to_bf16(want[i]);
-    const double share = double(exact) / double(got.size());
-    std::printf("  %-9s %s T %3lld %-7s bit-exact %.4f%%\n", moe_weight_format_name(f), s.name, (long long)T,
-                routing == Routing::kUniform ? "uniform" : "skewed", 100.0 * share);
-    DSV4_EXPECT_CLOSE(got, want, 2e-3);
-    EXPECT_GE(share, f == MoeWeightFormat::kFP8Block ? 0.85 : 0.75) << "class C: most outputs should be bit-exact";
-
-    // a second call on the same workspace gives the same bits
-    DSV4_ASSERT_OK(dy->fill_bytes(0xff));
-    DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
-    DSV4_ASSERT_OK(st->synchronize());
-    const auto again = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
-    size_t same = 0;
-    for (size_t i = 0; i < got.size(); ++i) same += f32_to_bf16(got[i]) == f32_to_bf16(again[i]);
-    EXPECT_EQ(same, got.size()) << "the result changed between two identical calls";
+    expect_gpu_matches(a, s, T, in, with_shared, want, f == MoeWeightFormat::kFP8Block ? 0.85 : 0.75,
+                       case_label(moe_weight_format_name(f), s, T, routing));
 }
 
 using FormatParam = std::tuple<MoeWeightFormat, int, int64_t, Routing>;  // format, shape (0 Flash, 1 Pro), T, routing
