@@ -18,7 +18,8 @@
 // From 256 tokens on, the "prefill" columns time sm90_mxfp4_moe_prefill (one call over all T tokens: grouped FP8
 // wgmma GEMMs, docs/kernels/moe_prefill.md) with the same FLOP count.
 //
-// `dsv4_bench_moe --profile T` runs a few calls of each path at T tokens only (for a profiler's per-kernel view);
+// `dsv4_bench_moe --profile T` runs a few calls of each path at T tokens only (for a profiler's per-kernel view;
+// from 256 tokens on the prefill kernel too);
 // `dsv4_bench_moe --decode` only the first table's T <= 256 rows.
 //
 // A second table times the decode kernel's three weight formats (MXFP4, NVFP4, FP8 128x128 blocks) at T <= 256.
@@ -439,6 +440,19 @@ int main(int argc, char** argv) {
         if (profile_T) {
             for (int i = 0; i < 8; ++i) ring_call(i);
             for (int i = 0; i < 8; ++i) register_call(i);
+            if (T >= kPassT) {  // and the prefill kernel over all T tokens
+                const size_t pws_bytes = sm90_mxfp4_moe_prefill_workspace_bytes(T, kK, kE, kD, kI);
+                auto pws = DeviceBuffer::allocate(pws_bytes, "prefill workspace");
+                CHECK(pws.status());
+                for (int i = 0; i < 4; ++i) {
+                    MoeDecodeArgs a = args_for(i, 0, false);
+                    a.tokens = T;
+                    a.workspace = pws->data();
+                    a.workspace_bytes = pws_bytes;
+                    CHECK(sm90_mxfp4_moe_prefill(a, s));
+                }
+                CHECK(stream->synchronize());
+            }
             CHECK(stream->synchronize());
             std::printf("profile run at T %lld done\n", (long long)T);
             return 0;

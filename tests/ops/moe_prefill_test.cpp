@@ -5,12 +5,17 @@
 // moe_decode_test.cpp).
 //
 // Tolerance: the FP4 -> FP8 conversion is exact for these weights (their 32-block scales span 9 binades, the
-// conversion is exact up to 15) and the per-128-K promotion is the reference's, but Hopper's FP8 wgmma sums the 128
-// products of a K block with a narrower accumulator than f32, so (as for sm90_fp8_gemm_wgmma, whose measured class
-// this is) ~10 % of bf16 outputs may sit one ulp away, and a hidden activation one ulp off moves its e4m3 code now
-// and then. Checks: no non-finite outputs (the output buffer and the workspace start poisoned with 0xff = NaN),
-// rel_l2 <= 2e-3, max |error| <= 0.08 std(reference), >= 80 % of outputs bit-exact; a poisoned row after the output
-// catches stores past token T-1; a second call on the same (dirty) workspace gives the same bits.
+// conversion is exact up to 14) and the per-128-K promotion is the reference's, but Hopper's FP8 wgmma sums the 128
+// products of a K block with a narrower accumulator than f32 (sm90_fp8_gemm_wgmma's test measures ~9 % of its bf16
+// outputs one ulp off, rel_l2 9e-4). Here that error passes through a second quantisation: the hidden activation is
+// rounded to e4m3 (3 stored mantissa bits) for the down GEMM, so a gate/up error of a few 2^-20 now and then moves
+// a hidden value across an e4m3 rounding boundary, and that value is then off by a whole e4m3 step (1/16..1/8 of
+// itself). Measured on the H200 (2026-11-30, all 12 cases): rel_l2 4.0-4.4e-3, max |error| 0.05-0.12 std, 44-49 %
+// of bf16 outputs bit-exact, the same against the decode kernel (whose f32 MMA sums match the CPU to >= 99 % of
+// bits). Bounds: rel_l2 <= 8e-3, max |error| <= 0.2 std, >= 30 % bit-exact — about twice the measured spread,
+// while a real fault (a wrong scale, row, token or expert; a skipped tile) is an error of the outputs' own size.
+// Also: no non-finite outputs (the output buffer and the workspace start poisoned with 0xff = NaN); a poisoned row
+// after the output catches stores past token T-1; a second call on the same (dirty) workspace gives the same bits.
 //
 // Shapes: V4-Flash (D 4096, I 2048, 256 experts, top-6) and V4-Pro (D 7168, I 3072, 384 experts, top-6); T in
 // {256, 1000, 2048}; uniform routing (every expert a partly filled 128-row tile: the second consumer warpgroup idle)
@@ -40,16 +45,16 @@ double bit_exact_percent(const std::vector<float>& a, const std::vector<float>& 
     return 100.0 * double(a.size() - count_bit_differences(a, b)) / double(a.size());
 }
 
-// The wgmma class of sm90_fp8_gemm_wgmma's test (header comment).
+// Two FP8 wgmma GEMMs with an e4m3 re-quantisation between them (header comment).
 void expect_within_qgmma_tolerance(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
     const auto cmp = ::dsv4::testing::compare(got, want);
     std::printf("    vs %-6s rel_l2 %.2e  max|err|/std %.4f  bit-exact %.3f%%\n", what, cmp.rel_l2, cmp.max_abs_norm,
                 bit_exact_percent(got, want));
     EXPECT_EQ(cmp.nonfinite, 0u) << what << ": non-finite outputs (unwritten or NaN)";
-    EXPECT_LE(cmp.rel_l2, 2e-3) << what;
-    EXPECT_LE(cmp.max_abs_norm, 0.08) << what << ": worst element " << cmp.worst_index << ": "
-                                      << got[cmp.worst_index] << " vs " << want[cmp.worst_index];
-    EXPECT_GE(bit_exact_percent(got, want), 80.0) << what << ": fewer than 80% of outputs bit-exact";
+    EXPECT_LE(cmp.rel_l2, 8e-3) << what;
+    EXPECT_LE(cmp.max_abs_norm, 0.2) << what << ": worst element " << cmp.worst_index << ": "
+                                     << got[cmp.worst_index] << " vs " << want[cmp.worst_index];
+    EXPECT_GE(bit_exact_percent(got, want), 30.0) << what << ": fewer than 30% of outputs bit-exact";
 }
 
 struct DeviceInputs {

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(Moe
     }
     for (int i = tid; i < p.slots * (p.I / 128); i += Cfg::kPrepThreads) p.cnt_up[i] = 0;
     for (int i = tid; i < p.slots; i += Cfg::kPrepThreads) p.up_done[i] = 0;
-    for (int i = tid; i < p.D / Cfg::kDownRows; i += Cfg::kPrepThreads) p.cnt_down[i] = 0;
+    for (int i = tid; i < p.D / Cfg::kMinDownRows; i += Cfg::kPrepThreads) p.cnt_down[i] = 0;
 }
 
 // The gate/up (MATS = 2: w1, w3) or down (MATS = 1: w2) operands of expert e from the format's table.
@@ -140,11 +140,12 @@ __device__ __forceinline__ void expert_operands(const void* table, int e, const 
     }
 }
 
-// Launch 2: block (16 rows of I, active slot).
+// Launch 2: block (64 rows of I, active slot): Cfg::kUpRT row tiles x kUpKS K splits.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
+    constexpr int RT = Cfg::kUpRT, KS = Cfg::kUpKS;
     pdl_enter();
-    __shared__ __align__(16) float red[Cfg::kUpKS * Cfg::kUpRT * 2 * 128];
+    __shared__ __align__(16) float red[KS * RT * 2 * 128];
     __shared__ int flag;
     const int slot = blockIdx.y;
     if (slot >= *p.n_active) return;
@@ -152,16 +153,18 @@ __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate
     const uint8_t* ws[1][2];
     float wg[1][2];
     expert_operands<Fmt, 2>(p.experts, p.active_expert[slot], w, ws, wg);
-    const int row0 = blockIdx.x * Cfg::kUpRows;
-    moe_gate_up_item<Cfg::kUpRT, Cfg::kUpKS, 1>(Fmt{}, GlobalWeights{}, p, slot, row0, w, ws, wg, row0, red, &flag,
-                                                [](int) {}, [](int) {});
+    const int row0 = blockIdx.x * 16 * RT;
+    moe_gate_up_item<RT, KS, 1>(Fmt{}, GlobalWeights{}, p, slot, row0, w, ws, wg, row0, red, &flag, [](int) {},
+                                [](int) {});
 }
 
-// Launch 3: block (32 rows of D, active slot); the last block of a row range combines all tokens.
+// Launch 3: block (128 rows of D, active slot): Cfg::kDownRT row tiles x kDownKS K splits; the last block of a
+// row range combines all tokens.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
+    constexpr int RT = Cfg::kDownRT, KS = Cfg::kDownKS;
     pdl_enter();
-    __shared__ __align__(16) float red[Cfg::kDownKS * Cfg::kDownRT * 128];
+    __shared__ __align__(16) float red[KS * RT * 128];
     __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
     if (slot >= n_active) return;
@@ -169,16 +172,16 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
     const uint8_t* ws[1][1];
     float wg[1][1];
     expert_operands<Fmt, 1>(p.experts, p.active_expert[slot], w, ws, wg);
-    moe_down_item<Cfg::kDownRT, Cfg::kDownKS, 1>(Fmt{}, GlobalWeights{}, p, slot, blockIdx.x, n_active, w, ws, wg,
-                                                blockIdx.x * Cfg::kDownRows, red, &flag, [](int) {}, [](int) {});
+    moe_down_item<RT, KS, 1>(Fmt{}, GlobalWeights{}, p, slot, blockIdx.x, n_active, w, ws, wg,
+                             blockIdx.x * 16 * RT, red, &flag, [](int) {}, [](int) {});
 }
 
 template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
-    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
+    const dim3 up_grid(unsigned(p.I / (16 * Cfg::kUpRT)), unsigned(p.slots));
     sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
-    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), unsigned(p.slots));
+    const dim3 down_grid(unsigned(p.D / (16 * Cfg::kDownRT)), unsigned(p.slots));
     sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, 0, stream>>>(p);
     return launch_status("sm90_moe_down");
 }

@@ -4,14 +4,15 @@
 //     codes as f16 values in the "pair order" below; one more block groups the T·K picks by expert (counting sort:
 //     per-expert token lists, the ascending list of active experts) and sorts each token's picks by expert id for
 //     the final combine. It also zeroes the arrival counters of launches 2 and 3.
-//  2. sm90_moe_gate_up: block (row tile of 16 rows of I, active expert slot). Its 8 warps split K = D and stream
-//     the w1 and w3 rows once for all the expert's tokens (8 per MMA); the block reduces the K splits in shared
-//     memory, rounds u1/u3 to bf16, applies clamp, SwiGLU and the routing weight, rounds to bf16 and stores the
-//     hidden row. The last of the 8 blocks covering a 128-row block of I (an arrival counter) quantises those
-//     hidden values to e4m3 per 128 for the down GEMM.
-//  3. sm90_moe_down: block (32 rows of D, active slot): w2 streamed once, the bf16 expert output of each pick
-//     stored as f32; the last block to finish a row range (arrival counter = number of active experts) sums every
-//     token's K picks in ascending expert order in f32, adds the shared expert's output and rounds to bf16.
+//  2. sm90_moe_gate_up: block (64 rows of I, active expert slot). Its 8 warps are 4 row tiles of 16 x 2 K splits
+//     of K = D; they stream the w1 and w3 rows once for all the expert's tokens (8 per MMA); the block reduces the
+//     K splits in shared memory, rounds u1/u3 to bf16, applies clamp, SwiGLU and the routing weight, rounds to bf16
+//     and stores the hidden rows. The second of the 2 blocks covering a 128-row block of I (an arrival counter)
+//     quantises those hidden values to e4m3 per 128 for the down GEMM.
+//  3. sm90_moe_down: block (128 rows of D, active slot; 8 row tiles, each warp all of K = I): w2 streamed once, the
+//     bf16 expert output of each pick stored as f32; the last block to finish a row range (arrival counter = number
+//     of active experts) sums every token's K picks in ascending expert order in f32, adds the shared expert's output
+//     and rounds to bf16.
 //
 // Inner loop (both GEMMs). Weights are the MMA's A (mma.sync m16n8k16, f16 inputs, f32 accumulators), tokens
 // its B. Lane (g, t) = (lane/4, lane%4) loads 16 bytes = one whole 32-element MXFP4 block (4q+t of each
@@ -60,11 +61,13 @@ struct MoeDecodeConfig {
     static constexpr int kMaxTokens = 256;
     static constexpr int kTokTile = 8;      // MMA N
     static constexpr int kStepK = 256;      // K per load step: 2 blocks of 128
-    // gate/up: 1 row tile x 8 K-splits; down: 2 row tiles x 4 K-splits (both 256 threads)
-    static constexpr int kUpRT = 1, kUpKS = 8;
-    static constexpr int kDownRT = 2, kDownKS = 4;
-    static constexpr int kUpRows = 16 * kUpRT;      // rows of I per gate/up block
-    static constexpr int kDownRows = 16 * kDownRT;  // rows of D per down block
+    // The register-streaming kernels' blocks (256 threads each): gate/up 4 row tiles x 2 K-splits (64 rows of I,
+    // 8 K steps per warp), down 8 row tiles x 1 (128 rows of D, all 8 K steps per warp, no K reduction). Larger
+    // blocks pay the per-block chain (metadata loads, reduction, epilogue, arrival counter) for more bytes: the
+    // measured gain over 16 / 32-row blocks is in docs/kernels/moe.md.
+    static constexpr int kUpRT = 4, kUpKS = 2;
+    static constexpr int kDownRT = 8, kDownKS = 1;
+    static constexpr int kMinDownRows = 32;         // the smallest down item: sizes the cnt_down array
 };
 
 // Weight format tags (header comment). kStepK: K per load step of a warp (the same 16 bytes per lane and row for
@@ -102,7 +105,7 @@ struct MoeWorkspace {
         w.order = take(4 * size_t(picks));
         w.cnt_up = take(4 * size_t(slots) * size_t(I / 128));
         w.up_done = take(4 * size_t(slots));
-        w.cnt_down = take(4 * size_t(D / MoeDecodeConfig::kDownRows));
+        w.cnt_down = take(4 * size_t(D / MoeDecodeConfig::kMinDownRows));
         w.xq = take(2 * size_t(T) * size_t(D));
         w.xs = take(4 * size_t(T) * size_t(D / 128));
         w.h = take(2 * size_t(picks) * size_t(I));
@@ -131,7 +134,7 @@ struct MoeKernelParams {
     int* order;                 // [T*K] each token's pick indices sorted by expert id
     int* cnt_up;                // [slots, I/128] arrivals per 128-row block of I
     int* up_done;               // [slots] 128-row blocks of I quantised for the down GEMM
-    int* cnt_down;              // [D / kDownRows] arrivals per row range of D
+    int* cnt_down;              // [D / kMinDownRows] arrivals per row range of D
     __half* xq;                 // [T, D] e4m3 values of x as f16, pair order
     float* xs;                  // [T, D/128]
     __nv_bfloat16* h;           // [T*K, I] hidden activations by list position

@@ -28,7 +28,8 @@ __device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeK
                                                  const uint8_t* const (&ws)[kSub][2], const float (&wg)[kSub][2],
                                                  int w_row0, float* red, int* flag, Wait&& wait, Release&& release) {
     static_assert(RT * KS * 32 == Src::kThreads, "the item's warps are its RT x KS tiles");
-    static_assert(RT == 1 && 128 % (MoeDecodeConfig::kUpRows * kSub) == 0, "tiles of 16 rows of I, within 128");
+    constexpr int kTileRows = 16 * RT;  // rows of I per tile: RT warps' 16-row tiles side by side
+    static_assert(128 % (kTileRows * kSub) == 0, "an item's rows lie within one 128-row block of I");
     constexpr int kTok = MoeDecodeConfig::kTokTile;
     const int start = p.active_start[slot], count = p.active_count[slot];
     const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
@@ -50,9 +51,10 @@ __device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeK
             expert_rows_gemm<Fmt, 2, RT, KS>(src, w[sub], ws[sub], wg[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile,
                                              red, y);
             if (warp / RT != 0) continue;
+            const int rt = warp % RT;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int col = 2 * t + (i & 1), row = row0 + 16 * sub + g + 8 * (i >> 1);
+                const int col = 2 * t + (i & 1), row = row0 + kTileRows * sub + 16 * rt + g + 8 * (i >> 1);
                 if (col >= ntile) continue;
                 // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight; bf16
                 float u1 = round_bf16(y[0][i]), u3 = round_bf16(y[1][i]);
@@ -69,7 +71,7 @@ __device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeK
     // The last of the items of this 128-row block of I quantises it for the down GEMM.
     __threadfence();
     src.sync();
-    constexpr int kItemsPer128 = 128 / (MoeDecodeConfig::kUpRows * kSub);
+    constexpr int kItemsPer128 = 128 / (kTileRows * kSub);
     const int qb = row0 / 128;
     if (src.tid() == 0) *flag = atomicAdd(&p.cnt_up[slot * (p.I / 128) + qb], 1) == kItemsPer128 - 1;
     src.sync();
@@ -112,9 +114,10 @@ __device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKern
                                               int n_active, const uint8_t* const (&w)[kSub][1],
                                               const uint8_t* const (&ws)[kSub][1], const float (&wg)[kSub][1],
                                               int w_row0, float* red, int* flag, Wait&& wait, Release&& release) {
-    static_assert(RT * KS * 32 == Src::kThreads && 16 * RT == MoeDecodeConfig::kDownRows,
-                  "the item's warps are its RT x KS tiles of 32 rows of D");
-    constexpr int kTok = MoeDecodeConfig::kTokTile, kRows = MoeDecodeConfig::kDownRows * kSub;
+    static_assert(RT * KS * 32 == Src::kThreads, "the item's warps are its RT x KS tiles");
+    constexpr int kTileRows = 16 * RT;  // rows of D per tile
+    static_assert(kTileRows * kSub >= MoeDecodeConfig::kMinDownRows, "cnt_down holds D / kMinDownRows ranges");
+    constexpr int kTok = MoeDecodeConfig::kTokTile, kRows = kTileRows * kSub;
     const int start = p.active_start[slot], count = p.active_count[slot];
     const int row0 = row_range * kRows;
     const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
@@ -133,7 +136,7 @@ __device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKern
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int col = 2 * t + (i & 1);
-                const int row = row0 + MoeDecodeConfig::kDownRows * sub + 16 * rt + g + 8 * (i >> 1);
+                const int row = row0 + kTileRows * sub + 16 * rt + g + 8 * (i >> 1);
                 if (col >= ntile) continue;
                 const int pick = p.list[start + tt + col];
                 p.yp[size_t(pick) * p.D + row] = round_bf16(y[0][i]);  // the expert's bf16 output

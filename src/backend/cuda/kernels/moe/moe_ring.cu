@@ -40,6 +40,8 @@ using Cfg = MoeDecodeConfig;
 constexpr int kConsumerWarps = 8, kThreads = 32 * (kConsumerWarps + 1), kMaxSlots = 8;
 // Items of 4 tiles (moe_ring_plan.h): the item's fences and arrival counters are paid once per 4 tiles' bytes.
 constexpr int kUpSub = kMoeRingUpSub, kDownSub = kMoeRingDownSub;
+// A ring unit: the rows of one tile, 16 of I (gate/up, one row tile per group) or 32 of D (down, two row tiles).
+constexpr int kUpRows = 16, kDownRows = 32;
 // Consumer groups: a group of warps runs every kGroups-th item of the block on its own named barrier, so one group's
 // per-item latency chain (metadata loads, reduction, epilogue, fences and arrival counters) overlaps the other's
 // GEMM. Each group has its own sub-ring of slots: a slot's full barrier is waited on by phase parity, which is right
@@ -52,7 +54,7 @@ constexpr int kUpSub = kMoeRingUpSub, kDownSub = kMoeRingDownSub;
 template <int kGroups>
 struct GroupShape {
     static constexpr int kGroupWarps = kConsumerWarps / kGroups, kGroupThreads = 32 * kGroupWarps;
-    static constexpr int kUpKS = kGroupWarps, kDownRT = 2, kDownKS = kGroupWarps / kDownRT;
+    static constexpr int kUpKS = kGroupWarps, kDownRT = kDownRows / 16, kDownKS = kGroupWarps / kDownRT;
 };
 constexpr size_t kMaxRingBytes = 210 * 1024;  // + ~9 KB static shared memory, under the 227 KB
 
@@ -64,10 +66,10 @@ struct RingGeometry {
 
 __host__ __device__ inline RingGeometry ring_geometry(int D, int I) {
     RingGeometry g{};
-    g.up_w_bytes = uint32_t(Cfg::kUpRows) * uint32_t(D / 2);
-    g.up_s_bytes = uint32_t(Cfg::kUpRows) * uint32_t(D / 32);
-    g.down_w_bytes = uint32_t(Cfg::kDownRows) * uint32_t(I / 2);
-    g.down_s_bytes = uint32_t(Cfg::kDownRows) * uint32_t(I / 32);
+    g.up_w_bytes = uint32_t(kUpRows) * uint32_t(D / 2);
+    g.up_s_bytes = uint32_t(kUpRows) * uint32_t(D / 32);
+    g.down_w_bytes = uint32_t(kDownRows) * uint32_t(I / 2);
+    g.down_s_bytes = uint32_t(kDownRows) * uint32_t(I / 32);
     const uint32_t up = (g.up_w_bytes + g.up_s_bytes + 127) / 128 * 128;
     const uint32_t down = (g.down_w_bytes + g.down_s_bytes + 127) / 128 * 128;
     g.unit_bytes = up > down ? up : down;
@@ -95,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
     }
     __syncthreads();
     const int n_active = *p.n_active;
-    const int up_tiles = p.I / (Cfg::kUpRows * kUpSub), down_tiles = p.D / (Cfg::kDownRows * kDownSub);
+    const int up_tiles = p.I / (kUpRows * kUpSub), down_tiles = p.D / (kDownRows * kDownSub);
     const int n_up = n_active * up_tiles, n_items = n_up + n_active * down_tiles;
     const Mxfp4ExpertPtrs* experts = static_cast<const Mxfp4ExpertPtrs*>(p.experts);
     const int warp = threadIdx.x >> 5;
@@ -119,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
             if (i < n_up) {
                 const Mxfp4ExpertPtrs ex = experts[p.active_expert[i / up_tiles]];
                 for (int sub = 0; sub < kUpSub; ++sub) {
-                    const size_t r0 = (size_t(i % up_tiles) * kUpSub + sub) * Cfg::kUpRows;
+                    const size_t r0 = (size_t(i % up_tiles) * kUpSub + sub) * kUpRows;
                     produce(g, ex.w1 + r0 * (p.D / 2), geo.up_w_bytes, ex.w1s + r0 * (p.D / 32), geo.up_s_bytes);
                     produce(g, ex.w3 + r0 * (p.D / 2), geo.up_w_bytes, ex.w3s + r0 * (p.D / 32), geo.up_s_bytes);
                 }
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
                 const int j = i - n_up;
                 const Mxfp4ExpertPtrs ex = experts[p.active_expert[j / down_tiles]];
                 for (int sub = 0; sub < kDownSub; ++sub) {
-                    const size_t r0 = (size_t(j % down_tiles) * kDownSub + sub) * Cfg::kDownRows;
+                    const size_t r0 = (size_t(j % down_tiles) * kDownSub + sub) * kDownRows;
                     produce(g, ex.w2 + r0 * (p.I / 2), geo.down_w_bytes, ex.w2s + r0 * (p.I / 32),
                             geo.down_s_bytes);
                 }
@@ -152,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_moe_ring_kernel(MoeKernelPar
         if (i < n_up) {
             u += MoeRingPlan::units_of_item(true);
             const RingWeights<false, G::kGroupThreads> src{gi};
-            const int slot = i / up_tiles, row0 = (i % up_tiles) * kUpSub * Cfg::kUpRows;
+            const int slot = i / up_tiles, row0 = (i % up_tiles) * kUpSub * kUpRows;
             const uint8_t* w[kUpSub][2];
             const uint8_t* ws[kUpSub][2];
             for (int sub = 0; sub < kUpSub; ++sub)
