@@ -45,7 +45,8 @@ using namespace dsv4::cuda::moe_testing;
 // rel_l2 <= 2e-3, a share of bit-exact bf16 outputs >= min_share, and identical bits from a second call on the
 // same workspace (its counters re-armed by the first launch).
 void expect_gpu_matches(MoeDecodeArgs a, const MoeShape& s, int64_t T, const MoeInputs& in, bool with_shared,
-                        const std::vector<float>& want, double min_share, const std::string& label) {
+                        const std::vector<float>& want, double min_share, const std::string& label,
+                        std::vector<float>* out = nullptr) {
     const int64_t K = s.k, D = s.dim;
     auto dx = to_device(to_bf16_bits(in.x));
     auto didx = to_device(in.idx);
@@ -82,6 +83,7 @@ void expect_gpu_matches(MoeDecodeArgs a, const MoeShape& s, int64_t T, const Moe
     size_t same = 0;
     for (size_t i = 0; i < got.size(); ++i) same += f32_to_bf16(got[i]) == f32_to_bf16(again[i]);
     EXPECT_EQ(same, got.size()) << "the result changed between two identical calls";
+    if (out) *out = got;
 }
 
 std::string case_label(const char* what, const MoeShape& s, int64_t T, Routing routing) {
@@ -120,14 +122,27 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
     // Most outputs round to the same bf16; the share varies with the data (93.7-100 % seen over seeds: a sum of 6
     // experts with cancellation magnifies the f32 order difference relative to the result), so the bound is loose
     // and rel_l2 is the check.
+    std::vector<float> register_out;
     for (const bool tma_ring : {false, true}) {
         SCOPED_TRACE(tma_ring ? "TMA-ring kernel" : "register-streaming kernels");
         MoeDecodeArgs a;
         a.experts = ep->table.as<Mxfp4ExpertPtrs>();
         a.tma_ring = tma_ring;
         expect_gpu_matches(a, s, T, in, with_shared, want, 0.90,
-                           case_label(tma_ring ? "ring" : "register", s, T, routing));
+                           case_label(tma_ring ? "ring" : "register", s, T, routing),
+                           tma_ring ? nullptr : &register_out);
     }
+    // the repacked layout (mxfp4_repacked.h) through the same register kernels: the same weights and arithmetic,
+    // only the conversion differs, so the same bits as the shipped layout's register path
+    SCOPED_TRACE("register-streaming kernels, repacked MXFP4");
+    MoeDecodeArgs a;
+    a.format = MoeWeightFormat::kMXFP4Repacked;
+    a.experts = ep->table_repacked.as<Mxfp4ExpertPtrs>();
+    std::vector<float> repacked_out;
+    expect_gpu_matches(a, s, T, in, with_shared, want, 0.90, case_label("repacked", s, T, routing), &repacked_out);
+    ASSERT_EQ(repacked_out.size(), register_out.size());
+    EXPECT_EQ(count_bit_differences(repacked_out, register_out), 0u)
+        << "the repacked layout changed the result of the register kernels";
 }
 
 class CudaMoeDecode : public ::testing::TestWithParam<MoeParam> {};
@@ -344,8 +359,19 @@ TEST(CudaMoeDecodeArgs, RejectsWrongFormatTables) {
     a.format = static_cast<MoeWeightFormat>(7);
     s = sm90_mxfp4_moe_decode(a, nullptr);
     EXPECT_NE(s.message().find("unknown weight format 7"), std::string::npos) << s.to_string();
+    // the repacked MXFP4 layout reads the MXFP4 table, and only through the register kernels
+    a.format = MoeWeightFormat::kMXFP4Repacked, a.nvfp4_experts = nullptr;
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("MoeDecodeArgs::experts"), std::string::npos) << s.to_string();
+    a.experts = reinterpret_cast<const Mxfp4ExpertPtrs*>(dummy), a.tma_ring = true;
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("MXFP4 experts only"), std::string::npos) << s.to_string();
+    a.tma_ring = false;
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
     // a valid format and table reach the later checks (here: the workspace)
-    a.format = MoeWeightFormat::kNVFP4;
+    a.format = MoeWeightFormat::kNVFP4, a.experts = nullptr;
+    a.nvfp4_experts = reinterpret_cast<const Nvfp4ExpertPtrs*>(dummy);
     s = sm90_mxfp4_moe_decode(a, nullptr);
     EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/moe/mxfp4_repacked.h"
 #include "core/quant_formats.h"
 #include "ops/gpu_testing.h"
 
@@ -60,7 +61,37 @@ struct ExpertPool {
     std::vector<DeviceBuffer> dev;  // per entry: w1, w1s, w3, w3s, w2, w2s
     std::vector<backend::ExpertWeights> views;  // [E]
     DeviceBuffer table;                         // Mxfp4ExpertPtrs [E]
+    // the same experts in the decode kernel's repacked layout (mxfp4_repacked.h), for kMXFP4Repacked
+    std::vector<DeviceBuffer> dev_repacked;
+    DeviceBuffer table_repacked;
 };
+
+// Device copies of MXFP4 matrices, shipped or repacked, and the expert table over them (entry e = pool entry e % n).
+inline bool upload_mxfp4_pool(const std::vector<Mxfp4Tensor>& w1, const std::vector<Mxfp4Tensor>& w3,
+                              const std::vector<Mxfp4Tensor>& w2, int64_t n_experts, bool repacked,
+                              std::vector<DeviceBuffer>& dev, DeviceBuffer& table) {
+    for (size_t i = 0; i < w1.size(); ++i) {
+        for (const Mxfp4Tensor* t : {&w1[i], &w3[i], &w2[i]}) {
+            std::vector<uint8_t> packed = t->packed, scales = t->scales;
+            if (repacked && !mxfp4_repack_matrix(packed.data(), scales.data(), t->rows, t->cols).is_ok()) return false;
+            auto d = to_device(packed);
+            auto sc = to_device(scales);
+            if (!d.is_ok() || !sc.is_ok()) return false;
+            dev.push_back(std::move(*d));
+            dev.push_back(std::move(*sc));
+        }
+    }
+    std::vector<Mxfp4ExpertPtrs> host(static_cast<size_t>(n_experts));
+    for (int64_t e = 0; e < n_experts; ++e) {
+        const DeviceBuffer* d = &dev[size_t(6 * (e % int64_t(w1.size())))];
+        host[size_t(e)] = {d[0].as<uint8_t>(), d[1].as<uint8_t>(), d[2].as<uint8_t>(),
+                           d[3].as<uint8_t>(), d[4].as<uint8_t>(), d[5].as<uint8_t>()};
+    }
+    auto tb = to_device(host);
+    if (!tb.is_ok()) return false;
+    table = std::move(*tb);
+    return true;
+}
 
 inline ExpertPool* expert_pool(const MoeShape& s) {
     static std::map<std::string, std::unique_ptr<ExpertPool>> cache;
@@ -74,28 +105,17 @@ inline ExpertPool* expert_pool(const MoeShape& s) {
         p->w1.push_back(random_mxfp4(rng, s.inter, s.dim));
         p->w3.push_back(random_mxfp4(rng, s.inter, s.dim));
         p->w2.push_back(random_mxfp4(rng, s.dim, s.inter));
-        for (const Mxfp4Tensor* t : {&p->w1.back(), &p->w3.back(), &p->w2.back()}) {
-            auto d = to_device(t->packed);
-            auto sc = to_device(t->scales);
-            if (!d.is_ok() || !sc.is_ok()) return nullptr;
-            p->dev.push_back(std::move(*d));
-            p->dev.push_back(std::move(*sc));
-        }
     }
-    std::vector<Mxfp4ExpertPtrs> table(size_t(s.n_experts));
+    if (!upload_mxfp4_pool(p->w1, p->w3, p->w2, s.n_experts, false, p->dev, p->table) ||
+        !upload_mxfp4_pool(p->w1, p->w3, p->w2, s.n_experts, true, p->dev_repacked, p->table_repacked))
+        return nullptr;
     for (int64_t e = 0; e < s.n_experts; ++e) {
         const int64_t i = e % p->size;
-        const DeviceBuffer* d = &p->dev[size_t(6 * i)];
-        table[size_t(e)] = {d[0].as<uint8_t>(), d[1].as<uint8_t>(), d[2].as<uint8_t>(),
-                            d[3].as<uint8_t>(), d[4].as<uint8_t>(), d[5].as<uint8_t>()};
         const Mxfp4Tensor &w1 = p->w1[size_t(i)], &w2 = p->w2[size_t(i)], &w3 = p->w3[size_t(i)];
         p->views.push_back({.w1 = {mx, s.inter, s.dim, w1.packed.data(), w1.scales.data()},
                             .w2 = {mx, s.dim, s.inter, w2.packed.data(), w2.scales.data()},
                             .w3 = {mx, s.inter, s.dim, w3.packed.data(), w3.scales.data()}});
     }
-    auto tb = to_device(table);
-    if (!tb.is_ok()) return nullptr;
-    p->table = std::move(*tb);
     slot = std::move(p);
     return slot.get();
 }

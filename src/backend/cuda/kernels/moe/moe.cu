@@ -140,6 +140,20 @@ __device__ __forceinline__ void expert_operands(const void* table, int e, const 
     }
 }
 
+// The register kernels' weight source; for repacked MXFP4 it carries the block's e4m3 tables, built here (every
+// thread of the block must call it: it synchronises).
+template <class Fmt>
+__device__ __forceinline__ GlobalWeights global_weights() {
+    GlobalWeights src;
+    if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>) {
+        __shared__ uint2 tables[16];
+        if (threadIdx.x < 16) e4m3_table_for_delta(int(threadIdx.x), tables[threadIdx.x].x, tables[threadIdx.x].y);
+        __syncthreads();
+        src.e4m3_tables = tables;
+    }
+    return src;
+}
+
 // Launch 2: block (64 rows of I, active slot): Cfg::kUpRT row tiles x kUpKS K splits.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
@@ -154,7 +168,7 @@ __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate
     float wg[1][2];
     expert_operands<Fmt, 2>(p.experts, p.active_expert[slot], w, ws, wg);
     const int row0 = blockIdx.x * 16 * RT;
-    moe_gate_up_item<RT, KS, 1>(Fmt{}, GlobalWeights{}, p, slot, row0, w, ws, wg, row0, red, &flag, [](int) {},
+    moe_gate_up_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, row0, w, ws, wg, row0, red, &flag, [](int) {},
                                 [](int) {});
 }
 
@@ -172,7 +186,7 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
     const uint8_t* ws[1][1];
     float wg[1][1];
     expert_operands<Fmt, 1>(p.experts, p.active_expert[slot], w, ws, wg);
-    moe_down_item<RT, KS, 1>(Fmt{}, GlobalWeights{}, p, slot, blockIdx.x, n_active, w, ws, wg,
+    moe_down_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, blockIdx.x, n_active, w, ws, wg,
                              blockIdx.x * 16 * RT, red, &flag, [](int) {}, [](int) {});
 }
 
@@ -201,7 +215,8 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     // exactly the table of `format`
     const void* table = nullptr;
     switch (a.format) {
-        case MoeWeightFormat::kMXFP4: table = a.experts; break;
+        case MoeWeightFormat::kMXFP4:
+        case MoeWeightFormat::kMXFP4Repacked: table = a.experts; break;
         case MoeWeightFormat::kNVFP4: table = a.nvfp4_experts; break;
         case MoeWeightFormat::kFP8Block: table = a.fp8_experts; break;
         default:
@@ -209,9 +224,9 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
                                     " (MoeWeightFormat: kMXFP4, kNVFP4 or kFP8Block)");
     }
     const std::string fmt = moe_weight_format_name(a.format);
-    const char* field = a.format == MoeWeightFormat::kMXFP4   ? "experts"
-                        : a.format == MoeWeightFormat::kNVFP4 ? "nvfp4_experts"
-                                                              : "fp8_experts";
+    const char* field = a.format == MoeWeightFormat::kNVFP4      ? "nvfp4_experts"
+                        : a.format == MoeWeightFormat::kFP8Block ? "fp8_experts"
+                                                                 : "experts";
     if (!table) return invalid_argument(op + ": format " + fmt + " needs its expert table in MoeDecodeArgs::" + field);
     if (int(a.experts != nullptr) + int(a.nvfp4_experts != nullptr) + int(a.fp8_experts != nullptr) != 1)
         return invalid_argument(op + ": format " + fmt + " reads MoeDecodeArgs::" + field +
@@ -262,6 +277,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     switch (a.format) {
         case MoeWeightFormat::kNVFP4: return launch_expert_kernels<Nvfp4Weights>(p, stream);
         case MoeWeightFormat::kFP8Block: return launch_expert_kernels<Fp8BlockWeights>(p, stream);
+        case MoeWeightFormat::kMXFP4Repacked: return launch_expert_kernels<Mxfp4RepackedWeights>(p, stream);
         case MoeWeightFormat::kMXFP4: break;
     }
     if (a.tma_ring && moe_ring_supported(a.dim, a.inter)) return launch_moe_ring(p, stream);
@@ -284,6 +300,7 @@ const char* moe_weight_format_name(MoeWeightFormat f) {
         case MoeWeightFormat::kMXFP4: return "MXFP4";
         case MoeWeightFormat::kNVFP4: return "NVFP4";
         case MoeWeightFormat::kFP8Block: return "FP8 block";
+        case MoeWeightFormat::kMXFP4Repacked: return "MXFP4 repacked";
     }
     return "unknown";
 }

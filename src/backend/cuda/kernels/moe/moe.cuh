@@ -34,6 +34,9 @@
 // formats"). Only the weight load and its conversion to f16 A fragments differ; activations, pair order, MMA,
 // reduction and epilogues are shared.
 //  * Mxfp4Weights: as above.
+//  * Mxfp4RepackedWeights: MXFP4 whose words were bit-permuted at upload (mxfp4_repacked.h): each word becomes 8 e4m3
+//    bytes through an 8-byte table of the lane's 32-block (prmt, block scale folded in) and then f16 pairs (cvt), 7 +
+//    4 instructions per 8 weights instead of ~20; same pair order, same MMAs, the same output bits (delta <= 14).
 //  * Nvfp4Weights (ModelOpt): the same nibble packing, one e4m3 scale per 16 elements, one f32 global scale per
 //    matrix. A lane's 32-element block holds two scale groups: words 0-1 (MMAs j = 0..3) the first, words 2-3
 //    (j = 4..7) the second. The f16 A value is (e2m1 · 2^-14) · (s16 · 2^7) = e2m1 · s16 · 2^-7, one f16 multiply,
@@ -51,6 +54,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/moe/mxfp4_repacked.h"
 
 namespace dsv4::cuda {
 
@@ -73,6 +77,9 @@ struct MoeDecodeConfig {
 // Weight format tags (header comment). kStepK: K per load step of a warp (the same 16 bytes per lane and row for
 // every format: two 128-blocks of 4-bit codes or one of e4m3 bytes).
 struct Mxfp4Weights {
+    static constexpr int kStepK = MoeDecodeConfig::kStepK;
+};
+struct Mxfp4RepackedWeights {  // the same bytes, bits permuted inside each word (mxfp4_repacked.h)
     static constexpr int kStepK = MoeDecodeConfig::kStepK;
 };
 struct Nvfp4Weights {
@@ -273,12 +280,6 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
 
 // ---------------------------------------------------------------------------------- NVFP4 and FP8-block stages
 
-__device__ __forceinline__ uint32_t prmt_bits(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
 // Two e4m3 codes (bits 0-7 and 8-15 of v) to the f16x2 of their values (low half from bits 0-7), exact.
 __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v) {
     uint32_t d;
@@ -312,8 +313,8 @@ __device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint
     constexpr uint32_t kTwo7 = 0x58005800u;  // f16x2 (128, 128)
     const uint32_t s_lo = hmul2_bits(e4m3x2_f16x2(sc_lo), kTwo7), s_hi = hmul2_bits(e4m3x2_f16x2(sc_hi), kTwo7);
     // (s, s) of each group: halves duplicated
-    const uint32_t f_lo[2] = {prmt_bits(s_lo, 0, 0x1010u), prmt_bits(s_lo, 0, 0x3232u)};
-    const uint32_t f_hi[2] = {prmt_bits(s_hi, 0, 0x1010u), prmt_bits(s_hi, 0, 0x3232u)};
+    const uint32_t f_lo[2] = {prmt_b32(s_lo, 0, 0x1010u), prmt_b32(s_lo, 0, 0x3232u)};
+    const uint32_t f_hi[2] = {prmt_b32(s_hi, 0, 0x1010u), prmt_b32(s_hi, 0, 0x3232u)};
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     e2m1_block_mma(w_lo, w_hi, f_lo, f_hi, act, acc);
     y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], f0));
@@ -335,8 +336,8 @@ __device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const u
         const uint32_t sel = (j & 1) ? 0x4051u : 0x6273u;
         const uint4& l = w_lo[m >> 1];
         const uint4& h = w_hi[m >> 1];
-        const uint32_t pl = prmt_bits((m & 1) ? l.z : l.x, (m & 1) ? l.w : l.y, sel);
-        const uint32_t ph = prmt_bits((m & 1) ? h.z : h.x, (m & 1) ? h.w : h.y, sel);
+        const uint32_t pl = prmt_b32((m & 1) ? l.z : l.x, (m & 1) ? l.w : l.y, sel);
+        const uint32_t ph = prmt_b32((m & 1) ? h.z : h.x, (m & 1) ? h.w : h.y, sel);
         const uint32_t a0 = e4m3x2_f16x2(pl), a2 = e4m3x2_f16x2_hi(pl);
         const uint32_t a1 = e4m3x2_f16x2(ph), a3 = e4m3x2_f16x2_hi(ph);
         const uint4& b = act[m];
@@ -349,6 +350,40 @@ __device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const u
     y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], f1));
 }
 
+// Repacked-MXFP4 stage of one 128-block (mxfp4_repacked.h): as block128_mma, but each word converts to e4m3 by its
+// 32-block's table and then to f16 pairs with cvt, with no f16 multiply, and the row's scale word already holds
+// (e_max, spreads). s_lo / s_hi: that word for rows g and g+8; tables: e4m3_table_for_delta for delta 0..15 in shared
+// memory. The f16 values are 2^6 times block128_mma's (c · 2^(6 - delta) against c · 2^-delta), all exact, so the f32
+// MMA sums are exactly 2^6 times as large and the fold by 2^(e_max - 133) gives block128_mma's bits.
+__device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo,
+                                                      uint32_t s_hi, int t, const uint2* tables,
+                                                      const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
+    const uint2 tab_lo = tables[(s_lo >> (8 + 4 * t)) & 15], tab_hi = tables[(s_hi >> (8 + 4 * t)) & 15];
+    const uint32_t tl_lo = tab_lo.x, th_lo = tab_lo.y, tl_hi = tab_hi.x, th_hi = tab_hi.y;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        // rows g (…_g) and g+8 (…_h): lo = e4m3 of elements (0, 4, 1, 5), hi = (2, 6, 3, 7) of word m, i.e. the
+        // f16 pairs P(m, 3), P(m, 2) (lo) and P(m, 1), P(m, 0) (hi); MMA 2m takes P(m, 0), P(m, 1), MMA 2m+1
+        // P(m, 2), P(m, 3), as in e2m1_block_mma
+        uint32_t lo_g, hi_g, lo_h, hi_h;
+        mxfp4_repacked_to_e4m3(word_of(w_lo, m), tl_lo, th_lo, lo_g, hi_g);
+        mxfp4_repacked_to_e4m3(word_of(w_hi, m), tl_hi, th_hi, lo_h, hi_h);
+        const uint4& b = act[m];
+        mma_f16_16816(acc, e4m3x2_f16x2_hi(hi_g), e4m3x2_f16x2_hi(hi_h), e4m3x2_f16x2(hi_g), e4m3x2_f16x2(hi_h), b.x,
+                      b.y);
+        mma_f16_16816(acc, e4m3x2_f16x2_hi(lo_g), e4m3x2_f16x2_hi(lo_h), e4m3x2_f16x2(lo_g), e4m3x2_f16x2(lo_h), b.z,
+                      b.w);
+    }
+    // 2^(e_max - 133), normal (the repack guarantees 7 <= e_max <= 254): the tables' values carry 2^6
+    const float s_row_lo = __uint_as_float(((s_lo & 0xff) - 6) << 23);
+    const float s_row_hi = __uint_as_float(((s_hi & 0xff) - 6) << 23);
+    y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], __fmul_rn(s_row_lo, sa0)));
+    y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], __fmul_rn(s_row_lo, sa1)));
+    y[2] = __fadd_rn(y[2], __fmul_rn(acc[2], __fmul_rn(s_row_hi, sa0)));
+    y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
+}
+
 // Where expert_rows_gemm reads from and who runs it. GlobalWeights: weights streamed from global memory straight
 // into registers, by the whole 256-thread block (the register-streaming kernels); activations written by an earlier
 // launch, through the read-only path. RingWeights<kCoherentAct, kThreads>: weights from a shared-memory ring slot
@@ -357,6 +392,8 @@ __device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const u
 // through L2 (written by other blocks of the same kernel, which the read-only path may not see).
 struct GlobalWeights {
     static constexpr int kThreads = 256;
+    // Mxfp4RepackedWeights only: the 16 e4m3 tables (e4m3_table_for_delta, delta 0..15) in shared memory
+    const uint2* e4m3_tables = nullptr;
     __device__ __forceinline__ int tid() const { return int(threadIdx.x); }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }
@@ -499,7 +536,8 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
             }
         }
     } else {
-        static_assert(std::is_same_v<Fmt, Mxfp4Weights>, "weight format tag");
+        static_assert(std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>,
+                      "weight format tag");
         for (int step = ks; step < nsteps; step += KS) {
             // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
             uint4 wv[MATS][2][2];
@@ -523,7 +561,11 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
 #pragma unroll
                 for (int m = 0; m < MATS; ++m) {
                     const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
-                    block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
+                    if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>)
+                        block128_mma_repacked(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, src.e4m3_tables, av[q],
+                                              sa[q][0], sa[q][1], y[m]);
+                    else
+                        block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
                 }
             }
         }

@@ -55,7 +55,9 @@ struct Fp8BlockExpertPtrs {
 };
 
 // Which expert table the kernels read: only the weight load + conversion stage differs (docs/kernels/moe.md).
-enum class MoeWeightFormat : uint8_t { kMXFP4, kNVFP4, kFP8Block };
+// kMXFP4Repacked: MXFP4 experts whose packed words were passed through mxfp4_repack_word once (mxfp4_repacked.h:
+// bits permuted inside each 32-bit word, scales unchanged) — the same values, converted in fewer instructions.
+enum class MoeWeightFormat : uint8_t { kMXFP4, kNVFP4, kFP8Block, kMXFP4Repacked };
 const char* moe_weight_format_name(MoeWeightFormat f);
 
 struct MoeDecodeArgs {
@@ -64,7 +66,7 @@ struct MoeDecodeArgs {
     const float* route_w = nullptr;         // [T, K] routing weights (already × routed_scale)
     // The expert weights: `format` names the one table that is set (device arrays [E]; the others stay null).
     MoeWeightFormat format = MoeWeightFormat::kMXFP4;
-    const Mxfp4ExpertPtrs* experts = nullptr;          // kMXFP4
+    const Mxfp4ExpertPtrs* experts = nullptr;          // kMXFP4, kMXFP4Repacked
     const Nvfp4ExpertPtrs* nvfp4_experts = nullptr;    // kNVFP4
     const Fp8BlockExpertPtrs* fp8_experts = nullptr;   // kFP8Block
     const void* shared = nullptr;           // bf16 [T, D] shared-expert output, or null

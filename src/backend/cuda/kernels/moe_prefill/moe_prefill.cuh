@@ -42,6 +42,7 @@
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/wgmma.cuh"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/moe/mxfp4_repacked.h"
 
 namespace dsv4::cuda {
 
@@ -148,12 +149,6 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 
 // -------------------------------------------------------------------------------------------- FP4 -> FP8
 
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
 // e4m3 byte of e2m1 magnitude code m (0..7) times 2^(6 - delta), RNE (exact for delta <= 14).
 __device__ __forceinline__ uint8_t e2m1_mag_to_e4m3(int m, int delta) {
     return f32_to_e4m3(ldexpf(e2m1_to_f32(uint8_t(m)), 6 - delta));
@@ -166,8 +161,8 @@ __device__ __forceinline__ uint8_t e2m1_mag_to_e4m3(int m, int delta) {
 // shifted up to bit 7 of the same byte (the bits shifted into the next byte are masked off).
 __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t w, uint32_t tl, uint32_t th) {
     const uint32_t mag = w & 0x77777777u;
-    const uint32_t lo = prmt(tl, th, mag), hi = prmt(tl, th, mag >> 16);
-    const uint32_t pos_lo = prmt(0x7f7f7f7fu, 0x7f7f7f7fu, w), pos_hi = prmt(0x7f7f7f7fu, 0x7f7f7f7fu, w >> 16);
+    const uint32_t lo = prmt_b32(tl, th, mag), hi = prmt_b32(tl, th, mag >> 16);
+    const uint32_t pos_lo = prmt_b32(0x7f7f7f7fu, 0x7f7f7f7fu, w), pos_hi = prmt_b32(0x7f7f7f7fu, 0x7f7f7f7fu, w >> 16);
     return make_uint2(lo | (~(pos_lo << 7) & 0x80808080u), hi | (~(pos_hi << 7) & 0x80808080u));
 }
 
