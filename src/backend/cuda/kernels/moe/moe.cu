@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate
     const uint8_t* ws[1][2];
     float wg[1][2];
     expert_operands<Fmt, 2>(p.experts, p.active_expert[slot], w, ws, wg);
-    const int row0 = blockIdx.x * 16 * RT;
+    const int row0 = blockIdx.x * Cfg::kUpRows;
     moe_gate_up_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, row0, w, ws, wg, row0, red, &flag, [](int) {},
                                 [](int) {});
 }
@@ -187,15 +187,15 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
     float wg[1][1];
     expert_operands<Fmt, 1>(p.experts, p.active_expert[slot], w, ws, wg);
     moe_down_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, blockIdx.x, n_active, w, ws, wg,
-                             blockIdx.x * 16 * RT, red, &flag, [](int) {}, [](int) {});
+                             blockIdx.x * Cfg::kDownRows, red, &flag, [](int) {}, [](int) {});
 }
 
 template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
-    const dim3 up_grid(unsigned(p.I / (16 * Cfg::kUpRT)), unsigned(p.slots));
+    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
     sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
-    const dim3 down_grid(unsigned(p.D / (16 * Cfg::kDownRT)), unsigned(p.slots));
+    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), unsigned(p.slots));
     sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, 0, stream>>>(p);
     return launch_status("sm90_moe_down");
 }
@@ -221,7 +221,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
         case MoeWeightFormat::kFP8Block: table = a.fp8_experts; break;
         default:
             return invalid_argument(op + ": unknown weight format " + std::to_string(int(a.format)) +
-                                    " (MoeWeightFormat: kMXFP4, kNVFP4 or kFP8Block)");
+                                    " (MoeWeightFormat: kMXFP4, kNVFP4, kFP8Block or kMXFP4Repacked)");
     }
     const std::string fmt = moe_weight_format_name(a.format);
     const char* field = a.format == MoeWeightFormat::kNVFP4      ? "nvfp4_experts"

@@ -71,6 +71,8 @@ struct MoeDecodeConfig {
     // measured gain over 16 / 32-row blocks is in docs/kernels/moe.md.
     static constexpr int kUpRT = 4, kUpKS = 2;
     static constexpr int kDownRT = 8, kDownKS = 1;
+    static constexpr int kUpRows = 16 * kUpRT;      // rows of I per gate/up block
+    static constexpr int kDownRows = 16 * kDownRT;  // rows of D per down block
     static constexpr int kMinDownRows = 32;         // the smallest down item: sizes the cnt_down array
 };
 
