@@ -157,8 +157,8 @@ __device__ __forceinline__ GlobalWeights global_weights() {
 // Launch 2: block (64 rows of I, active slot): Cfg::kUpRT row tiles x kUpKS K splits.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
-    constexpr int RT = Cfg::kUpRT, KS = Cfg::kUpKS;
     pdl_enter();
+    constexpr int RT = Cfg::kUpRT, KS = Cfg::kUpKS;
     __shared__ __align__(16) float red[KS * RT * 2 * 128];
     __shared__ int flag;
     const int slot = blockIdx.y;
@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate
 // row range combines all tokens.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
-    constexpr int RT = Cfg::kDownRT, KS = Cfg::kDownKS;
     pdl_enter();
+    constexpr int RT = Cfg::kDownRT, KS = Cfg::kDownKS;
     __shared__ __align__(16) float red[KS * RT * 128];
     __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
