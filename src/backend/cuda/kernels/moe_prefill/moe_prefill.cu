@@ -184,7 +184,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int tiles = *p.n_mtiles * n_tiles_n;
     const int tid = threadIdx.x;
 
-    if (tid < Cfg::kDeltas * 8) tables[tid] = e2m1_mag_to_e4m3(tid % 8, tid / 8);
+    if (tid < Cfg::kDeltas) {
+        uint32_t lo, hi;
+        e4m3_table_for_delta(tid, lo, hi);
+        reinterpret_cast<uint2*>(tables)[tid] = make_uint2(lo, hi);
+    }
     if (tid == 0) {
         for (int s = 0; s < Cfg::kStages; ++s) {
             mbar_init(&full_bar[s], 1 + 128);  // thread 0's arrive.expect_tx (A tile) + every converter thread

@@ -149,11 +149,6 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 
 // -------------------------------------------------------------------------------------------- FP4 -> FP8
 
-// e4m3 byte of e2m1 magnitude code m (0..7) times 2^(6 - delta), RNE (exact for delta <= 14).
-__device__ __forceinline__ uint8_t e2m1_mag_to_e4m3(int m, int delta) {
-    return f32_to_e4m3(ldexpf(e2m1_to_f32(uint8_t(m)), 6 - delta));
-}
-
 // 8 e2m1 codes (nibble j = element j, bit 3 = sign) -> 8 e4m3 bytes in element order. (tl, th): the 8-byte table
 // magnitude code -> e4m3 byte of the block's δ. prmt's selector nibble picks a byte of (tl, th) with bits 0-2; with
 // bit 3 set (the default mode's sign-replicate) it yields the selected byte's msb replicated instead, so a constant
