@@ -114,7 +114,7 @@ DSV4_MX_HD void mxfp4_repacked_to_e4m3(uint32_t r, uint32_t tl, uint32_t th, uin
 
 // The scale word of one row's 128-column group (4 UE8M0 bytes, byte b = 32-block b) in the repacked layout, or
 // false when the group cannot be repacked exactly (a spread above 14, e_max outside 7..254).
-inline bool mxfp4_repack_scale_group(uint32_t e, uint32_t& out) {
+DSV4_MX_HD bool mxfp4_repack_scale_group(uint32_t e, uint32_t& out) {
     uint32_t e_max = 0;
     for (int b = 0; b < 4; ++b) e_max = ((e >> (8 * b)) & 0xff) > e_max ? (e >> (8 * b)) & 0xff : e_max;
     if (e_max < 7 || e_max > 254) return false;
