@@ -18,9 +18,8 @@
 // From 256 tokens on, the "prefill" columns time sm90_mxfp4_moe_prefill (one call over all T tokens: grouped FP8
 // wgmma GEMMs, docs/kernels/moe_prefill.md) with the same FLOP count.
 //
-// `dsv4_bench_moe --profile T` runs a few calls of each path (ring, register, register on the repacked layout) at T tokens only (for a
-// profiler's per-kernel view;
-// from 256 tokens on the prefill kernel too);
+// `dsv4_bench_moe --profile T` runs a few calls of each path (ring, register, register on the repacked layout) at
+// T tokens only (for a profiler's per-kernel view; from 256 tokens on the prefill kernel too);
 // `dsv4_bench_moe --decode` only the first table's T <= 256 rows.
 //
 // A second table times the decode kernel's weight formats (MXFP4, MXFP4 in the repacked layout, NVFP4, FP8 128x128
