@@ -140,19 +140,11 @@ __device__ __forceinline__ void expert_operands(const void* table, int e, const 
     }
 }
 
-template <class Fmt>
-constexpr bool kStagedFormat = std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>;
-
-// The register kernels' weight source; for the MXFP4 formats it carries the warps' staging slots (the dynamic shared
-// memory, MoeDecodeConfig::stage_bytes) and for repacked MXFP4 the block's e4m3 tables, built here (every thread of
-// the block must call it: it synchronises).
+// The register kernels' weight source; for repacked MXFP4 it carries the block's e4m3 tables, built here (every
+// thread of the block must call it: it synchronises).
 template <class Fmt>
 __device__ __forceinline__ GlobalWeights global_weights() {
     GlobalWeights src;
-    if constexpr (kStagedFormat<Fmt>) {
-        extern __shared__ __align__(16) uint8_t moe_stage[];
-        src.stage = moe_stage;
-    }
     if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>) {
         __shared__ uint2 tables[16];
         if (threadIdx.x < 16) e4m3_table_for_delta(int(threadIdx.x), tables[threadIdx.x].x, tables[threadIdx.x].y);
@@ -198,34 +190,13 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
                              blockIdx.x * Cfg::kDownRows, red, &flag, [](int) {}, [](int) {});
 }
 
-// Dynamic shared memory above 48 KB must be allowed per kernel, once; the carveout asks for all of it so that two
-// staged blocks fit in an SM.
-template <class Kernel>
-Status allow_dynamic_smem(Kernel kernel, int bytes, const char* name) {
-    if (bytes == 0) return Status::ok();
-    const std::string what = std::string(name) + ": allow " + std::to_string(bytes) + " bytes of dynamic shared memory";
-    DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
-    DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       int(cudaSharedmemCarveoutMaxShared)),
-                  what);
-    return Status::ok();
-}
-
 template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
-    constexpr int up_warps = Cfg::kUpRT * Cfg::kUpKS, down_warps = Cfg::kDownRT * Cfg::kDownKS;
-    constexpr int up_smem = kStagedFormat<Fmt> ? Cfg::stage_bytes(2, up_warps) : 0;
-    constexpr int down_smem = kStagedFormat<Fmt> ? Cfg::stage_bytes(1, down_warps) : 0;
-    static const Status allowed = [] {
-        DSV4_RETURN_IF_ERROR(allow_dynamic_smem(sm90_moe_gate_up_kernel<Fmt>, up_smem, "sm90_moe_gate_up"));
-        return allow_dynamic_smem(sm90_moe_down_kernel<Fmt>, down_smem, "sm90_moe_down");
-    }();
-    DSV4_RETURN_IF_ERROR(allowed);
     const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
-    sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * up_warps, up_smem, stream>>>(p);
+    sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
     const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), unsigned(p.slots));
-    sm90_moe_down_kernel<Fmt><<<down_grid, 32 * down_warps, down_smem, stream>>>(p);
+    sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, 0, stream>>>(p);
     return launch_status("sm90_moe_down");
 }
 
