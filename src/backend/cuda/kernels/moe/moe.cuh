@@ -53,7 +53,6 @@
 
 #include <type_traits>
 
-#include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/moe/mxfp4_repacked.h"
 
@@ -75,13 +74,6 @@ struct MoeDecodeConfig {
     static constexpr int kUpRows = 16 * kUpRT;      // rows of I per gate/up block
     static constexpr int kDownRows = 16 * kDownRT;  // rows of D per down block
     static constexpr int kMinDownRows = 32;         // the smallest down item: sizes the cnt_down array
-    // MXFP4 weights reach the register kernels through shared memory (expert_rows_gemm, "staged"): each warp owns
-    // stages(MATS) slots of one K step (its weights and scales of every matrix) and copies the next steps with
-    // cp.async while it converts the current one. Gate/up (2 matrices, 5 KB a slot) keeps 2 slots so that two
-    // 8-warp blocks fit in an SM's shared memory; down (2.5 KB) 3.
-    static constexpr int stage_slot_bytes(int mats) { return mats * (4 * 32 * 16 + 2 * 32 * 8); }
-    static constexpr int stages(int mats) { return mats == 2 ? 2 : 3; }
-    static constexpr int stage_bytes(int mats, int warps) { return warps * stages(mats) * stage_slot_bytes(mats); }
 };
 
 // Weight format tags (header comment). kStepK: K per load step of a warp (the same 16 bytes per lane and row for
@@ -400,24 +392,8 @@ __device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const u
 // (moe_ring.cu), run by one consumer group of kThreads threads (threads group · kThreads ..., named barrier
 // 1 + group, so groups and the producer warp never wait for each other); with kCoherentAct the activations are read
 // through L2 (written by other blocks of the same kernel, which the read-only path may not see).
-__device__ __forceinline__ uint4 ld_shared16(const void* p) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(uint32_t(__cvta_generic_to_shared(p))));
-    return v;
-}
-__device__ __forceinline__ uint2 ld_shared8(const void* p) {
-    uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(uint32_t(__cvta_generic_to_shared(p))));
-    return v;
-}
-
 struct GlobalWeights {
     static constexpr int kThreads = 256;
-    // MXFP4 formats: weights and scales staged through shared memory by cp.async (MoeDecodeConfig::stage_bytes)
-    static constexpr bool kCanStage = true;
-    uint8_t* stage = nullptr;
     // Mxfp4RepackedWeights only: the 16 e4m3 tables (e4m3_table_for_delta, delta 0..15) in shared memory
     const uint2* e4m3_tables = nullptr;
     __device__ __forceinline__ int tid() const { return int(threadIdx.x); }
@@ -433,14 +409,25 @@ struct GlobalWeights {
 template <bool kCoherentAct, int kGroupThreads>
 struct RingWeights {
     static constexpr int kThreads = kGroupThreads;
-    static constexpr bool kCanStage = false;  // the weights are in shared memory already
     int group;
     __device__ __forceinline__ int tid() const { return int(threadIdx.x) - group * kThreads; }
     __device__ __forceinline__ void sync() const {
         asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "n"(kThreads) : "memory");
     }
-    static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_shared16(p); }
-    static __device__ __forceinline__ uint2 s8(const uint8_t* p) { return ld_shared8(p); }
+    static __device__ __forceinline__ uint4 w16(const uint8_t* p) {
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(uint32_t(__cvta_generic_to_shared(p))));
+        return v;
+    }
+    static __device__ __forceinline__ uint2 s8(const uint8_t* p) {
+        uint2 v;
+        asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];"
+                     : "=r"(v.x), "=r"(v.y)
+                     : "r"(uint32_t(__cvta_generic_to_shared(p))));
+        return v;
+    }
     static __device__ __forceinline__ uint4 act16(const uint4* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
     static __device__ __forceinline__ float act_s(const float* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
 };
@@ -553,15 +540,24 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
     } else {
         static_assert(std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>,
                       "weight format tag");
-        // one K step of weights: 2 blocks of 128 x 2 rows x MATS (16 bytes each), and the rows' scale words
-        auto w_src = [&](int m, int r, int q, int step) {
-            return w[m] + size_t(r ? r_hi : r_lo) * row_bytes + size_t(step * 2 + q) * 64 + size_t(t) * 16;
-        };
-        auto s_src = [&](int m, int r, int step) {
-            return ws[m] + size_t(r ? r_hi : r_lo) * srow_bytes + size_t(step) * 8;
-        };
-        auto step_math = [&](const uint4 (&wv)[MATS][2][2], const uint2 (&sv)[MATS][2], const uint4 (&av)[2][4],
-                             const float (&sa)[2][2]) {
+        for (int step = ks; step < nsteps; step += KS) {
+            // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
+            uint4 wv[MATS][2][2];
+            uint2 sv[MATS][2];
+#pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
+                    wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
+                    wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
+                }
+                sv[m][0] = Src::s8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
+                sv[m][1] = Src::s8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
+            }
+            uint4 av[2][4];
+            float sa[2][2];
+            load_step_activations<Src>(arow, srow0, srow1, step, t, tok_b, c0 < ntile, c1 < ntile, av, sa);
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
 #pragma unroll
@@ -573,74 +569,6 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
                     else
                         block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
                 }
-            }
-        };
-        if constexpr (Src::kCanStage) {
-            // Staged: the warp's slots hold [m][r][q][lane] 16-byte weight pieces, then [m][r][lane] 8-byte scale
-            // words; each lane reads back only what it copied (no warp synchronisation), with conflict-free lane
-            // strides. A slot is refilled only after the step it held was converted, so S - 1 steps are always in
-            // flight while one converts.
-            constexpr int S = MoeDecodeConfig::stages(MATS), kSlot = MoeDecodeConfig::stage_slot_bytes(MATS);
-            constexpr int kScaleAt = MATS * 4 * 32 * 16;
-            uint8_t* const mine = src.stage + size_t(warp) * S * kSlot;
-            auto issue = [&](int step, int slot) {
-                if (step < nsteps) {
-                    uint8_t* d = mine + slot * kSlot;
-#pragma unroll
-                    for (int m = 0; m < MATS; ++m) {
-#pragma unroll
-                        for (int r = 0; r < 2; ++r) {
-#pragma unroll
-                            for (int q = 0; q < 2; ++q)
-                                cp_async16(d + (((m * 2 + r) * 2 + q) * 32 + lane) * 16, w_src(m, r, q, step));
-                            cp_async8(d + kScaleAt + ((m * 2 + r) * 32 + lane) * 8, s_src(m, r, step));
-                        }
-                    }
-                }
-                cp_async_commit();  // an empty group past the end keeps the wait count below uniform
-            };
-#pragma unroll
-            for (int s = 0; s < S - 1; ++s) issue(ks + s * KS, s);
-            int slot = 0;
-            for (int step = ks; step < nsteps; step += KS) {
-                issue(step + (S - 1) * KS, slot == 0 ? S - 1 : slot - 1);
-                uint4 av[2][4];
-                float sa[2][2];
-                load_step_activations<Src>(arow, srow0, srow1, step, t, tok_b, c0 < ntile, c1 < ntile, av, sa);
-                cp_async_wait<S - 1>();
-                const uint8_t* d = mine + slot * kSlot;
-                uint4 wv[MATS][2][2];
-                uint2 sv[MATS][2];
-#pragma unroll
-                for (int m = 0; m < MATS; ++m) {
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-                        for (int q = 0; q < 2; ++q) wv[m][r][q] = ld_shared16(d + (((m * 2 + r) * 2 + q) * 32 + lane) * 16);
-                        sv[m][r] = ld_shared8(d + kScaleAt + ((m * 2 + r) * 32 + lane) * 8);
-                    }
-                }
-                step_math(wv, sv, av, sa);
-                slot = slot == S - 1 ? 0 : slot + 1;
-            }
-        } else {
-            for (int step = ks; step < nsteps; step += KS) {
-                // issue every load of the step first: weights, scales, activations
-                uint4 wv[MATS][2][2];
-                uint2 sv[MATS][2];
-#pragma unroll
-                for (int m = 0; m < MATS; ++m) {
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-                        for (int q = 0; q < 2; ++q) wv[m][r][q] = Src::w16(w_src(m, r, q, step));
-                        sv[m][r] = Src::s8(s_src(m, r, step));
-                    }
-                }
-                uint4 av[2][4];
-                float sa[2][2];
-                load_step_activations<Src>(arow, srow0, srow1, step, t, tok_b, c0 < ntile, c1 < ntile, av, sa);
-                step_math(wv, sv, av, sa);
             }
         }
     }
