@@ -18,8 +18,8 @@
 // From 256 tokens on, the "prefill" columns time sm90_mxfp4_moe_prefill (one call over all T tokens: grouped FP8
 // wgmma GEMMs, docs/kernels/moe_prefill.md) with the same FLOP count.
 //
-// `dsv4_bench_moe --profile T` runs a few calls of each path at T tokens only (for a profiler's per-kernel view;
-// from 256 tokens on the prefill kernel too);
+// `dsv4_bench_moe --profile T` runs a few calls of each path (ring, register, register on the repacked layout) at
+// T tokens only (for a profiler's per-kernel view; from 256 tokens on the prefill kernel too);
 // `dsv4_bench_moe --decode` only the first table's T <= 256 rows.
 //
 // A second table times the decode kernel's weight formats (MXFP4, MXFP4 in the repacked layout, NVFP4, FP8 128x128
@@ -444,6 +444,14 @@ int main(int argc, char** argv) {
         if (profile_T) {
             for (int i = 0; i < 8; ++i) ring_call(i);
             for (int i = 0; i < 8; ++i) register_call(i);
+            // the same bytes read as the repacked layout (values differ; the kernel's work does not)
+            for (int i = 0; i < 8; ++i) {
+                for (int64_t p = 0; p < passes; ++p) {
+                    MoeDecodeArgs a = args_for(i, p, false);
+                    a.format = MoeWeightFormat::kMXFP4Repacked;
+                    CHECK(sm90_mxfp4_moe_decode(a, s));
+                }
+            }
             if (T >= kPassT) {  // and the prefill kernel over all T tokens
                 const size_t pws_bytes = sm90_mxfp4_moe_prefill_workspace_bytes(T, kK, kE, kD, kI);
                 auto pws = DeviceBuffer::allocate(pws_bytes, "prefill workspace");

@@ -218,8 +218,12 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
     DSV4_ASSIGN_OR_RETURN(double copy_bw, measure_copy_bandwidth(m->stream.handle()));
     const double expert_layer_params = 3.0 * double(cfg.moe_inter_dim) * double(cfg.hidden_size) * double(cfg.n_routed_experts);
     const double expert_layer_bytes = expert_layer_params * (0.5 + 1.0 / 32.0);
-    std::fprintf(out, "weights on the GPU: %.2f GB (generated in %.1f s); measured copy bandwidth %.2f TB/s\n\n",
+    const auto repacked = std::count_if(m->layers.begin(), m->layers.end(),
+                                        [](const engine::GpuLayer& l) { return l.ffn.mxfp4_repacked; });
+    std::fprintf(out, "weights on the GPU: %.2f GB (generated in %.1f s); measured copy bandwidth %.2f TB/s\n",
                  double(m->weight_bytes) * 1e-9, load_s, copy_bw * 1e-12);
+    std::fprintf(out, "routed experts in the decode kernel's repacked MXFP4 layout: %lld of %zu layers\n\n",
+                 static_cast<long long>(repacked), m->layers.size());
 
     std::fprintf(out, "| batch | context | step ms | per layer us | tok/s | GB moved | TB/s | %% of copy |\n");
     std::fprintf(out, "|---|---|---|---|---|---|---|---|\n");

@@ -31,6 +31,11 @@ Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightVi
     return cuda::sm90_linear(m.precision, a, m.stream.handle());
 }
 
+bool fused_moe_shapes(const model::ModelConfig& c) {
+    return c.hidden_size % 512 == 0 && c.moe_inter_dim % 512 == 0 && c.n_routed_experts <= 1024 &&
+           c.n_experts_per_token <= 16;
+}
+
 namespace {
 
 // hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled.
@@ -79,9 +84,7 @@ Status leave_sub_block(GpuModel& m, const void* residual, void* out, int64_t row
 // The fused W4A8 decode kernel serves reference numerics with MXFP4 experts at the shapes it supports; everything
 // else (f32 mode, bf16 experts, tiny widths, long passes) runs the generic routed-experts path.
 bool fused_moe_fits(const GpuModel& m, const GpuMoe& w, int64_t rows) {
-    const model::ModelConfig& c = m.cfg;
-    return m.precision == Precision::kReference && w.mxfp4 && rows <= 256 && c.hidden_size % 512 == 0 &&
-           c.moe_inter_dim % 512 == 0 && c.n_routed_experts <= 1024 && c.n_experts_per_token <= 16;
+    return m.precision == Precision::kReference && w.mxfp4 && rows <= 256 && fused_moe_shapes(m.cfg);
 }
 
 // MoE sub-block (§5.5): pass.normed → pass.block_out.
@@ -124,11 +127,16 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         ea.workspace_bytes = s.workspace.bytes();
         DSV4_RETURN_IF_ERROR(cuda::sm90_expert(m.precision, ea, st));
     }
-    if (fused_moe_fits(m, w, rows)) {
+    const bool fused = fused_moe_fits(m, w, rows);
+    if (w.mxfp4_repacked && !fused)
+        return internal_error("moe_block: the layer's experts are in the decode kernel's repacked layout, which only "
+                              "the fused kernel reads, but a pass of " + std::to_string(rows) + " rows cannot use it");
+    if (fused) {
         cuda::MoeDecodeArgs md;
         md.x = s.normed.data();
         md.idx = s.route_idx.as<int32_t>();
         md.route_w = s.route_w.as<float>();
+        md.format = w.mxfp4_repacked ? cuda::MoeWeightFormat::kMXFP4Repacked : cuda::MoeWeightFormat::kMXFP4;
         md.experts = w.mxfp4;
         md.shared = has_shared ? s.shared_out.data() : nullptr;
         md.y = s.block_out.data();

@@ -42,6 +42,9 @@ struct GpuMoe {
     DeviceWeightView shared_w1, shared_w2, shared_w3;
     const cuda::DeviceExpertWeights* experts = nullptr;  // device [E]
     const cuda::Mxfp4ExpertPtrs* mxfp4 = nullptr;         // device [E] when every routed expert is MXFP4
+    // the MXFP4 experts were repacked on the device into the decode kernel's layout (mxfp4_repacked.h): only the
+    // fused decode kernel may read them (gpu_model.cpp put_moe says when)
+    bool mxfp4_repacked = false;
 };
 
 struct GpuLayer {
@@ -154,6 +157,7 @@ struct GpuWeightSource {
 struct GpuModel {
     model::ModelConfig cfg;
     const GpuWeightSource* source = nullptr;
+    int64_t max_rows = 0;  // the largest pass, known before the weights are uploaded
     bool use_graphs = true;
     backend::Precision precision = backend::Precision::kReference;
     size_t act_bytes = 2;            // bytes of one activation value
@@ -196,6 +200,9 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
 // Keeps a weight in m.owned and returns its view.
 Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d);
 Status make_gpu_pass(GpuModel& m, int64_t rows);
+// The model shapes the fused MoE decode kernel takes (sm90_mxfp4_moe_decode: D, I multiples of 512, E <= 1024,
+// K <= 16); the rows of a pass must also be <= 256.
+bool fused_moe_shapes(const model::ModelConfig& c);
 // The per-session parts of the pass buffers, sized for the cache's max context (resize_gpu_cache calls it).
 Status size_gpu_pass_for_cache(GpuModel& m);
 

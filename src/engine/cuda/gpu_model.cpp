@@ -6,6 +6,7 @@
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/linear/linear.h"
+#include "backend/cuda/kernels/moe/mxfp4_repack.h"
 #include "core/formats.h"
 #include "engine/cuda/gpu_internal.h"
 
@@ -111,6 +112,37 @@ Result<const T*> put_table(GpuModel& m, const std::vector<T>& host, const std::s
     return m.tables.back().as<const T>();
 }
 
+// Routed MXFP4 experts that only the fused decode kernel will read — reference numerics, passes of at most 256 rows,
+// its shapes — go into its repacked layout (docs/kernels/moe.md, "Repacked MXFP4": the same values, converted in fewer
+// instructions) when every matrix of the layer can be repacked exactly; otherwise the layer keeps the shipped layout,
+// which the same kernel reads. Returns whether the layer was repacked. In place on the uploaded weights.
+Result<bool> repack_layer_experts(GpuModel& m, const std::vector<cuda::Mxfp4ExpertPtrs>& experts) {
+    const model::ModelConfig& c = m.cfg;
+    if (m.precision != Precision::kReference || m.max_rows > 256 || !fused_moe_shapes(c)) return false;
+    const int64_t D = c.hidden_size, I = c.moe_inter_dim;
+    const cuda::StreamHandle st = m.stream.handle();
+    DSV4_ASSIGN_OR_RETURN(DeviceBuffer bad, DeviceBuffer::allocate(sizeof(int), "expert repack check"));
+    DSV4_RETURN_IF_ERROR(bad.fill_bytes(0));
+    for (const cuda::Mxfp4ExpertPtrs& e : experts) {
+        DSV4_RETURN_IF_ERROR(cuda::sm90_mxfp4_repack_check(e.w1s, I, D, bad.as<int>(), st));
+        DSV4_RETURN_IF_ERROR(cuda::sm90_mxfp4_repack_check(e.w3s, I, D, bad.as<int>(), st));
+        DSV4_RETURN_IF_ERROR(cuda::sm90_mxfp4_repack_check(e.w2s, D, I, bad.as<int>(), st));
+    }
+    DSV4_RETURN_IF_ERROR(m.stream.synchronize());
+    int n_bad = 0;
+    DSV4_RETURN_IF_ERROR(bad.download(&n_bad, sizeof n_bad));
+    if (n_bad) return false;
+    // the pointers are the layer's own uploads (m.owned), written once here before any forward pass reads them
+    auto mut = [](const uint8_t* p) { return const_cast<uint8_t*>(p); };
+    for (const cuda::Mxfp4ExpertPtrs& e : experts) {
+        DSV4_RETURN_IF_ERROR(cuda::sm90_mxfp4_repack(mut(e.w1), mut(e.w1s), I, D, st));
+        DSV4_RETURN_IF_ERROR(cuda::sm90_mxfp4_repack(mut(e.w3), mut(e.w3s), I, D, st));
+        DSV4_RETURN_IF_ERROR(cuda::sm90_mxfp4_repack(mut(e.w2), mut(e.w2s), D, I, st));
+    }
+    DSV4_RETURN_IF_ERROR(m.stream.synchronize());
+    return true;
+}
+
 Result<GpuMoe> put_moe(GpuModel& m, const MoeViews& v, int layer) {
     GpuMoe g;
     DSV4_ASSIGN_OR_RETURN(g.gate, put(m, v.gate, layer_name(layer, "ffn.gate")));
@@ -138,6 +170,7 @@ Result<GpuMoe> put_moe(GpuModel& m, const MoeViews& v, int layer) {
     DSV4_ASSIGN_OR_RETURN(g.experts, put_table(m, experts, layer_name(layer, "expert table")));
     if (all_mxfp4) {
         DSV4_ASSIGN_OR_RETURN(g.mxfp4, put_table(m, mxfp4, layer_name(layer, "MXFP4 expert table")));
+        DSV4_ASSIGN_OR_RETURN(g.mxfp4_repacked, repack_layer_experts(m, mxfp4));
     }
     return g;
 }
@@ -337,6 +370,7 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
     if (max_rows < 1) return invalid_argument("GPU pass rows must be >= 1");
     auto m = std::make_shared<GpuModel>();
     m->source = &source;
+    m->max_rows = max_rows;
     m->cfg = cfg;
     m->precision = precision;
     m->act_bytes = precision == Precision::kReference ? 2 : 4;

@@ -45,10 +45,13 @@ namespace dsv4::cuda {
 
 // prmt.b32 in its default mode (PTX ISA): byte i of the result is byte (sel >> 4i) & 7 of {b, a} (a = bytes 0-3),
 // or, when bit 3 of that selector nibble is set, the selected byte's msb replicated. The host emulation is what
-// the unit test runs.
+// the unit test runs. Inline PTX, not __byte_perm: that intrinsic takes 3-bit selectors (CUDA Math API) and drops
+// the sign-replicate bit, which the prefill kernel's sign extraction needs.
 DSV4_MX_HD uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t sel) {
 #if defined(__CUDA_ARCH__)
-    return __byte_perm(a, b, sel);
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
 #else
     const uint64_t src = uint64_t(a) | (uint64_t(b) << 32);
     uint32_t d = 0;
@@ -114,7 +117,7 @@ DSV4_MX_HD void mxfp4_repacked_to_e4m3(uint32_t r, uint32_t tl, uint32_t th, uin
 
 // The scale word of one row's 128-column group (4 UE8M0 bytes, byte b = 32-block b) in the repacked layout, or
 // false when the group cannot be repacked exactly (a spread above 14, e_max outside 7..254).
-inline bool mxfp4_repack_scale_group(uint32_t e, uint32_t& out) {
+DSV4_MX_HD bool mxfp4_repack_scale_group(uint32_t e, uint32_t& out) {
     uint32_t e_max = 0;
     for (int b = 0; b < 4; ++b) e_max = ((e >> (8 * b)) & 0xff) > e_max ? (e >> (8 * b)) & 0xff : e_max;
     if (e_max < 7 || e_max > 254) return false;
