@@ -4,9 +4,10 @@
 // 16 heads and the chunk of candidate blocks [chunk·kb, chunk·kb + kb) (64 candidates a block):
 //   1. scan: the chunk's indices are read once (all threads) into a bitmask of the blocks holding a valid candidate;
 //      a chunk without one writes "empty" and leaves (a -1-padded capacity-wide list costs this read only).
-//   2. pipeline over the non-empty blocks: the next block's rows are copied by cp.async into the other stage while
-//      this one computes (packed: the raw 584-byte rows by 8-byte copies, decoded in shared memory into the bf16
-//      tile exactly as the one-pass kernel decodes them; unpacked: the bf16 rows by 16-byte copies, two tiles).
+//   2. pipeline over the non-empty blocks: the next block's rows are copied into the other stage while this one
+//      computes (packed: each raw 584-byte row as one 576-byte bulk copy of its 16-byte aligned part, counted on the
+//      stage's mbarrier, plus one 8-byte cp.async of the rest, decoded in shared memory into the bf16 tile exactly
+//      as the one-pass kernel decodes them; unpacked: the bf16 rows by 16-byte cp.async, two tiles).
 //   3. per block the one-pass kernel's arithmetic (attention.cuh): S = Q·Kᵀ on mma.m16n8k16 (warp w: keys
 //      16w..16w+15), logits ·scale (-inf for -1), running max and rescale in f32, P = exp(l - M) rounded to bf16,
 //      the block sum in candidate order, O = O·rescale + P·V (warp w: channels 128w..128w+127).
@@ -21,6 +22,7 @@
 
 // (not attention.cuh: it defines a non-template kernel, which two translation units may not both hold)
 #include "backend/cuda/common/cp_async.cuh"
+#include "backend/cuda/common/mbarrier.cuh"
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/attention/attention_block.cuh"
@@ -39,7 +41,11 @@ struct AttnSplitConfig {
     static constexpr int kLLd = kBlock + 4;  // f32 logit rows: float4 reads of 8 heads hit distinct banks
     static constexpr int kPLd = kBlock + 8;
     static constexpr int kRawRow = int(kKvFp8RowBytes);  // 584
-    static constexpr int kRawWords = kRawRow / 8;         // 73 8-byte copies per packed row
+    // A pool row starts 8 bytes into a 16-byte granule or on one (584 = 36.5 granules): its 16-byte aligned 576
+    // bytes go by one bulk copy and the other 8 (head or tail) by cp.async. In shared memory row r starts at
+    // r · kRawPitch + (source address mod 16), so both copies keep their alignment.
+    static constexpr int kRawPitch = kRawRow + 8;  // 592 = 37 granules
+    static constexpr int kRawBulk = kRawRow - 8;   // 576
     static constexpr int kMaxChunkBlocks = 256;           // bitmask of non-empty blocks: 8 words
     static constexpr int kMaskWords = kMaxChunkBlocks / 32;
     static constexpr int kCombineThreads = kDim / 4;      // 4 channels per thread
@@ -47,21 +53,23 @@ struct AttnSplitConfig {
     // shared-memory layout (bytes; every region 16-byte aligned)
     static constexpr size_t kQBytes = size_t(kHeads) * kLd * 2;               // 16,640
     static constexpr size_t kTileBytes = size_t(kBlock) * kLd * 2;            // 66,560
-    static constexpr size_t kRawStageBytes = size_t(kBlock) * kRawRow;       // 37,376
+    static constexpr size_t kRawStageBytes = size_t(kBlock) * kRawPitch;     // 37,888
     static constexpr size_t kLBytes = size_t(kHeads) * kLLd * 4;              // 4,352
     static constexpr size_t kPBytes = size_t(kHeads) * kPLd * 2;              // 2,304
     static constexpr size_t kIdxBytes = 2 * kBlock * 4;                       // 512
     static constexpr size_t kMaskBytes = kMaskWords * 4;                      // 32
     static constexpr size_t kStateBytes = 4 * kHeads * 4;                     // 256
+    static constexpr size_t kBarBytes = 2 * 8;                                // the raw stages' mbarriers
     // packed: one decoded tile + two raw stages; unpacked: two bf16 tiles
     static constexpr size_t tiles_bytes(bool packed) { return packed ? kTileBytes + 2 * kRawStageBytes : 2 * kTileBytes; }
     static constexpr size_t smem_bytes(bool packed) {
-        return kQBytes + tiles_bytes(packed) + kLBytes + kPBytes + kIdxBytes + kMaskBytes + kStateBytes;
+        return kQBytes + tiles_bytes(packed) + kLBytes + kPBytes + kIdxBytes + kMaskBytes + kStateBytes + kBarBytes;
     }
 };
-static_assert(AttnSplitConfig::smem_bytes(true) == 165408 && AttnSplitConfig::smem_bytes(false) == 157216,
+static_assert(AttnSplitConfig::smem_bytes(true) == 166448 && AttnSplitConfig::smem_bytes(false) == 157232,
               "the layout the documentation quotes");
-static_assert(AttnSplitConfig::kRawRow % 8 == 0 && AttnSplitConfig::kRawStageBytes % 16 == 0);
+static_assert(AttnSplitConfig::kRawRow % 16 == 8 && AttnSplitConfig::kRawPitch % 16 == 0 &&
+              AttnSplitConfig::kRawBulk % 16 == 0 && AttnSplitConfig::kRawStageBytes % 16 == 0);
 
 enum SplitPass : int { kSplitBlockMax = 0, kSplitPartial = 1, kSplitPartialFromPrefix = 2 };
 
@@ -92,10 +100,17 @@ __device__ __forceinline__ int next_valid_block(const uint32_t* mask, int from, 
     return n;
 }
 
-// The raw packed rows of one block (64 x 584 bytes in shared memory, a -1 row all zeros) decoded into the bf16 tile
-// kv_s [64][kLd]: the same values, in the same thread layout, as gather_packed_kv_block (attention.cuh) produces.
-// Thread = channel chunk tid % 64 (8 channels) of rows tid / 64 + 2k.
-__device__ __forceinline__ void decode_packed_block(const uint8_t* raw, __nv_bfloat16* kv_s, int tid) {
+// Where pool row s lies in a raw stage's row slot: its source address mod 16 (0 or 8; AttnSplitConfig::kRawPitch).
+__device__ __forceinline__ int raw_row_shift(const uint8_t* pool, int32_t s) {
+    return int((reinterpret_cast<uintptr_t>(pool) + uint64_t(s) * AttnSplitConfig::kRawRow) & 15);
+}
+
+// The raw packed rows of one block (row r of pool row bi[r] at r · kRawPitch + raw_row_shift; -1 rows were not
+// copied and decode to +0) decoded into the bf16 tile kv_s [64][kLd]: the same values, in the same thread layout,
+// as gather_packed_kv_block (attention.cuh) produces. Thread = channel chunk tid % 64 (8 channels) of rows
+// tid / 64 + 2k.
+__device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const int32_t* bi, const uint8_t* pool,
+                                                    __nv_bfloat16* kv_s, int tid) {
     using Cfg = AttnSplitConfig;
     constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = Cfg::kThreads / kChunks;  // 64, 2
     constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                           // 56
@@ -106,16 +121,17 @@ __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, __nv_bfl
 #pragma unroll 4
     for (int k = 0; k < Cfg::kBlock / kRowsPerPass; ++k) {
         const int r = r0 + kRowsPerPass * k;
-        const uint8_t* row = raw + r * Cfg::kRawRow;
-        const uint2 a = *reinterpret_cast<const uint2*>(row + off_a);
+        const int32_t s = bi[r];
+        const uint8_t* row = raw + r * Cfg::kRawPitch + (s < 0 ? 0 : raw_row_shift(pool, s));
+        const uint2 a = s < 0 ? make_uint2(0, 0) : *reinterpret_cast<const uint2*>(row + off_a);
         uint4 u;
         if (codes) {
-            // a zero-filled (-1) row decodes its zero codes with scale byte 0: +0, as the one-pass kernel
+            // a -1 row decodes zero codes with scale byte 0: +0, as the one-pass kernel
             float v[8];
-            kv_decode8(a, row[off_s], v);
+            kv_decode8(a, s < 0 ? uint8_t(0) : row[off_s], v);
             u = pack_bf16x8(v);
         } else {
-            const uint2 b = *reinterpret_cast<const uint2*>(row + off_a + 8);
+            const uint2 b = s < 0 ? make_uint2(0, 0) : *reinterpret_cast<const uint2*>(row + off_a + 8);
             u = make_uint4(a.x, a.y, b.x, b.y);
         }
         *reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c) = u;
@@ -139,6 +155,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     float* sum_s = m_s + Cfg::kHeads;                                                       // [16] running sum
     float* mnew_s = sum_s + Cfg::kHeads;                                                    // [16] block's max
     float* resc_s = mnew_s + Cfg::kHeads;                                                   // [16] rescale
+    auto* bars = reinterpret_cast<uint64_t*>(resc_s + Cfg::kHeads);                         // [2] raw stages
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int chunk = blockIdx.x, tile = blockIdx.y;
@@ -156,6 +173,11 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     // idx_s[0] (thread tid < 64 writes both the -1 default and, at j = tid, the index: same thread, in order).
     if (tid < Cfg::kMaskWords) mask_s[tid] = 0;
     if (tid < Cfg::kBlock) idx_s[tid] = -1;
+    if (kPacked && tid == 0) {
+        mbar_init(&bars[0], Cfg::kBlock);  // one arrival per row of the block (its thread, copy or not)
+        mbar_init(&bars[1], Cfg::kBlock);
+        mbar_init_fence();
+    }
     __syncthreads();
     const int j_begin = blk0 * Cfg::kBlock, j_end = min(p.topk, (blk0 + nblk) * Cfg::kBlock);
     for (int base = j_begin; base < j_end; base += Cfg::kThreads) {  // uniform trip count
@@ -217,13 +239,25 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     auto issue_gather = [&](int stage) {  // the rows of idx_s[stage] into stage `stage` (zeros for -1)
         const int32_t* bi = idx_s + stage * Cfg::kBlock;
         if constexpr (kPacked) {
-            const auto* pool = static_cast<const uint8_t*>(p.kv);
-            uint8_t* dst = raw_s + stage * Cfg::kRawStageBytes;
-            for (int i = tid; i < Cfg::kBlock * Cfg::kRawWords; i += Cfg::kThreads) {
-                const int r = i / Cfg::kRawWords, w = i - r * Cfg::kRawWords;
-                const int32_t s = bi[r];
-                cp_async8_zfill(dst + r * Cfg::kRawRow + 8 * w,
-                                pool + int64_t(s < 0 ? 0 : s) * Cfg::kRawRow + 8 * w, s >= 0);
+            // thread r < 64: row r. Its own expect_tx precedes its own bulk copy; a -1 row only arrives. The
+            // stage's bytes were last read (decode) before the previous iteration's final barrier; the proxy
+            // fence orders those generic reads before the async-proxy writes.
+            if (tid < Cfg::kBlock) {
+                const int32_t s = bi[tid];
+                uint64_t* bar = &bars[stage];
+                if (s >= 0) {
+                    const auto* src = static_cast<const uint8_t*>(p.kv) + int64_t(s) * Cfg::kRawRow;
+                    uint8_t* dst = raw_s + stage * Cfg::kRawStageBytes + tid * Cfg::kRawPitch +
+                                   raw_row_shift(static_cast<const uint8_t*>(p.kv), s);
+                    const int bulk_at = raw_row_shift(static_cast<const uint8_t*>(p.kv), s) ? 8 : 0;
+                    const int rest_at = bulk_at ? 0 : Cfg::kRawBulk;
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    mbar_arrive_expect_tx(bar, Cfg::kRawBulk);
+                    bulk_copy_g2s(dst + bulk_at, src + bulk_at, Cfg::kRawBulk, bar);
+                    cp_async8_zfill(dst + rest_at, src + rest_at, true);
+                } else {
+                    mbar_arrive(bar);
+                }
             }
         } else {
             const auto* rows = static_cast<const __nv_bfloat16*>(p.kv);
@@ -240,6 +274,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     __syncthreads();  // idx_s[0], the running state
     issue_gather(0);
     asm volatile("cp.async.commit_group;\n" ::);
+    uint32_t phases = 0;  // packed: bit i = parity of raw stage i's next completion
 
     float acc[16][4] = {};  // O rows g, g+8 x channels 128·warp + 8·nt + 2qd (+1)
     int stage = 0;
@@ -254,11 +289,16 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
         } else {
             asm volatile("cp.async.wait_group 0;\n" ::);
         }
+        if constexpr (kPacked) {  // this stage's bulk copies
+            mbar_wait(&bars[stage], (phases >> stage) & 1u);
+            phases ^= 1u << stage;
+        }
         __syncthreads();  // this stage's rows (and q) from every thread's copies
         const int32_t* bi = idx_s + stage * Cfg::kBlock;
         const __nv_bfloat16* kv_s;
         if constexpr (kPacked) {
-            decode_packed_block(raw_s + stage * Cfg::kRawStageBytes, tiles, tid);
+            decode_packed_block(raw_s + stage * Cfg::kRawStageBytes, bi, static_cast<const uint8_t*>(p.kv), tiles,
+                                tid);
             __syncthreads();
             kv_s = tiles;
         } else {
