@@ -269,6 +269,65 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaMoeDecodeFormats,
                                             ::testing::Values(Routing::kUniform, Routing::kSkewed)),
                          format_case_name);
 
+// ---------------------------------------------------------------------------- the shared expert inside the launches
+
+// MoeDecodeArgs::shared_expert: the layer's FP8-block shared expert run as one more slot of the same launches, its
+// bf16 output added after the routed sum. The reference computes it with backend::cpu::expert (W8A8, reference
+// numerics) and passes it to moe_sum as `shared`; routed experts MXFP4 (shipped and repacked layouts, register
+// kernels). Class C on both sides (the f32 order of the 128-block sums), so the FP8 formats' share bound: 0.85.
+// The FP8 pool's entry 0 is the shared expert; a wrong token, weight (the shared expert has none: × 1) or pick row
+// would move outputs by the size of the shared term, which the bounds reject.
+void run_shared_fused_case(const MoeShape& s, int64_t T, Routing routing) {
+    SCOPED_TRACE(std::string("shared expert fused, ") + s.name + " T " + std::to_string(T) +
+                 (routing == Routing::kUniform ? " uniform" : " skewed"));
+    ExpertPool* ep = expert_pool(s);
+    FormatExpertPool* sp = format_expert_pool(s, MoeWeightFormat::kFP8Block);
+    ASSERT_NE(ep, nullptr) << "could not upload the expert pool";
+    ASSERT_NE(sp, nullptr) << "could not build or upload the FP8 expert pool";
+    std::mt19937_64 rng(fresh_seed());
+    const int64_t K = s.k, D = s.dim;
+    const MoeInputs in = make_moe_inputs(s, T, routing, rng);
+
+    const backend::Exec ex{Precision::kReference, &pool()};
+    std::vector<float> per_pick(size_t(T * K * D)), shared(size_t(T * D)), want(size_t(T * D));
+    DSV4_ASSERT_OK(backend::cpu::routed_experts(
+        ex, {.x = in.x.data(), .tokens = T, .k = K, .n_experts = s.n_experts, .experts = ep->views.data(),
+             .idx = in.idx.data(), .weights = in.rw.data(), .limit = 10.0f, .out = per_pick.data()}));
+    DSV4_ASSERT_OK(backend::cpu::expert(ex, {.x = in.x.data(), .tokens = T, .w = sp->views[0], .route_w = nullptr,
+                                             .limit = 10.0f, .y = shared.data()}));
+    DSV4_ASSERT_OK(backend::cpu::moe_sum(ex, {.expert_out = per_pick.data(), .idx = in.idx.data(),
+                                              .shared = shared.data(), .tokens = T, .k = K, .dim = D,
+                                              .y = want.data()}));
+    for (const bool repacked : {false, true}) {
+        SCOPED_TRACE(repacked ? "repacked MXFP4" : "shipped MXFP4");
+        MoeDecodeArgs a;
+        a.format = repacked ? MoeWeightFormat::kMXFP4Repacked : MoeWeightFormat::kMXFP4;
+        a.experts = (repacked ? ep->table_repacked : ep->table).as<Mxfp4ExpertPtrs>();
+        a.shared_expert = sp->table.as<Fp8BlockExpertPtrs>();
+        expect_gpu_matches(a, s, T, in, false, want, 0.85,
+                           case_label(repacked ? "shared+rp" : "shared", s, T, routing));
+    }
+}
+
+using SharedParam = std::tuple<int, int64_t, Routing>;  // shape (0 Flash, 1 Pro), T, routing
+class CudaMoeDecodeSharedExpert : public ::testing::TestWithParam<SharedParam> {};
+
+TEST_P(CudaMoeDecodeSharedExpert, MatchesCpuRoutedExpertsSharedExpertAndSum) {
+    DSV4_REQUIRE_GPU();
+    const auto [shape, T, routing] = GetParam();
+    run_shared_fused_case(shape == 0 ? kFlash : kPro, T, routing);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeDecodeSharedExpert,
+                         ::testing::Combine(::testing::Values(0, 1),
+                                            ::testing::Values(int64_t(1), int64_t(7), int64_t(64), int64_t(256)),
+                                            ::testing::Values(Routing::kUniform, Routing::kSkewed)),
+                         [](const ::testing::TestParamInfo<SharedParam>& info) {
+                             return std::string(std::get<0>(info.param) == 0 ? "Flash" : "Pro") + "_T" +
+                                    std::to_string(std::get<1>(info.param)) +
+                                    (std::get<2>(info.param) == Routing::kUniform ? "_uniform" : "_skewed");
+                         });
+
 // The NVFP4 reference's composition against routed_experts itself, on formats the CPU op quantises natively (MXFP4,
 // FP8 blocks) given once natively and once as their f32 dequantisation: both are W4A8 / W8A8 and differ only in the
 // f32 order of the sums (class C). Small shapes, no GPU.
@@ -369,6 +428,14 @@ TEST(CudaMoeDecodeArgs, RejectsWrongFormatTables) {
     a.tma_ring = false;
     s = sm90_mxfp4_moe_decode(a, nullptr);
     EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
+    // the shared expert: its output or its weights, and not through the TMA ring
+    a.shared_expert = reinterpret_cast<const Fp8BlockExpertPtrs*>(dummy);
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("not both"), std::string::npos) << s.to_string();
+    a.shared = nullptr, a.format = MoeWeightFormat::kMXFP4, a.tma_ring = true;
+    s = sm90_mxfp4_moe_decode(a, nullptr);
+    EXPECT_NE(s.message().find("does not run the shared expert"), std::string::npos) << s.to_string();
+    a.tma_ring = false, a.shared_expert = nullptr, a.shared = dummy;
     // a valid format and table reach the later checks (here: the workspace)
     a.format = MoeWeightFormat::kNVFP4, a.experts = nullptr;
     a.nvfp4_experts = reinterpret_cast<const Nvfp4ExpertPtrs*>(dummy);

@@ -197,6 +197,9 @@ TEST(CudaMoePrefillArgs, RejectsBadShapesWithClearMessages) {
     expect_message("MXFP4 experts only");
     a.format = MoeWeightFormat::kMXFP4, a.nvfp4_experts = reinterpret_cast<const Nvfp4ExpertPtrs*>(dummy);
     expect_message("MXFP4 experts only");
+    a.nvfp4_experts = nullptr, a.shared_expert = reinterpret_cast<const Fp8BlockExpertPtrs*>(dummy);
+    expect_message("inside sm90_mxfp4_moe_decode only");
+    a.shared_expert = nullptr;
     // the workspace size query agrees with the check
     EXPECT_EQ(sm90_mxfp4_moe_prefill_workspace_bytes(0, 6, 256, 4096, 2048), 0u);
     EXPECT_GT(sm90_mxfp4_moe_prefill_workspace_bytes(8192, 6, 256, 4096, 2048), size_t(8192) * 6 * 4096 * 3);

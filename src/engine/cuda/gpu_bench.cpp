@@ -222,8 +222,12 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                                         [](const engine::GpuLayer& l) { return l.ffn.mxfp4_repacked; });
     std::fprintf(out, "weights on the GPU: %.2f GB (generated in %.1f s); measured copy bandwidth %.2f TB/s\n",
                  double(m->weight_bytes) * 1e-9, load_s, copy_bw * 1e-12);
-    std::fprintf(out, "routed experts in the decode kernel's repacked MXFP4 layout: %lld of %zu layers\n\n",
+    const auto shared_fused = std::count_if(m->layers.begin(), m->layers.end(),
+                                            [](const engine::GpuLayer& l) { return l.ffn.shared_fp8 != nullptr; });
+    std::fprintf(out, "routed experts in the decode kernel's repacked MXFP4 layout: %lld of %zu layers\n",
                  static_cast<long long>(repacked), m->layers.size());
+    std::fprintf(out, "shared expert inside the decode kernel's launches: %lld of %zu layers\n\n",
+                 static_cast<long long>(shared_fused), m->layers.size());
 
     std::fprintf(out, "| batch | context | step ms | per layer us | tok/s | GB moved | TB/s | %% of copy |\n");
     std::fprintf(out, "|---|---|---|---|---|---|---|---|\n");

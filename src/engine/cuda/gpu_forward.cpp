@@ -113,8 +113,10 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     rp.weights = s.route_w.as<float>();
     DSV4_RETURN_IF_ERROR(cuda::sm90_router_select(rp, st));
 
+    const bool fused = fused_moe_fits(m, w, rows);
     const bool has_shared = !w.shared_w1.empty();
-    if (has_shared) {
+    const bool shared_fused = fused && w.shared_fp8;  // the fused kernel runs the shared expert too
+    if (has_shared && !shared_fused) {
         cuda::ExpertArgs ea;
         ea.x = s.normed.data();
         ea.tokens = rows;
@@ -127,7 +129,6 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         ea.workspace_bytes = s.workspace.bytes();
         DSV4_RETURN_IF_ERROR(cuda::sm90_expert(m.precision, ea, st));
     }
-    const bool fused = fused_moe_fits(m, w, rows);
     if (w.mxfp4_repacked && !fused)
         return internal_error("moe_block: the layer's experts are in the decode kernel's repacked layout, which only "
                               "the fused kernel reads, but a pass of " + std::to_string(rows) + " rows cannot use it");
@@ -138,7 +139,8 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         md.route_w = s.route_w.as<float>();
         md.format = w.mxfp4_repacked ? cuda::MoeWeightFormat::kMXFP4Repacked : cuda::MoeWeightFormat::kMXFP4;
         md.experts = w.mxfp4;
-        md.shared = has_shared ? s.shared_out.data() : nullptr;
+        md.shared = has_shared && !shared_fused ? s.shared_out.data() : nullptr;
+        md.shared_expert = shared_fused ? w.shared_fp8 : nullptr;
         md.y = s.block_out.data();
         md.tokens = rows;
         md.k = k;

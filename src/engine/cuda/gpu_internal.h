@@ -45,6 +45,9 @@ struct GpuMoe {
     // the MXFP4 experts were repacked on the device into the decode kernel's layout (mxfp4_repacked.h): only the
     // fused decode kernel may read them (gpu_model.cpp put_moe says when)
     bool mxfp4_repacked = false;
+    // device [1]: the shared expert as the fused decode kernel runs it (FP8 blocks of the routed experts' shape,
+    // V4's checkpoints), or null (it then runs as sm90_expert and the kernel adds its output)
+    const cuda::Fp8BlockExpertPtrs* shared_fp8 = nullptr;
 };
 
 struct GpuLayer {

@@ -143,6 +143,26 @@ Result<bool> repack_layer_experts(GpuModel& m, const std::vector<cuda::Mxfp4Expe
     return true;
 }
 
+// The shared expert's table for the fused decode kernel, which runs it inside its launches (one FP8-block expert of
+// the routed shape: [I, D] w1 / w3, [D, I] w2) where the kernel serves the layer (reference numerics); null when
+// it does not fit, and the layer runs it as sm90_expert.
+Result<const cuda::Fp8BlockExpertPtrs*> put_fused_shared_expert(GpuModel& m, const GpuMoe& g, int layer) {
+    const model::ModelConfig& c = m.cfg;
+    const int64_t D = c.hidden_size, I = c.moe_inter_dim;
+    const auto fp8 = [](const DeviceWeightView& w, int64_t rows, int64_t cols) {
+        return w.format == WeightFormat::kFP8Block && w.rows == rows && w.cols == cols;
+    };
+    if (m.precision != Precision::kReference || !fused_moe_shapes(c) || !fp8(g.shared_w1, I, D) ||
+        !fp8(g.shared_w3, I, D) || !fp8(g.shared_w2, D, I))
+        return nullptr;
+    const cuda::Fp8BlockExpertPtrs ptrs{static_cast<const uint8_t*>(g.shared_w1.data), g.shared_w1.scale,
+                                        static_cast<const uint8_t*>(g.shared_w3.data), g.shared_w3.scale,
+                                        static_cast<const uint8_t*>(g.shared_w2.data), g.shared_w2.scale};
+    const std::string name = layer_name(layer, "shared expert (fused)");
+    DSV4_RETURN_IF_ERROR(cuda::check_moe_expert_table(&ptrs, 1, name));
+    return put_table(m, std::vector<cuda::Fp8BlockExpertPtrs>{ptrs}, name);
+}
+
 Result<GpuMoe> put_moe(GpuModel& m, const MoeViews& v, int layer) {
     GpuMoe g;
     DSV4_ASSIGN_OR_RETURN(g.gate, put(m, v.gate, layer_name(layer, "ffn.gate")));
@@ -168,6 +188,7 @@ Result<GpuMoe> put_moe(GpuModel& m, const MoeViews& v, int layer) {
                     x.w3.scale, static_cast<const uint8_t*>(x.w2.data), x.w2.scale};
     }
     DSV4_ASSIGN_OR_RETURN(g.experts, put_table(m, experts, layer_name(layer, "expert table")));
+    DSV4_ASSIGN_OR_RETURN(g.shared_fp8, put_fused_shared_expert(m, g, layer));
     if (all_mxfp4) {
         DSV4_ASSIGN_OR_RETURN(g.mxfp4, put_table(m, mxfp4, layer_name(layer, "MXFP4 expert table")));
         DSV4_ASSIGN_OR_RETURN(g.mxfp4_repacked, repack_layer_experts(m, mxfp4));

@@ -96,6 +96,10 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(Moe
         }
     }
     if (tid == 0) *p.n_active = n_active;
+    if (p.shared_expert) {  // the shared expert: slot n_active, every token, picks T·K + t after the routed ones
+        if (tid == 0) p.active_expert[n_active] = -1, p.active_start[n_active] = picks, p.active_count[n_active] = p.T;
+        for (int t = tid; t < p.T; t += Cfg::kPrepThreads) p.list[picks + t] = picks + t;
+    }
     __syncthreads();
     for (int i = tid; i < picks; i += Cfg::kPrepThreads) {
         const int e = p.idx[i];
@@ -111,8 +115,8 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(Moe
         }
         for (int j = 0; j < p.K; ++j) p.order[t * p.K + j] = o[j];
     }
-    for (int i = tid; i < p.slots * (p.I / 128); i += Cfg::kPrepThreads) p.cnt_up[i] = 0;
-    for (int i = tid; i < p.slots; i += Cfg::kPrepThreads) p.up_done[i] = 0;
+    for (int i = tid; i < (p.slots + 1) * (p.I / 128); i += Cfg::kPrepThreads) p.cnt_up[i] = 0;
+    for (int i = tid; i < p.slots + 1; i += Cfg::kPrepThreads) p.up_done[i] = 0;
     for (int i = tid; i < p.D / Cfg::kMinDownRows; i += Cfg::kPrepThreads) p.cnt_down[i] = 0;
 }
 
@@ -155,47 +159,73 @@ __device__ __forceinline__ GlobalWeights global_weights() {
 }
 
 // Launch 2: block (64 rows of I, active slot): Cfg::kUpRT row tiles x kUpKS K splits.
+// One gate/up block of slot `slot`, expert e of `table` in format Fmt.
 template <class Fmt>
-__global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
-    pdl_enter();
+__device__ __forceinline__ void gate_up_block(const MoeKernelParams& p, const void* table, int e, int slot,
+                                              float* red, int* flag) {
     constexpr int RT = Cfg::kUpRT, KS = Cfg::kUpKS;
-    __shared__ __align__(16) float red[KS * RT * 2 * 128];
-    __shared__ int flag;
-    const int slot = blockIdx.y;
-    if (slot >= *p.n_active) return;
     const uint8_t* w[1][2];
     const uint8_t* ws[1][2];
     float wg[1][2];
-    expert_operands<Fmt, 2>(p.experts, p.active_expert[slot], w, ws, wg);
+    expert_operands<Fmt, 2>(table, e, w, ws, wg);
     const int row0 = blockIdx.x * Cfg::kUpRows;
-    moe_gate_up_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, row0, w, ws, wg, row0, red, &flag, [](int) {},
+    moe_gate_up_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, row0, w, ws, wg, row0, red, flag, [](int) {},
                                 [](int) {});
+}
+
+// Slots 0 .. n_active − 1 are the active routed experts (format Fmt); slot n_active, when p.shared_expert is set,
+// the shared expert (FP8 blocks). The grid has room for both (p.slots + 1 rows); the rest return.
+__device__ __forceinline__ bool is_shared_slot(const MoeKernelParams& p, int slot, int n_active) {
+    return slot == n_active && p.shared_expert != nullptr;
+}
+
+template <class Fmt>
+__global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
+    pdl_enter();
+    __shared__ __align__(16) float red[Cfg::kUpKS * Cfg::kUpRT * 2 * 128];
+    __shared__ int flag;
+    const int slot = blockIdx.y, n_active = *p.n_active;
+    if (is_shared_slot(p, slot, n_active))
+        gate_up_block<Fp8BlockWeights>(p, p.shared_expert, 0, slot, red, &flag);
+    else if (slot < n_active)
+        gate_up_block<Fmt>(p, p.experts, p.active_expert[slot], slot, red, &flag);
 }
 
 // Launch 3: block (128 rows of D, active slot): Cfg::kDownRT row tiles x kDownKS K splits; the last block of a
 // row range combines all tokens.
+// One down block of slot `slot` (expert e of `table`, format Fmt); `items` = blocks per row range that combine.
 template <class Fmt>
-__global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
-    pdl_enter();
+__device__ __forceinline__ void down_block(const MoeKernelParams& p, const void* table, int e, int slot, int items,
+                                           float* red, int* flag) {
     constexpr int RT = Cfg::kDownRT, KS = Cfg::kDownKS;
-    __shared__ __align__(16) float red[KS * RT * 128];
-    __shared__ int flag;
-    const int slot = blockIdx.y, n_active = *p.n_active;
-    if (slot >= n_active) return;
     const uint8_t* w[1][1];
     const uint8_t* ws[1][1];
     float wg[1][1];
-    expert_operands<Fmt, 1>(p.experts, p.active_expert[slot], w, ws, wg);
-    moe_down_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, blockIdx.x, n_active, w, ws, wg,
-                             blockIdx.x * Cfg::kDownRows, red, &flag, [](int) {}, [](int) {});
+    expert_operands<Fmt, 1>(table, e, w, ws, wg);
+    moe_down_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, blockIdx.x, items, w, ws, wg,
+                             blockIdx.x * Cfg::kDownRows, red, flag, [](int) {}, [](int) {});
+}
+
+template <class Fmt>
+__global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
+    pdl_enter();
+    __shared__ __align__(16) float red[Cfg::kDownKS * Cfg::kDownRT * 128];
+    __shared__ int flag;
+    const int slot = blockIdx.y, n_active = *p.n_active;
+    const int items = n_active + (p.shared_expert ? 1 : 0);  // every slot's block of a row range arrives once
+    if (is_shared_slot(p, slot, n_active))
+        down_block<Fp8BlockWeights>(p, p.shared_expert, 0, slot, items, red, &flag);
+    else if (slot < n_active)
+        down_block<Fmt>(p, p.experts, p.active_expert[slot], slot, items, red, &flag);
 }
 
 template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
-    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), unsigned(p.slots));
+    const unsigned slots = unsigned(p.slots + (p.shared_expert ? 1 : 0));
+    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), slots);
     sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
-    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), unsigned(p.slots));
+    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), slots);
     sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, 0, stream>>>(p);
     return launch_status("sm90_moe_down");
 }
@@ -235,6 +265,12 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     if (a.tma_ring && a.format != MoeWeightFormat::kMXFP4)
         return invalid_argument(op + ": the TMA-ring path reads MXFP4 experts only (format " + fmt +
                                 "): leave tma_ring false");
+    if (a.shared_expert && a.shared)
+        return invalid_argument(op + ": give the shared expert's output (shared) or its weights (shared_expert), "
+                                "not both");
+    if (a.shared_expert && a.tma_ring)
+        return invalid_argument(op + ": the TMA-ring path does not run the shared expert: leave tma_ring false or "
+                                "pass its output in `shared`");
     if (a.tokens < 1 || a.tokens > Cfg::kMaxTokens)
         return invalid_argument(op + ": tokens " + std::to_string(a.tokens) + " outside 1.." +
                                 std::to_string(Cfg::kMaxTokens) + " (the decode kernel; prefill is a separate path)");
@@ -252,6 +288,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     p.route_w = a.route_w;
     p.experts = table;
     p.shared = static_cast<const __nv_bfloat16*>(a.shared);
+    p.shared_expert = a.shared_expert;
     p.y = static_cast<__nv_bfloat16*>(a.y);
     p.T = int(a.tokens), p.K = int(a.k), p.E = int(a.n_experts), p.D = int(a.dim), p.I = int(a.inter);
     p.slots = int(std::min<int64_t>(a.tokens * a.k, a.n_experts));

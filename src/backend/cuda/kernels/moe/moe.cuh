@@ -1,4 +1,6 @@
-// sm90_mxfp4_moe_decode: the routed experts of one MoE layer at decode shapes, in three launches.
+// sm90_mxfp4_moe_decode: the routed experts of one MoE layer at decode shapes, in three launches (and, with
+// MoeDecodeArgs::shared_expert, the shared expert as one more slot after the active ones: FP8 blocks, every token,
+// weight 1, its picks numbered T·K + t, its bf16 output added after the routed sum).
 //
 //  1. sm90_moe_prepare: one block per token quantises x to e4m3 per 128 channels (UE8M0 scale) and stores the
 //     codes as f16 values in the "pair order" below; one more block groups the T·K picks by expert (counting sort:
@@ -54,6 +56,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/kernels/moe/moe.h"
 #include "backend/cuda/kernels/moe/mxfp4_repacked.h"
 
 namespace dsv4::cuda {
@@ -105,7 +108,9 @@ struct MoeWorkspace {
     static constexpr size_t align(size_t v) { return (v + 255) / 256 * 256; }
     static MoeWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
         MoeWorkspace w{};
-        const int64_t picks = T * K, slots = picks < E ? picks : E;
+        // room for the shared expert as one more slot after the active ones (MoeDecodeArgs::shared_expert): its T
+        // "picks" T·K .. T·K + T − 1 take list positions, hidden rows and output rows after the routed ones
+        const int64_t picks = T * K + T, slots = (T * K < E ? T * K : E) + 1;
         size_t o = 0;
         auto take = [&](size_t bytes) {
             const size_t at = o;
@@ -113,11 +118,11 @@ struct MoeWorkspace {
             return at;
         };
         w.n_active = take(4);
-        w.active_expert = take(4 * size_t(E));
-        w.active_start = take(4 * size_t(E));
-        w.active_count = take(4 * size_t(E));
+        w.active_expert = take(4 * size_t(slots));
+        w.active_start = take(4 * size_t(slots));
+        w.active_count = take(4 * size_t(slots));
         w.list = take(4 * size_t(picks));
-        w.order = take(4 * size_t(picks));
+        w.order = take(4 * size_t(T * K));
         w.cnt_up = take(4 * size_t(slots) * size_t(I / 128));
         w.up_done = take(4 * size_t(slots));
         w.cnt_down = take(4 * size_t(D / MoeDecodeConfig::kMinDownRows));
@@ -138,25 +143,35 @@ struct MoeKernelParams {
     const float* route_w;       // [T, K]
     const void* experts;        // [E] Mxfp4ExpertPtrs, Nvfp4ExpertPtrs or Fp8BlockExpertPtrs (the kernels' Fmt)
     const __nv_bfloat16* shared;  // [T, D] or null
+    const Fp8BlockExpertPtrs* shared_expert;  // [1] or null: run as slot n_active (its picks T·K + t)
     __nv_bfloat16* y;           // [T, D]
     int T, K, E, D, I, slots;
     float limit;
     int* n_active;              // [1]
-    int* active_expert;         // [slots] expert id of each active slot, ascending
-    int* active_start;          // [slots] first list position
-    int* active_count;          // [slots] picks of the expert
-    int* list;                  // [T*K] pick index t*K+k, grouped by expert
+    int* active_expert;         // [slots + 1] expert id of each active slot, ascending
+    int* active_start;          // [slots + 1] first list position (the shared slot's: T*K)
+    int* active_count;          // [slots + 1] picks of the expert (the shared slot's: T)
+    int* list;                  // [T*K + T] pick index t*K+k grouped by expert, then the shared picks T*K + t
     int* order;                 // [T*K] each token's pick indices sorted by expert id
-    int* cnt_up;                // [slots, I/128] arrivals per 128-row block of I
-    int* up_done;               // [slots] 128-row blocks of I quantised for the down GEMM
+    int* cnt_up;                // [slots + 1, I/128] arrivals per 128-row block of I
+    int* up_done;               // [slots + 1] 128-row blocks of I quantised for the down GEMM
     int* cnt_down;              // [D / kMinDownRows] arrivals per row range of D
     __half* xq;                 // [T, D] e4m3 values of x as f16, pair order
     float* xs;                  // [T, D/128]
-    __nv_bfloat16* h;           // [T*K, I] hidden activations by list position
-    __half* hq;                 // [T*K, I] their e4m3 values as f16, pair order
-    float* hs;                  // [T*K, I/128]
-    float* yp;                  // [T*K, D] bf16-rounded expert outputs by pick index
+    __nv_bfloat16* h;           // [T*K + T, I] hidden activations by list position
+    __half* hq;                 // [T*K + T, I] their e4m3 values as f16, pair order
+    float* hs;                  // [T*K + T, I/128]
+    float* yp;                  // [T*K + T, D] bf16-rounded expert outputs by pick index
 };
+
+// A pick's token and routing weight: routed picks t·K + j carry route_w; the shared expert's picks T·K + t weight 1.
+__device__ __forceinline__ int pick_token(const MoeKernelParams& p, int pick) {
+    const int routed = p.T * p.K;
+    return pick < routed ? pick / p.K : pick - routed;
+}
+__device__ __forceinline__ float pick_weight(const MoeKernelParams& p, int pick) {
+    return pick < p.T * p.K ? p.route_w[pick] : 1.0f;
+}
 
 // ---------------------------------------------------------------------------------------------- numerics helpers
 

@@ -70,6 +70,11 @@ struct MoeDecodeArgs {
     const Nvfp4ExpertPtrs* nvfp4_experts = nullptr;    // kNVFP4
     const Fp8BlockExpertPtrs* fp8_experts = nullptr;   // kFP8Block
     const void* shared = nullptr;           // bf16 [T, D] shared-expert output, or null
+    // Or the shared expert itself, run inside the launches: a device pointer to one FP8-block expert of the routed
+    // experts' shape ([I, D] w1 / w3, [D, I] w2; V4's shared experts). Its tokens are all T with weight 1; its bf16
+    // output is added after the routed sum exactly where `shared` would be. At most one of the two; not with
+    // tma_ring.
+    const Fp8BlockExpertPtrs* shared_expert = nullptr;
     void* y = nullptr;                      // bf16 [T, D]
     int64_t tokens = 0, k = 0, n_experts = 0, dim = 0, inter = 0;  // T, K, E, D, I
     float limit = 10.0f;                    // swiglu_limit; <= 0 disables the clamp

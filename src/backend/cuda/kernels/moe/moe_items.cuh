@@ -38,14 +38,14 @@ __device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeK
             const int ntile = min(kTok, count - tt);
             int act_row[kTok];
 #pragma unroll
-            for (int c = 0; c < kTok; ++c) act_row[c] = c < ntile ? p.list[start + tt + c] / p.K : 0;
+            for (int c = 0; c < kTok; ++c) act_row[c] = c < ntile ? pick_token(p, p.list[start + tt + c]) : 0;
             // the epilogue's routing weights of this lane's two token columns, loaded before the GEMM so that their
             // latency overlaps it
             float rw[2] = {0.0f, 0.0f};
             if (warp / RT == 0)
 #pragma unroll
                 for (int c = 0; c < 2; ++c)
-                    if (2 * t + c < ntile) rw[c] = p.route_w[p.list[start + tt + 2 * t + c]];
+                    if (2 * t + c < ntile) rw[c] = pick_weight(p, p.list[start + tt + 2 * t + c]);
             if (tt == 0) wait(sub);
             float y[2][4];
             expert_rows_gemm<Fmt, 2, RT, KS>(src, w[sub], ws[sub], wg[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile,
@@ -108,10 +108,10 @@ __device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeK
 
 // An item is kSub consecutive 32-row tiles of D: rows (row_range · kSub + sub) · 32 + r; w[sub] / ws[sub]: the
 // expert's w2 (and scales), row r of tile sub at w[sub][0] + (w_row0 + r) · row bytes (w_row0 as for gate/up).
-// cnt_down counts the items of each range of 32 · kSub rows; the last of them combines the range.
+// cnt_down counts the items of each range of 32 · kSub rows; the last of the n_items combines the range.
 template <int RT, int KS, int kSub, class Fmt, class Src, class Wait, class Release>
 __device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKernelParams& p, int slot, int row_range,
-                                              int n_active, const uint8_t* const (&w)[kSub][1],
+                                              int n_items, const uint8_t* const (&w)[kSub][1],
                                               const uint8_t* const (&ws)[kSub][1], const float (&wg)[kSub][1],
                                               int w_row0, float* red, int* flag, Wait&& wait, Release&& release) {
     static_assert(RT * KS * 32 == Src::kThreads, "the item's warps are its RT x KS tiles");
@@ -146,19 +146,21 @@ __device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKern
     }
     __threadfence();
     src.sync();
-    if (src.tid() == 0) *flag = atomicAdd(&p.cnt_down[row_range], 1) == n_active - 1;
+    if (src.tid() == 0) *flag = atomicAdd(&p.cnt_down[row_range], 1) == n_items - 1;
     src.sync();
     const bool last = *flag;
     src.sync();
     if (!last) return;
     __threadfence();
-    // out[t, d] = bf16( Σ picks in ascending expert order (f32) + shared ), as backend::cpu::moe_sum
+    // out[t, d] = bf16( Σ picks in ascending expert order (f32) + shared ), as backend::cpu::moe_sum; the shared
+    // expert's bf16 output is its pick T·K + t when it ran here
     const int n = p.T * kRows;
     for (int i = src.tid(); i < n; i += Src::kThreads) {
         const int tok = i / kRows, d = row0 + i % kRows;
         float acc = 0.0f;
         for (int j = 0; j < p.K; ++j) acc = __fadd_rn(acc, __ldcg(p.yp + size_t(p.order[tok * p.K + j]) * p.D + d));
         if (p.shared) acc = __fadd_rn(acc, __bfloat162float(p.shared[size_t(tok) * p.D + d]));
+        if (p.shared_expert) acc = __fadd_rn(acc, __ldcg(p.yp + size_t(p.T * p.K + tok) * p.D + d));
         p.y[size_t(tok) * p.D + d] = __float2bfloat16_rn(acc);
     }
 }
@@ -176,12 +178,12 @@ __device__ __forceinline__ void moe_gate_up_item(const Src& src, const MoeKernel
 }
 template <int RT, int KS, int kSub, class Src, class Wait, class Release>
 __device__ __forceinline__ void moe_down_item(const Src& src, const MoeKernelParams& p, int slot, int row_range,
-                                              int n_active, const uint8_t* const (&w)[kSub][1],
+                                              int n_items, const uint8_t* const (&w)[kSub][1],
                                               const uint8_t* const (&ws)[kSub][1], int w_row0, float* red, int* flag,
                                               Wait&& wait, Release&& release) {
     float wg[kSub][1];
     for (int sub = 0; sub < kSub; ++sub) wg[sub][0] = 1.0f;
-    moe_down_item<RT, KS, kSub>(Mxfp4Weights{}, src, p, slot, row_range, n_active, w, ws, wg, w_row0, red, flag,
+    moe_down_item<RT, KS, kSub>(Mxfp4Weights{}, src, p, slot, row_range, n_items, w, ws, wg, w_row0, red, flag,
                                 static_cast<Wait&&>(wait), static_cast<Release&&>(release));
 }
 

@@ -437,6 +437,9 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     if (a.format != MoeWeightFormat::kMXFP4 || a.nvfp4_experts || a.fp8_experts)
         return invalid_argument(op + ": MXFP4 experts only (format " + moe_weight_format_name(a.format) +
                                 "); NVFP4 and FP8-block experts run through sm90_mxfp4_moe_decode");
+    if (a.shared_expert)
+        return invalid_argument(op + ": the shared expert runs inside sm90_mxfp4_moe_decode only; pass its output in "
+                                "`shared`");
     static_assert(Cfg::kMaxK == 16 && Cfg::kMaxExperts == 1024, "the limits check_moe_shape enforces");
     DSV4_RETURN_IF_ERROR(check_moe_shape(a, op, 128));
     if (a.tokens < 1 || a.tokens * a.k >= (int64_t(1) << 26))
