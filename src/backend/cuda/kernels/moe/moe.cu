@@ -158,7 +158,6 @@ __device__ __forceinline__ GlobalWeights global_weights() {
     return src;
 }
 
-// Launch 2: block (64 rows of I, active slot): Cfg::kUpRT row tiles x kUpKS K splits.
 // One gate/up block of slot `slot`, expert e of `table` in format Fmt.
 template <class Fmt>
 __device__ __forceinline__ void gate_up_block(const MoeKernelParams& p, const void* table, int e, int slot,
@@ -179,6 +178,7 @@ __device__ __forceinline__ bool is_shared_slot(const MoeKernelParams& p, int slo
     return slot == n_active && p.shared_expert != nullptr;
 }
 
+// Launch 2: block (64 rows of I, slot): Cfg::kUpRT row tiles x kUpKS K splits.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
     pdl_enter();
@@ -191,8 +191,6 @@ __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate
         gate_up_block<Fmt>(p, p.experts, p.active_expert[slot], slot, red, &flag);
 }
 
-// Launch 3: block (128 rows of D, active slot): Cfg::kDownRT row tiles x kDownKS K splits; the last block of a
-// row range combines all tokens.
 // One down block of slot `slot` (expert e of `table`, format Fmt); `items` = blocks per row range that combine.
 template <class Fmt>
 __device__ __forceinline__ void down_block(const MoeKernelParams& p, const void* table, int e, int slot, int items,
@@ -206,6 +204,8 @@ __device__ __forceinline__ void down_block(const MoeKernelParams& p, const void*
                              blockIdx.x * Cfg::kDownRows, red, flag, [](int) {}, [](int) {});
 }
 
+// Launch 3: block (128 rows of D, slot): Cfg::kDownRT row tiles x kDownKS K splits; the last block of a row range
+// combines all tokens.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
     pdl_enter();
