@@ -1,9 +1,9 @@
 // sm90_topk_select against sm90_topk and backend::cpu::topk (std::partial_sort): the same scores in, bit-identical
-// index lists out, both precisions. Rows of n in {1, 5, 511, 512, 513, 1024, 16384, 16385, 65536, 262144} (both
-// sides of the 16,384 switch between the shared-memory and the chunked path), k in {8, 16, 512, 1024}, 1..64 rows,
-// rows drawn continuous, from a few values (exact ties across the k-th place), with -inf / NaN / +inf entries,
-// almost all -inf, masked tails; rows shorter than k; rows cut by positions / ratio; signed zeros (against
-// sm90_topk only: the CPU treats -0 == +0, the GPU keys order -0 below +0). Outputs are poisoned with a byte
+// index lists out, both precisions. Rows of n in {1, 5, 511, 512, 513, 1024, S, S + 1, 16384, 65536, 262144} (S =
+// kTopkSelectShortMax: both sides of the switch between the shared-memory and the chunked path), k in {8, 16, 512,
+// 1024}, 1..64 rows, rows drawn continuous, from a few values (exact ties across the k-th place), with -inf / NaN /
+// +inf entries, almost all -inf, masked tails; rows shorter than k; rows cut by positions / ratio; signed zeros
+// (against sm90_topk only: the CPU treats -0 == +0, the GPU keys order -0 below +0). Outputs are poisoned with a byte
 // pattern that is neither an index nor -1, with a guard past the last row; the workspace starts poisoned and is
 // reused by a second call that must give the same picks.
 #include <gtest/gtest.h>
@@ -147,7 +147,8 @@ TEST_P(TopKSelectTest, IdenticalToTopkAndCpu) {
     DSV4_REQUIRE_GPU();
     const Precision prec = GetParam();
     std::mt19937_64 rng(fresh_seed());
-    const int64_t ns[] = {1, 5, 511, 512, 513, 1024, 16384, 16385, 65536, 262144};
+    constexpr int64_t S = kTopkSelectShortMax;
+    const int64_t ns[] = {1, 5, 511, 512, 513, 1024, S, S + 1, 16384, 65536, 262144};
     const int64_t ks[] = {8, 16, 512, 1024};
     constexpr int64_t kElementBudget = int64_t(2) << 20;  // rows · n per case, 1..64 rows
     int salt = 0;
@@ -177,7 +178,8 @@ TEST_P(TopKSelectTest, SixtyFourLongRows) {
     struct Case {
         int64_t rows, n, k;
     };
-    const Case cases[] = {{64, 262144, 512}, {64, 65536, 1024}, {64, 16384, 1024}, {64, 16385, 8}, {64, 1024, 16}};
+    constexpr int64_t S = kTopkSelectShortMax;
+    const Case cases[] = {{64, 262144, 512}, {64, 65536, 1024}, {64, S, 1024}, {64, S + 1, 8}, {64, 1024, 16}};
     int salt = 0;
     int64_t picks = 0;
     for (const Case& c : cases) {
@@ -201,7 +203,7 @@ TEST_P(TopKSelectTest, PositionsCutEachRow) {
     const Precision prec = GetParam();
     std::mt19937_64 rng(fresh_seed());
     constexpr int64_t kRatio = 4;
-    const int64_t ns[] = {700, 16384, 16385, 100000, 262144};
+    const int64_t ns[] = {700, kTopkSelectShortMax, kTopkSelectShortMax + 1, 100000, 262144};
     const int64_t ks[] = {16, 512, 1024};
     int salt = 0;
     int64_t picks = 0;
@@ -242,7 +244,7 @@ TEST_P(TopKSelectTest, SignedZerosAndInfinitiesLikeTopk) {
     const float values[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f};
     std::uniform_int_distribution<int> pick(0, 6);
     int64_t picks = 0;
-    for (int64_t n : {int64_t(513), int64_t(16385)})
+    for (int64_t n : {int64_t(513), kTopkSelectShortMax + 1})
         for (int64_t k : {int64_t(16), int64_t(1024)}) {
             const int64_t rows = 5;
             SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
@@ -271,8 +273,8 @@ TEST(TopKSelectValidation, ClearErrors) {
     s = sm90_topk_select(Precision::kReference, no_ratio, nullptr, 0, nullptr);
     EXPECT_NE(s.message().find("compression ratio"), std::string::npos) << s.message();
     // short rows need no workspace; long rows name the size they need
-    EXPECT_EQ(sm90_topk_select_workspace_bytes({buf->data(), 8, 16384, 512, buf->as<int32_t>()}), 0u);
-    const TopKArgs long_rows{buf->data(), 2, 16385, 512, buf->as<int32_t>()};
+    EXPECT_EQ(sm90_topk_select_workspace_bytes({buf->data(), 8, kTopkSelectShortMax, 512, buf->as<int32_t>()}), 0u);
+    const TopKArgs long_rows{buf->data(), 2, kTopkSelectShortMax + 1, 512, buf->as<int32_t>()};
     const size_t need = sm90_topk_select_workspace_bytes(long_rows);
     EXPECT_GT(need, 0u);
     s = sm90_topk_select(Precision::kReference, long_rows, buf->data(), need - 1, nullptr);

@@ -48,10 +48,13 @@ struct TopKArgs {
 Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
 
 // The picks of sm90_topk, identical for every input (same indices, order and -1s), by a radix select that reads a
-// row of n <= 16384 scores once (one block per row, keys in shared memory) and a longer row 2 (bf16) or 4 (f32)
-// times in chunks spread over many blocks. Rows longer than 16384 need `workspace` (device memory, 16-byte
-// aligned, contents ignored) of sm90_topk_select_workspace_bytes(a) bytes, which covers both precisions; n must fit
-// an int32 index. Not safe to run concurrently on one workspace.
+// row of n <= kTopkSelectShortMax scores once (one block per row, keys in shared memory) and a longer row 2 (bf16)
+// or 4 (f32) times in chunks spread over many blocks. Longer rows need `workspace` (device memory, 16-byte aligned,
+// contents ignored) of sm90_topk_select_workspace_bytes(a) bytes, which covers both precisions; n must fit an int32
+// index. Not safe to run concurrently on one workspace.
+// The switch: the one-block path costs ≈ 8.4 µs + 1.45 µs per 1,000 scores on the H200 and the chunked one ≈ 22 µs
+// at batch 1 almost regardless of n (docs/kernels/attention.md §6), so they cross near 9,400 scores.
+inline constexpr int64_t kTopkSelectShortMax = 8192;
 size_t sm90_topk_select_workspace_bytes(const TopKArgs& a);
 Status sm90_topk_select(backend::Precision precision, const TopKArgs& a, void* workspace, size_t workspace_bytes,
                         StreamHandle stream);

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels/indexer/indexer.cuh"
+#include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
@@ -37,7 +38,7 @@ struct TopKSelectConfig {
     static constexpr int kBins = 256;
     static constexpr int kMaxPasses = 4;
     static constexpr int kBatch = 8;  // global loads in flight per thread
-    static constexpr int64_t kShortMax = 16384;
+    static constexpr int64_t kShortMax = kTopkSelectShortMax;  // indexer.h
     static constexpr int kChunkMin = 2048, kChunkMax = kThreads * kBatch;  // long rows: scores per chunk
     static constexpr int64_t kTargetCtas = 264;                           // ≈ 2 CTAs per SM on 132 SMs
 };
