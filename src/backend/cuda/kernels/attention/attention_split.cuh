@@ -111,9 +111,7 @@ __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, __nv_bfl
         uint4 u;
         if (codes) {
             // a zero-filled (-1) row decodes its zero codes with scale byte 0: +0, as the one-pass kernel
-            float v[8];
-            kv_decode8(a, row[off_s], v);
-            u = pack_bf16x8(v);
+            u = kv_decode8_bf16(a, row[off_s]);
         } else {
             const uint2 b = *reinterpret_cast<const uint2*>(row + off_a + 8);
             u = make_uint4(a.x, a.y, b.x, b.y);
