@@ -28,6 +28,19 @@ __device__ __forceinline__ float exp_f32(float x) { return float(exp(double(x)))
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+// Two e4m3 codes (bits 0-7 and 8-15 of v) to the f16x2 of their values (low half from bits 0-7), exact.
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v) {
+    uint32_t d;
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(d) : "r"(v));
+    return d;
+}
+// The same for bits 16-31.
+__device__ __forceinline__ uint32_t e4m3x2_f16x2_hi(uint32_t v) {
+    uint32_t d;
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi;\n\t}" : "=r"(d) : "r"(v));
+    return d;
+}
+
 // 2^(byte-127); byte 0 is the subnormal 2^-127, byte 255 NaN (as core/formats.h e8m0_to_f32).
 __device__ __forceinline__ float e8m0_to_f32(uint8_t b) {
     if (b == 0) return __uint_as_float(0x00400000u);

@@ -96,9 +96,7 @@ __device__ __forceinline__ void gather_packed_kv_block(const uint8_t* __restrict
             uint4 u = make_uint4(a[k].x, a[k].y, b[k].x, b[k].y);
             if (codes) {
                 // a -1 row decodes its zero codes with scale byte 0 (2^-127): +0, as the zero-filled unpacked tile
-                float v[8];
-                kv_decode8(a[k], sc[k], v);
-                u = pack_bf16x8(v);
+                u = kv_decode8_bf16(a[k], sc[k]);
             }
             *reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c) = u;
         }

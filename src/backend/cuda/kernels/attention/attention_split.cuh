@@ -127,9 +127,7 @@ __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const in
         uint4 u;
         if (codes) {
             // a -1 row decodes zero codes with scale byte 0: +0, as the one-pass kernel
-            float v[8];
-            kv_decode8(a, s < 0 ? uint8_t(0) : row[off_s], v);
-            u = pack_bf16x8(v);
+            u = kv_decode8_bf16(a, s < 0 ? uint8_t(0) : row[off_s]);
         } else {
             const uint2 b = s < 0 ? make_uint2(0, 0) : *reinterpret_cast<const uint2*>(row + off_a + 8);
             u = make_uint4(a.x, a.y, b.x, b.y);

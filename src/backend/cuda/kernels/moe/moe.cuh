@@ -306,19 +306,6 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
 
 // ---------------------------------------------------------------------------------- NVFP4 and FP8-block stages
 
-// Two e4m3 codes (bits 0-7 and 8-15 of v) to the f16x2 of their values (low half from bits 0-7), exact.
-__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v) {
-    uint32_t d;
-    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(d) : "r"(v));
-    return d;
-}
-// The same for bits 16-31.
-__device__ __forceinline__ uint32_t e4m3x2_f16x2_hi(uint32_t v) {
-    uint32_t d;
-    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, hi;\n\t}" : "=r"(d) : "r"(v));
-    return d;
-}
-
 __device__ __forceinline__ uint32_t ld_stream_u16(const void* p) {
     unsigned short v;
     asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
