@@ -49,6 +49,13 @@ __device__ __forceinline__ void load_b_frag_nk(uint32_t (&b)[4], const __nv_bflo
     const int lane = threadIdx.x & 31;
     ldsm_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8);
 }
+// B fragments of one n-tile (n0..n0+7) x 32 k from a tile stored [n][k]: b[0], b[1] = k0..k0+15; b[2], b[3] =
+// k0+16..k0+31.
+__device__ __forceinline__ void load_b_frag_nk_k32(uint32_t (&b)[4], const __nv_bfloat16* tile, int ld, int n0,
+                                                   int k0) {
+    const int lane = threadIdx.x & 31;
+    ldsm_x4(b, tile + (n0 + (lane & 7)) * ld + k0 + (lane >> 3) * 8);
+}
 // The same from a tile stored [k][n] (n contiguous, stride ld), through the transposing ldmatrix.
 __device__ __forceinline__ void load_b_frag_kn(uint32_t (&b)[4], const __nv_bfloat16* tile, int ld, int n0, int k0) {
     const int lane = threadIdx.x & 31;

@@ -1,6 +1,6 @@
 // Split-candidate ("flash-decoding") sparse attention, kReference (attention.h: sm90_sparse_attn_split).
 //
-// grid (chunks, head tiles, tokens) x 128 threads, one CTA per SM (~165 KB shared memory). A CTA owns one token,
+// grid (chunks, head tiles, tokens) x 256 threads, one CTA per SM (~166 KB shared memory). A CTA owns one token,
 // 16 heads and the chunk of candidate blocks [chunk·kb, chunk·kb + kb) (64 candidates a block):
 //   1. scan: the chunk's indices are read once (all threads) into a bitmask of the blocks holding a valid candidate;
 //      a chunk without one writes "empty" and leaves (a -1-padded capacity-wide list costs this read only).
@@ -8,9 +8,10 @@
 //      computes (packed: each raw 584-byte row as one 576-byte bulk copy of its 16-byte aligned part, counted on the
 //      stage's mbarrier, plus one 8-byte cp.async of the rest, decoded in shared memory into the bf16 tile exactly
 //      as the one-pass kernel decodes them; unpacked: the bf16 rows by 16-byte cp.async, two tiles).
-//   3. per block the one-pass kernel's arithmetic (attention.cuh): S = Q·Kᵀ on mma.m16n8k16 (warp w: keys
-//      16w..16w+15), logits ·scale (-inf for -1), running max and rescale in f32, P = exp(l - M) rounded to bf16,
-//      the block sum in candidate order, O = O·rescale + P·V (warp w: channels 128w..128w+127).
+//   3. per block the one-pass kernel's arithmetic (attention.cuh): S = Q·Kᵀ on mma.m16n8k16 (warp w of 8: keys
+//      8w..8w+7), logits ·scale (-inf for -1), running max and rescale in f32, P = exp(l - M) rounded to bf16,
+//      the block sum in candidate order, O = O·rescale + P·V (warp w: channels 64w..64w+63). Each logit and output
+//      accumulates in the one-pass kernel's k order (attention_block.cuh), so the bits are its bits.
 //   4. the partial (running max m, sum l, unnormalised o[16][512], f32) goes to the workspace.
 // Passes (kPass): kBlockMax runs steps 1–3 up to S and writes each block's max logit per head; kPartial starts the
 // running max at -inf; kPartialFromPrefix starts it at the max of the block maxima of all earlier blocks — the
@@ -37,7 +38,12 @@ struct AttnSplitConfig {
     static constexpr int kLd = kDim + 8;   // padded bf16 row (ldmatrix rows on distinct banks)
     static constexpr int kHeads = 16;      // heads per CTA (one MMA row tile)
     static constexpr int kBlock = 64;      // candidates per online-softmax block (the reference's)
-    static constexpr int kThreads = 128;
+    // 8 warps (two per scheduler): the per-block chain — gather, shared-memory decode, S, softmax, P·V — runs on
+    // one CTA per SM, so its latency is hidden only by the CTA's own warps (4 warps measured ≈ 8 µs a block-step).
+    static constexpr int kThreads = 256;
+    static constexpr int kWarps = kThreads / 32;
+    static constexpr int kKeyTiles = 64 / (8 * kWarps);   // n-tiles of 8 keys per warp in S = Q·Kᵀ
+    static constexpr int kChanTiles = 512 / (8 * kWarps);  // n-tiles of 8 channels per warp in O
     static constexpr int kLLd = kBlock + 4;  // f32 logit rows: float4 reads of 8 heads hit distinct banks
     static constexpr int kPLd = kBlock + 8;
     static constexpr int kRawRow = int(kKvFp8RowBytes);  // 584
@@ -112,7 +118,7 @@ __device__ __forceinline__ int raw_row_shift(const uint8_t* pool, int32_t s) {
 __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const int32_t* bi, const uint8_t* pool,
                                                     __nv_bfloat16* kv_s, int tid) {
     using Cfg = AttnSplitConfig;
-    constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = Cfg::kThreads / kChunks;  // 64, 2
+    constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = Cfg::kThreads / kChunks;  // 64, 4
     constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                           // 56
     const int c = tid % kChunks, r0 = tid / kChunks;
     const bool codes = c < kCodeChunks;
@@ -214,14 +220,14 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     }
     // running state: -inf, or the one-pass kernel's running max at this chunk's first block
     if constexpr (kPass == kSplitPartialFromPrefix) {
-        const int h = tid >> 3, r = tid & 7;  // 8 threads per head (one aligned 8-lane group)
+        const int h = (tid >> 3) & (Cfg::kHeads - 1), r = tid & 7;  // 8 threads per head (an aligned 8-lane group)
         const float* bm = p.block_max + list * p.n_blocks * Cfg::kHeads;
         float mx = -INFINITY;
         for (int k = r; k < blk0; k += 8) mx = fmaxf(mx, bm[k * Cfg::kHeads + h]);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        if (r == 0) m_s[h] = mx, sum_s[h] = 0.0f;
+        if (r == 0 && tid < 8 * Cfg::kHeads) m_s[h] = mx, sum_s[h] = 0.0f;
     } else {
         if (tid < Cfg::kHeads) m_s[tid] = -INFINITY, sum_s[tid] = 0.0f;
     }
@@ -274,7 +280,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     asm volatile("cp.async.commit_group;\n" ::);
     uint32_t phases = 0;  // packed: bit i = parity of raw stage i's next completion
 
-    float acc[16][4] = {};  // O rows g, g+8 x channels 128·warp + 8·nt + 2qd (+1)
+    float acc[Cfg::kChanTiles][4] = {};  // O rows g, g+8 x channels 8·kChanTiles·warp + 8·nt + 2qd (+1)
     int stage = 0;
     while (b < nblk) {
         const int nb = next_valid_block(mask_s, b + 1, nblk);
@@ -302,19 +308,21 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
         } else {
             kv_s = tiles + stage * Cfg::kBlock * Cfg::kLd;
         }
-        // S = Q·Kᵀ for keys 16·warp .. +15 (the one-pass kernel's instruction sequence)
-        float sacc[2][4] = {};
-        block_qk<Cfg::kDim, Cfg::kLd>(sacc, q_s, kv_s, warp);
+        // S = Q·Kᵀ for this warp's keys (the one-pass kernel's k order)
+        float sacc[Cfg::kKeyTiles][4] = {};
+        block_qk<Cfg::kDim, Cfg::kLd, Cfg::kKeyTiles>(sacc, q_s, kv_s, warp);
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < Cfg::kKeyTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int h = g + 8 * (e >> 1), key = warp * 16 + nt * 8 + 2 * qd + (e & 1);
+                const int h = g + 8 * (e >> 1), key = (warp * Cfg::kKeyTiles + nt) * 8 + 2 * qd + (e & 1);
                 l_s[h * Cfg::kLLd + key] = bi[key] >= 0 ? __fmul_rn(sacc[nt][e], p.scale) : -INFINITY;
             }
         __syncthreads();
-        // the block's max per head: 8 threads per head, 8 logits each (a max is exact in any order)
-        const int mh = tid >> 3, mr = tid & 7;
+        // the block's max per head: 8 threads per head, 8 logits each (a max is exact in any order); warps past
+        // the 16 heads compute a duplicate and write nothing
+        const int mh = (tid >> 3) & (Cfg::kHeads - 1), mr = tid & 7;
+        const bool max_owner = mr == 0 && tid < 8 * Cfg::kHeads;
         float bmx;
         {
             const float4 x = *reinterpret_cast<const float4*>(l_s + mh * Cfg::kLLd + 8 * mr);
@@ -325,9 +333,9 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
             bmx = fmaxf(bmx, __shfl_xor_sync(0xffffffffu, bmx, 1));
         }
         if constexpr (kPass == kSplitBlockMax) {
-            if (mr == 0) bmax[(blk0 + b) * Cfg::kHeads + mh] = bmx;
+            if (max_owner) bmax[(blk0 + b) * Cfg::kHeads + mh] = bmx;
         } else {
-            if (mr == 0) {
+            if (max_owner) {
                 const float mo = m_s[mh], mx = fmaxf(mo, bmx);
                 mnew_s[mh] = mx;
                 resc_s[mh] = mx == -INFINITY ? 1.0f : exp_f32(__fsub_rn(mo, mx));  // e^{-inf} = 0 the first time
@@ -354,8 +362,9 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
                 sum_s[tid] = __fadd_rn(__fmul_rn(sum_s[tid], resc_s[tid]), block_sum);
                 m_s[tid] = mnew_s[tid];
             }
-            // O = O·rescale + P·V (P 16 x 64 keys, V 64 keys x channels 128·warp ..)
-            rescale_add_pv<Cfg::kBlock, Cfg::kPLd, Cfg::kLd>(acc, resc_s[g], resc_s[g + 8], p_s, kv_s, warp);
+            // O = O·rescale + P·V (P 16 x 64 keys, V 64 keys x this warp's channels)
+            rescale_add_pv<Cfg::kBlock, Cfg::kPLd, Cfg::kLd, Cfg::kChanTiles>(acc, resc_s[g], resc_s[g + 8], p_s,
+                                                                             kv_s, warp);
         }
         __syncthreads();  // the stages, kv_s, l_s, p_s, idx_s and the softmax state are rewritten next
         b = nb;
@@ -369,8 +378,8 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
         }
         float* po = p.part_o + part * Cfg::kPartialFloats;
 #pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-            const int ch = warp * 128 + nt * 8 + 2 * qd;
+        for (int nt = 0; nt < Cfg::kChanTiles; ++nt) {
+            const int ch = (warp * Cfg::kChanTiles + nt) * 8 + 2 * qd;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int h = g + 8 * half;
