@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     extern __shared__ __align__(16) uint8_t smem[];
     auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                  // [16][kLd]
     auto* tiles = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kQBytes);  // kv_s [64][kLd] (x2 unpacked)
-    uint8_t* raw_s = smem + Cfg::kQBytes + Cfg::kTileBytes;              // packed: [2][64][584]
+    uint8_t* raw_s = smem + Cfg::kQBytes + Cfg::kTileBytes;              // packed: [2][64][kRawPitch]
     auto* l_s = reinterpret_cast<float*>(smem + Cfg::kQBytes + Cfg::tiles_bytes(kPacked));  // [16][kLLd]
     auto* p_s = reinterpret_cast<__nv_bfloat16*>(l_s + Cfg::kHeads * Cfg::kLLd);            // [16][kPLd]
     auto* idx_s = reinterpret_cast<int32_t*>(p_s + Cfg::kHeads * Cfg::kPLd);                // [2][64]
