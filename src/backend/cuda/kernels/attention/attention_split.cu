@@ -67,15 +67,36 @@ SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
     return p;
 }
 
+// Packed rows: the head tiles of one token and chunk run as a thread-block cluster of 4 (or 2) CTAs along y, which
+// share each block's gather and decode (attention_split.cuh); bf16 rows and tile counts without such a divisor:
+// clusters of one.
+int split_cluster_size(bool packed, int64_t tiles) {
+    if (!packed) return 1;
+    return tiles % 4 == 0 ? 4 : tiles % 2 == 0 ? 2 : 1;
+}
+
 template <bool kPacked, int kPass>
 Status launch_pass(const SplitAttnParams& sp, int64_t grid_x, int64_t tiles, int64_t tokens, cudaStream_t s) {
     constexpr size_t smem = Cfg::smem_bytes(kPacked);
     auto* kernel = sm90_sparse_attn_split_kernel<kPacked, kPass>;
+    const char* what = kPass == kSplitBlockMax ? "sm90_sparse_attn_split (block maxima)"
+                                               : "sm90_sparse_attn_split (partials)";
     DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                   "sm90_sparse_attn_split: shared memory opt-in");
-    kernel<<<dim3(unsigned(grid_x), unsigned(tiles), unsigned(tokens)), Cfg::kThreads, smem, s>>>(sp);
-    return launch_status(kPass == kSplitBlockMax ? "sm90_sparse_attn_split (block maxima)"
-                                                 : "sm90_sparse_attn_split (partials)");
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(grid_x), unsigned(tiles), unsigned(tokens));
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = unsigned(split_cluster_size(kPacked, tiles));
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, sp), std::string(what) + ": cluster launch");
+    return launch_status(what);
 }
 
 template <bool kPacked>

@@ -1,7 +1,8 @@
 // Split-candidate ("flash-decoding") sparse attention, kReference (attention.h: sm90_sparse_attn_split).
 //
-// grid (chunks, head tiles, tokens) x 256 threads, one CTA per SM (~166 KB shared memory). A CTA owns one token,
-// 16 heads and the chunk of candidate blocks [chunk·kb, chunk·kb + kb) (64 candidates a block):
+// grid (chunks, head tiles, tokens) x 256 threads, clusters of up to 4 along y (packed rows), one CTA per SM
+// (~166 KB shared memory). A CTA owns one token, 16 heads and the chunk of candidate blocks [chunk·kb,
+// chunk·kb + kb) (64 candidates a block):
 //   1. scan: the chunk's indices are read once (all threads) into a bitmask of the blocks holding a valid candidate;
 //      a chunk without one writes "empty" and leaves (a -1-padded capacity-wide list costs this read only).
 //   2. pipeline over the non-empty blocks: the next block's rows are copied into the other stage while this one
@@ -20,6 +21,8 @@
 // o = Σ_c e^{m_c-M}·o_c / den in chunk order, bf16 rounding, conjugate RoPE on 448..511, bf16 out; no valid
 // candidate anywhere → 0, as the one-pass kernel.
 #pragma once
+
+#include <cooperative_groups.h>
 
 // (not attention.cuh: it defines a non-template kernel, which two translation units may not both hold)
 #include "backend/cuda/common/cp_async.cuh"
@@ -111,12 +114,14 @@ __device__ __forceinline__ int raw_row_shift(const uint8_t* pool, int32_t s) {
     return int((reinterpret_cast<uintptr_t>(pool) + uint64_t(s) * AttnSplitConfig::kRawRow) & 15);
 }
 
-// The raw packed rows of one block (row r of pool row bi[r] at r · kRawPitch + raw_row_shift; -1 rows were not
-// copied and decode to +0) decoded into the bf16 tile kv_s [64][kLd]: the same values, in the same thread layout,
-// as gather_packed_kv_block (attention.cuh) produces. Thread = channel chunk tid % 64 (8 channels) of rows
-// tid / 64 + 2k.
+// This CTA's share of a block's raw packed rows (rows row_lo .. row_lo + share − 1; row r of pool row bi[r] at
+// r · kRawPitch + raw_row_shift; -1 rows were not copied and decode to +0) decoded into the bf16 tile kv_s
+// [64][kLd] of every CTA of the cluster (DSMEM stores; the CTAs of a cluster share the token and the chunk, so
+// they need the same rows): the same values, in the same thread layout, as gather_packed_kv_block (attention.cuh)
+// produces. Thread = channel chunk tid % 64 (8 channels) of rows row_lo + tid / 64 + 4k.
 __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const int32_t* bi, const uint8_t* pool,
-                                                    __nv_bfloat16* kv_s, int tid) {
+                                                    __nv_bfloat16* kv_s, int tid, int row_lo, int share,
+                                                    const cooperative_groups::cluster_group& cluster) {
     using Cfg = AttnSplitConfig;
     constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = Cfg::kThreads / kChunks;  // 64, 4
     constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                           // 56
@@ -124,9 +129,10 @@ __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const in
     const bool codes = c < kCodeChunks;
     const int off_a = codes ? 8 * c : int(kKvFp8RopeOffset) + 16 * (c - kCodeChunks);
     const int off_s = int(kKvFp8ScaleOffset) + (codes ? c / 8 : 0);
+    const int ctas = int(cluster.num_blocks());
 #pragma unroll 4
-    for (int k = 0; k < Cfg::kBlock / kRowsPerPass; ++k) {
-        const int r = r0 + kRowsPerPass * k;
+    for (int k = 0; k < share / kRowsPerPass; ++k) {
+        const int r = row_lo + r0 + kRowsPerPass * k;
         const int32_t s = bi[r];
         const uint8_t* row = raw + r * Cfg::kRawPitch + (s < 0 ? 0 : raw_row_shift(pool, s));
         const uint2 a = s < 0 ? make_uint2(0, 0) : *reinterpret_cast<const uint2*>(row + off_a);
@@ -138,7 +144,8 @@ __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const in
             const uint2 b = s < 0 ? make_uint2(0, 0) : *reinterpret_cast<const uint2*>(row + off_a + 8);
             u = make_uint4(a.x, a.y, b.x, b.y);
         }
-        *reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c) = u;
+        uint4* dst = reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c);
+        for (int j = 0; j < ctas; ++j) *cluster.map_shared_rank(dst, j) = u;
     }
 }
 
@@ -162,6 +169,10 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     auto* bars = reinterpret_cast<uint64_t*>(resc_s + Cfg::kHeads);                         // [2] raw stages
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    // packed rows: the cluster's CTAs (head tiles of one token and chunk, launched in clusters along y) each
+    // gather and decode 64 / ctas rows of every block into all their tiles (unpacked: clusters of one)
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int share = Cfg::kBlock / int(cluster.num_blocks()), row_lo = int(cluster.block_rank()) * share;
     const int chunk = blockIdx.x, tile = blockIdx.y;
     const int64_t t = blockIdx.z, n_tiles = gridDim.y;
     const int h0 = tile * Cfg::kHeads;
@@ -178,11 +189,12 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     if (tid < Cfg::kMaskWords) mask_s[tid] = 0;
     if (tid < Cfg::kBlock) idx_s[tid] = -1;
     if (kPacked && tid == 0) {
-        mbar_init(&bars[0], Cfg::kBlock);  // one arrival per row of the block (its thread, copy or not)
-        mbar_init(&bars[1], Cfg::kBlock);
+        mbar_init(&bars[0], share);  // one arrival per row of the CTA's share (its thread, copy or not)
+        mbar_init(&bars[1], share);
         mbar_init_fence();
     }
-    __syncthreads();
+    // every CTA of the cluster has started before any writes into another's tile (and this block's init is done)
+    cluster.sync();
     const int j_begin = blk0 * Cfg::kBlock, j_end = min(p.topk, (blk0 + nblk) * Cfg::kBlock);
     for (int base = j_begin; base < j_end; base += Cfg::kThreads) {  // uniform trip count
         const int j = base + tid, rel = j - j_begin;
@@ -243,15 +255,16 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     auto issue_gather = [&](int stage) {  // the rows of idx_s[stage] into stage `stage` (zeros for -1)
         const int32_t* bi = idx_s + stage * Cfg::kBlock;
         if constexpr (kPacked) {
-            // thread r < 64: row r. Its own expect_tx precedes its own bulk copy; a -1 row only arrives. The
-            // stage's bytes were last read (decode) before the previous iteration's final barrier; the proxy
-            // fence orders those generic reads before the async-proxy writes.
-            if (tid < Cfg::kBlock) {
-                const int32_t s = bi[tid];
+            // thread i < share: row row_lo + i. Its own expect_tx precedes its own bulk copy; a -1 row only
+            // arrives. The stage's bytes were last read (decode) before the previous iteration's final barrier; the
+            // proxy fence orders those generic reads before the async-proxy writes.
+            if (tid < share) {
+                const int r = row_lo + tid;
+                const int32_t s = bi[r];
                 uint64_t* bar = &bars[stage];
                 if (s >= 0) {
                     const auto* src = static_cast<const uint8_t*>(p.kv) + int64_t(s) * Cfg::kRawRow;
-                    uint8_t* dst = raw_s + stage * Cfg::kRawStageBytes + tid * Cfg::kRawPitch +
+                    uint8_t* dst = raw_s + stage * Cfg::kRawStageBytes + r * Cfg::kRawPitch +
                                    raw_row_shift(static_cast<const uint8_t*>(p.kv), s);
                     const int bulk_at = raw_row_shift(static_cast<const uint8_t*>(p.kv), s) ? 8 : 0;
                     const int rest_at = bulk_at ? 0 : Cfg::kRawBulk;
@@ -302,8 +315,8 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
         const __nv_bfloat16* kv_s;
         if constexpr (kPacked) {
             decode_packed_block(raw_s + stage * Cfg::kRawStageBytes, bi, static_cast<const uint8_t*>(p.kv), tiles,
-                                tid);
-            __syncthreads();
+                                tid, row_lo, share, cluster);
+            cluster.sync();  // every CTA's share of the tile has landed in every tile
             kv_s = tiles;
         } else {
             kv_s = tiles + stage * Cfg::kBlock * Cfg::kLd;
@@ -366,7 +379,10 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
             rescale_add_pv<Cfg::kBlock, Cfg::kPLd, Cfg::kLd, Cfg::kChanTiles>(acc, resc_s[g], resc_s[g + 8], p_s,
                                                                              kv_s, warp);
         }
-        __syncthreads();  // the stages, kv_s, l_s, p_s, idx_s and the softmax state are rewritten next
+        // the stages, kv_s, l_s, p_s, idx_s and the softmax state are rewritten next; packed: other CTAs write this
+        // tile in the next decode, so the whole cluster must be done reading it
+        if constexpr (kPacked) cluster.sync();
+        else __syncthreads();
         b = nb;
         stage ^= 1;
     }
