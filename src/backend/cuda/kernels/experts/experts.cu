@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/experts/experts.cuh"
 #include "backend/cuda/kernels/experts/experts.h"
 #include "backend/cuda/kernels/linear/linear.h"
@@ -17,7 +18,6 @@ using backend::Precision;
 using backend::WeightFormat;
 using Cfg = ExpertsConfig;
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
 unsigned grid_for(int64_t items, int threads) {
     return unsigned(

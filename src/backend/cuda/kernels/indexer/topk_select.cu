@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/indexer/topk_select.cuh"
 
@@ -23,8 +24,6 @@ struct SelectLayout {
     size_t total = 0;
 };
 
-size_t round256(size_t b) { return (b + 255) / 256 * 256; }
-
 // The chunk halves from kChunkMax down to kChunkMin while rows · chunks stays below ≈ 2 CTAs per SM, so few long
 // rows still spread over the GPU (the result never depends on the chunk size).
 SelectLayout select_layout(int64_t rows, int64_t n) {
@@ -33,14 +32,14 @@ SelectLayout select_layout(int64_t rows, int64_t n) {
     while (l.chunk > Cfg::kChunkMin && rows * ((n + l.chunk - 1) / l.chunk) < Cfg::kTargetCtas) l.chunk /= 2;
     l.chunks = (n + l.chunk - 1) / l.chunk;
     const size_t r = size_t(rows), per_chunk = size_t(rows * l.chunks) * Cfg::kBins * sizeof(unsigned);
-    size_t at = 0;
-    l.picks = at, at += round256(r * Cfg::kMaxK * sizeof(unsigned long long));
-    l.hist = at, at += round256(r * Cfg::kMaxPasses * Cfg::kBins * sizeof(unsigned));
-    l.tickets = at, at += round256(r * sizeof(unsigned));
-    l.zero_bytes = at - l.hist;
-    l.above = at, at += round256(per_chunk);
-    l.equal = at, at += round256(per_chunk);
-    l.total = at;
+    WorkspaceLayout w;
+    l.picks = w.take(r * Cfg::kMaxK * sizeof(unsigned long long));
+    l.hist = w.take(r * Cfg::kMaxPasses * Cfg::kBins * sizeof(unsigned));
+    l.tickets = w.take(r * sizeof(unsigned));
+    l.zero_bytes = w.bytes - l.hist;
+    l.above = w.take(per_chunk);
+    l.equal = w.take(per_chunk);
+    l.total = w.bytes;
     return l;
 }
 

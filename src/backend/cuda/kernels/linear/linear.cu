@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
@@ -19,7 +20,6 @@ using backend::LinearOut;
 using backend::Precision;
 using backend::WeightFormat;
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
 
 unsigned grid_for(int64_t items, int threads) {

@@ -56,6 +56,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/moe/moe.h"
 #include "backend/cuda/kernels/moe/mxfp4_repacked.h"
 
@@ -105,34 +106,28 @@ struct MoeWorkspace {
     size_t n_active, active_expert, active_start, active_count, list, order, cnt_up, up_done, cnt_down, xq, xs, h,
         hq, hs,
         yp, total;
-    static constexpr size_t align(size_t v) { return (v + 255) / 256 * 256; }
     static MoeWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
         MoeWorkspace w{};
         // room for the shared expert as one more slot after the active ones (MoeDecodeArgs::shared_expert): its T
         // "picks" T·K .. T·K + T − 1 take list positions, hidden rows and output rows after the routed ones
         const int64_t picks = T * K + T, slots = (T * K < E ? T * K : E) + 1;
-        size_t o = 0;
-        auto take = [&](size_t bytes) {
-            const size_t at = o;
-            o = align(o + bytes);
-            return at;
-        };
-        w.n_active = take(4);
-        w.active_expert = take(4 * size_t(slots));
-        w.active_start = take(4 * size_t(slots));
-        w.active_count = take(4 * size_t(slots));
-        w.list = take(4 * size_t(picks));
-        w.order = take(4 * size_t(T * K));
-        w.cnt_up = take(4 * size_t(slots) * size_t(I / 128));
-        w.up_done = take(4 * size_t(slots));
-        w.cnt_down = take(4 * size_t(D / MoeDecodeConfig::kMinDownRows));
-        w.xq = take(2 * size_t(T) * size_t(D));
-        w.xs = take(4 * size_t(T) * size_t(D / 128));
-        w.h = take(2 * size_t(picks) * size_t(I));
-        w.hq = take(2 * size_t(picks) * size_t(I));
-        w.hs = take(4 * size_t(picks) * size_t(I / 128));
-        w.yp = take(4 * size_t(picks) * size_t(D));
-        w.total = o;
+        WorkspaceLayout l;
+        w.n_active = l.take(4);
+        w.active_expert = l.take(4 * size_t(slots));
+        w.active_start = l.take(4 * size_t(slots));
+        w.active_count = l.take(4 * size_t(slots));
+        w.list = l.take(4 * size_t(picks));
+        w.order = l.take(4 * size_t(T * K));
+        w.cnt_up = l.take(4 * size_t(slots) * size_t(I / 128));
+        w.up_done = l.take(4 * size_t(slots));
+        w.cnt_down = l.take(4 * size_t(D / MoeDecodeConfig::kMinDownRows));
+        w.xq = l.take(2 * size_t(T) * size_t(D));
+        w.xs = l.take(4 * size_t(T) * size_t(D / 128));
+        w.h = l.take(2 * size_t(picks) * size_t(I));
+        w.hq = l.take(2 * size_t(picks) * size_t(I));
+        w.hs = l.take(4 * size_t(picks) * size_t(I / 128));
+        w.yp = l.take(4 * size_t(picks) * size_t(D));
+        w.total = l.bytes;
         return w;
     }
 };

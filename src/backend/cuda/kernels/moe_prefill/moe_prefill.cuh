@@ -39,6 +39,7 @@
 
 #include "backend/cuda/common/mbarrier.cuh"
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/workspace.h"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/wgmma.cuh"
 #include "backend/cuda/kernels/moe/moe.h"
@@ -72,31 +73,25 @@ struct MoePrefillConfig {
 struct MoePrefillWorkspace {
     size_t n_mtiles, tile_expert, tile_row0, tile_rows, hcnt, list, xg, xs, h, hq, hs, yp, total;
     int64_t max_mtiles;
-    static constexpr size_t align(size_t v) { return (v + 255) / 256 * 256; }
     static MoePrefillWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
         MoePrefillWorkspace w{};
         const int64_t picks = T * K;
         // each expert's last tile may be partial: at most one extra tile per touched expert
         w.max_mtiles = (picks + MoePrefillConfig::kBM - 1) / MoePrefillConfig::kBM + (picks < E ? picks : E);
-        size_t o = 0;
-        auto take = [&](size_t bytes) {
-            const size_t at = o;
-            o = align(o + bytes);
-            return at;
-        };
-        w.n_mtiles = take(4);
-        w.tile_expert = take(4 * size_t(w.max_mtiles));
-        w.tile_row0 = take(4 * size_t(w.max_mtiles));
-        w.tile_rows = take(4 * size_t(w.max_mtiles));
-        w.hcnt = take(4 * size_t(w.max_mtiles) * size_t(I / 128));
-        w.list = take(4 * size_t(picks));
-        w.xg = take(size_t(picks) * size_t(D));
-        w.xs = take(4 * size_t(picks) * size_t(D / 128));
-        w.h = take(2 * size_t(picks) * size_t(I));
-        w.hq = take(size_t(picks) * size_t(I));
-        w.hs = take(4 * size_t(picks) * size_t(I / 128));
-        w.yp = take(2 * size_t(picks) * size_t(D));
-        w.total = o;
+        WorkspaceLayout l;
+        w.n_mtiles = l.take(4);
+        w.tile_expert = l.take(4 * size_t(w.max_mtiles));
+        w.tile_row0 = l.take(4 * size_t(w.max_mtiles));
+        w.tile_rows = l.take(4 * size_t(w.max_mtiles));
+        w.hcnt = l.take(4 * size_t(w.max_mtiles) * size_t(I / 128));
+        w.list = l.take(4 * size_t(picks));
+        w.xg = l.take(size_t(picks) * size_t(D));
+        w.xs = l.take(4 * size_t(picks) * size_t(D / 128));
+        w.h = l.take(2 * size_t(picks) * size_t(I));
+        w.hq = l.take(size_t(picks) * size_t(I));
+        w.hs = l.take(4 * size_t(picks) * size_t(I / 128));
+        w.yp = l.take(2 * size_t(picks) * size_t(D));
+        w.total = l.bytes;
         return w;
     }
 };
