@@ -78,12 +78,6 @@ struct MoeDecodeConfig {
     static constexpr int kUpRows = 16 * kUpRT;      // rows of I per gate/up block
     static constexpr int kDownRows = 16 * kDownRT;  // rows of D per down block
     static constexpr int kMinDownRows = 32;         // the smallest down item: sizes the cnt_down array
-    // Latency of the register kernels' K steps (docs/kernels/moe.md, "Latency per K step"). kScaleL1: weight scales
-    // through L1 (a row's scales are one or two 128-byte lines that serve all of a warp's steps; streamed past L1
-    // every step goes to L2). kPrefetchNext: each step prefetches the warp's next-step weight lines into L2 and the
-    // tile's next-step activation lines into L1, one prefetch per lane each.
-    static constexpr bool kScaleL1 = true;
-    static constexpr bool kPrefetchNext = true;
 };
 
 // Weight format tags (header comment). kStepK: K per load step of a warp (the same 16 bytes per lane and row for
@@ -246,9 +240,6 @@ __device__ __forceinline__ uint2 ld_stream8(const void* p) {
     return v;
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -405,27 +396,16 @@ struct GlobalWeights {
     __device__ __forceinline__ int tid() const { return int(threadIdx.x); }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }
-    static constexpr bool kPrefetch = MoeDecodeConfig::kPrefetchNext;
-    static __device__ __forceinline__ uint2 s8(const uint8_t* p) {
-        if constexpr (MoeDecodeConfig::kScaleL1) return __ldg(reinterpret_cast<const uint2*>(p));
-        return ld_stream8(p);
-    }
+    static __device__ __forceinline__ uint2 s8(const uint8_t* p) { return ld_stream8(p); }
     // NVFP4 / FP8-block scales (register-streaming kernels only: the ring is MXFP4-only)
-    static __device__ __forceinline__ uint32_t s2(const uint8_t* p) {
-        if constexpr (MoeDecodeConfig::kScaleL1) return __ldg(reinterpret_cast<const unsigned short*>(p));
-        return ld_stream_u16(p);
-    }
-    static __device__ __forceinline__ uint32_t s1(const uint8_t* p) {
-        if constexpr (MoeDecodeConfig::kScaleL1) return __ldg(p);
-        return ld_stream_u8(p);
-    }
+    static __device__ __forceinline__ uint32_t s2(const uint8_t* p) { return ld_stream_u16(p); }
+    static __device__ __forceinline__ uint32_t s1(const uint8_t* p) { return ld_stream_u8(p); }
     static __device__ __forceinline__ uint4 act16(const uint4* p) { return __ldg(p); }
     static __device__ __forceinline__ float act_s(const float* p) { return __ldg(p); }
 };
 template <bool kCoherentAct, int kGroupThreads>
 struct RingWeights {
     static constexpr int kThreads = kGroupThreads;
-    static constexpr bool kPrefetch = false;  // the producer warp runs ahead already
     int group;
     __device__ __forceinline__ int tid() const { return int(threadIdx.x) - group * kThreads; }
     __device__ __forceinline__ void sync() const {
@@ -492,25 +472,6 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
     const float* srow1 = act_s + size_t(c1 < ntile ? act_row[c1] : 0) * size_t(nq);
 #pragma unroll
     for (int m = 0; m < MATS; ++m) y[m][0] = y[m][1] = y[m][2] = y[m][3] = 0.0f;
-    // Next-step prefetch (MoeDecodeConfig::kPrefetchNext): a warp's step reads one 128-byte line per row of its 16
-    // rows and matrix (every format: 256 4-bit or 128 8-bit weights), and Fmt::kStepK f16 activations of each tile
-    // token (4 or 2 lines). Lane l names weight row l % 16 of matrix (l / 16) % MATS and activation line l % L of
-    // token l / L (lanes past the tile's tokens prefetch none).
-    constexpr int kActLines = Fmt::kStepK * 2 / 128;
-    const size_t w_row_bytes = std::is_same_v<Fmt, Fp8BlockWeights> ? size_t(K) : size_t(K) / 2;
-    const uint8_t* pf_w = w[(lane >> 4) % MATS] + size_t(row0 + 16 * rt + (lane & 15)) * w_row_bytes;
-    const int pf_tok = lane / kActLines;
-    const bool pf_act = pf_tok < ntile;
-    const char* pf_a = reinterpret_cast<const char*>(act + size_t(pf_act ? act_row[pf_tok] : 0) * size_t(K)) +
-                       (lane % kActLines) * 128;
-    auto prefetch_step = [&](int next, int steps) {
-        if constexpr (Src::kPrefetch) {
-            if (next < steps) {
-                prefetch_l2(pf_w + size_t(next) * 128);
-                if (pf_act) prefetch_l1(pf_a + size_t(next) * (Fmt::kStepK * 2));
-            }
-        }
-    };
     if constexpr (std::is_same_v<Fmt, Nvfp4Weights>) {
         // as MXFP4, with the lane's two e4m3 group scales (2 bytes at group 2(4q+t)) per row and 128-block
         const size_t nsrow_bytes = size_t(K) / 16;
@@ -518,7 +479,6 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
 #pragma unroll
         for (int m = 0; m < MATS; ++m) gk[m] = __fmul_rn(wg[m], 128.0f);
         for (int step = ks; step < nsteps; step += KS) {
-            prefetch_step(step + KS, nsteps);
             uint4 wv[MATS][2][2];
             uint32_t sv[MATS][2][2];  // [matrix][row g, g+8][128-block]
 #pragma unroll
@@ -550,7 +510,6 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
         const size_t frow_bytes = size_t(K);
         const size_t srow = size_t(r_lo / 128) * size_t(nq);
         for (int step = ks; step < nq; step += KS) {
-            prefetch_step(step + KS, nq);
             uint4 wv[MATS][2][2];  // [matrix][row g, g+8][bytes 0-15, 16-31 of the lane's 32]
             uint32_t sv[MATS];
 #pragma unroll
@@ -579,7 +538,6 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
         static_assert(std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>,
                       "weight format tag");
         for (int step = ks; step < nsteps; step += KS) {
-            prefetch_step(step + KS, nsteps);
             // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
             uint4 wv[MATS][2][2];
             uint2 sv[MATS][2];
