@@ -31,7 +31,7 @@ for f in sorted(list(root.rglob("*.cu")) + list(root.rglob("*.cuh"))):
             continue
         kernels += 1
         first = s[j + 1:].lstrip().split("\n", 1)[0].strip()
-        if first != "pdl_enter();":
+        if not re.fullmatch(r"pdl_enter\([^;]*\);", first):
             line = s.count("\n", 0, m.start()) + 1
             bad.append(f"{f.relative_to(root.parents[2])}:{line}: first statement is '{first}'")
 if kernels == 0:

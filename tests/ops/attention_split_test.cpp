@@ -11,6 +11,8 @@
 #include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/common/graph.h"
+#include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "core/thread_pool.h"
@@ -185,6 +187,73 @@ TEST(SparseAttnSplit, MatchesCpuAndOnePassKernel) {
                     EXPECT_EQ(count_bit_differences(got, got_unpacked), 0u) << "packed and bf16 pools differ";
                 }
             }
+        }
+    }
+}
+
+// In a decode graph every kernel edge is programmatic (common/graph.cu) and the prefix pass defers its wait
+// (pdl_enter(false) in attention_split.cuh) until it reads the block maxima. Two calls captured back to back on one
+// workspace, replayed: each must give the stream run's bytes. A prefix pass that read the maxima before its
+// block-maxima pass finished would round P against the previous call's (or the poison's) maxima.
+TEST(SparseAttnSplit, ProgrammaticGraphReplayMatchesTheStreamRun) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    auto stream = Stream::create();
+    DSV4_ASSERT_OK(stream.status());
+    for (const int64_t T : {1, 8}) {
+        SCOPED_TRACE("tokens " + std::to_string(T));
+        const int64_t H = 64, D = 512, n_kv = 6000, topk = 640;
+        auto kv = random_act(kRef, rng, size_t(n_kv * D), 1.0f);
+        std::vector<int32_t> rows(static_cast<size_t>(n_kv));
+        std::iota(rows.begin(), rows.end(), 0);
+        std::uniform_int_distribution<int32_t> pick(0, int32_t(n_kv - 1));
+        std::vector<int32_t> idx(size_t(T * topk));
+        for (auto& v : idx) v = pick(rng);
+        std::vector<float> sink(static_cast<size_t>(H), 0.5f);
+        std::vector<int64_t> pos(static_cast<size_t>(T), 7000);
+        auto q1 = act_to_device(kRef, random_act(kRef, rng, size_t(T * H * D), 1.0f));
+        auto q2 = act_to_device(kRef, random_act(kRef, rng, size_t(T * H * D), 3.0f));
+        auto dkv = act_to_device(kRef, kv);
+        auto drows = to_device(rows);
+        auto dpool = poisoned<uint8_t>(size_t(n_kv * kKvFp8RowBytes));
+        auto didx = to_device(idx);
+        auto dsink = to_device(sink);
+        auto dpos = to_device(pos);
+        const size_t n_out = size_t(T * H * D);
+        auto out1 = act_poisoned(kRef, n_out), out2 = act_poisoned(kRef, n_out);
+        ASSERT_TRUE(q1.is_ok() && q2.is_ok() && dkv.is_ok() && drows.is_ok() && dpool.is_ok() && didx.is_ok() &&
+                    dsink.is_ok() && dpos.is_ok() && out1.is_ok() && out2.is_ok());
+        const StreamHandle sh = stream->handle();
+        DSV4_ASSERT_OK(sm90_kv_pack(kRef, {dkv->data(), n_kv, drows->as<int32_t>(), 0, dpool->data()}, sh));
+        SparseAttnArgs a1{q1->data(), dpool->data(), didx->as<int32_t>(), T, H, n_kv, topk, dsink->as<float>(),
+                          1.0f / std::sqrt(512.0f), true, dpos->as<int64_t>(), freqs, out1->data()};
+        a1.kv_packed = true;
+        SparseAttnArgs a2 = a1;
+        a2.q = q2->data(), a2.out = out2->data();
+        const SparseAttnSplitOptions o;  // automatic chunk, reference max: the block-maxima pass runs
+        ASSERT_GT(sm90_sparse_attn_split_chunk(a1, o), 0);
+        ASSERT_LT(sm90_sparse_attn_split_chunk(a1, o), topk) << "the case must split into several chunks";
+        const size_t ws_bytes = sm90_sparse_attn_split_workspace_bytes(a1, o);
+        auto ws = poisoned<uint8_t>(ws_bytes);
+        ASSERT_TRUE(ws.is_ok());
+        DSV4_ASSERT_OK(sm90_sparse_attn_split(kRef, a1, ws->data(), ws_bytes, sh, o));
+        DSV4_ASSERT_OK(sm90_sparse_attn_split(kRef, a2, ws->data(), ws_bytes, sh, o));
+        DSV4_ASSERT_OK(stream->synchronize());
+        const auto want1 = act_to_host(kRef, *out1, n_out), want2 = act_to_host(kRef, *out2, n_out);
+        auto graph = CapturedGraph::capture(sh, [&]() -> Status {
+            DSV4_RETURN_IF_ERROR(sm90_sparse_attn_split(kRef, a1, ws->data(), ws_bytes, sh, o));
+            return sm90_sparse_attn_split(kRef, a2, ws->data(), ws_bytes, sh, o);
+        });
+        DSV4_ASSERT_OK(graph.status());
+        EXPECT_GE(graph->programmatic_edges(), 5u) << "the six launches should be chained programmatically";
+        for (int replay = 0; replay < 5; ++replay) {
+            DSV4_ASSERT_OK(out1->fill_bytes(0xff));
+            DSV4_ASSERT_OK(out2->fill_bytes(0xff));
+            DSV4_ASSERT_OK(graph->launch(sh));
+            DSV4_ASSERT_OK(stream->synchronize());
+            EXPECT_EQ(count_bit_differences(act_to_host(kRef, *out1, n_out), want1), 0u) << "replay " << replay;
+            EXPECT_EQ(count_bit_differences(act_to_host(kRef, *out2, n_out), want2), 0u) << "replay " << replay;
         }
     }
 }

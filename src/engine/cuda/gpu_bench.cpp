@@ -226,8 +226,10 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                                             [](const engine::GpuLayer& l) { return l.ffn.shared_fp8 != nullptr; });
     std::fprintf(out, "routed experts in the decode kernel's repacked MXFP4 layout: %lld of %zu layers\n",
                  static_cast<long long>(repacked), m->layers.size());
-    std::fprintf(out, "shared expert inside the decode kernel's launches: %lld of %zu layers\n\n",
-                 static_cast<long long>(shared_fused), m->layers.size());
+    std::fprintf(out,
+                 "shared expert inside the decode kernel's launches (passes of up to %lld rows): %lld of %zu layers\n\n",
+                 static_cast<long long>(engine::kFusedSharedExpertMaxRows), static_cast<long long>(shared_fused),
+                 m->layers.size());
 
     std::fprintf(out, "| batch | context | step ms | per layer us | tok/s | GB moved | TB/s | %% of copy |\n");
     std::fprintf(out, "|---|---|---|---|---|---|---|---|\n");

@@ -115,7 +115,7 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
 
     const bool fused = fused_moe_fits(m, w, rows);
     const bool has_shared = !w.shared_w1.empty();
-    const bool shared_fused = fused && w.shared_fp8;  // the fused kernel runs the shared expert too
+    const bool shared_fused = fused && w.shared_fp8 && rows <= kFusedSharedExpertMaxRows;
     if (has_shared && !shared_fused) {
         cuda::ExpertArgs ea;
         ea.x = s.normed.data();

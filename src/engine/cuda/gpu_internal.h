@@ -206,6 +206,12 @@ Status make_gpu_pass(GpuModel& m, int64_t rows);
 // The model shapes the fused MoE decode kernel takes (sm90_mxfp4_moe_decode: D, I multiples of 512, E <= 1024,
 // K <= 16); the rows of a pass must also be <= 256.
 bool fused_moe_shapes(const model::ModelConfig& c);
+
+// The fused kernel runs the shared expert as one more slot up to this many rows. Its slot holds every row, so past
+// a few rows it is the launches' longest item while the routed slots hold 1-3 rows each: dsv4 bench 4K on the
+// H200 (2026-11-30), fused vs sm90_expert, B 1 / 8 / 16 / 32 / 64: 8.57 vs 9.23, 15.87 vs 16.44, 23.19 vs 22.98,
+// 33.21 vs 31.28, 48.97 vs 44.02 ms.
+constexpr int64_t kFusedSharedExpertMaxRows = 8;
 // The per-session parts of the pass buffers, sized for the cache's max context (resize_gpu_cache calls it).
 Status size_gpu_pass_for_cache(GpuModel& m);
 
