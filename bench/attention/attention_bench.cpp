@@ -18,7 +18,8 @@
 // zeros); page tables are random permutations of 64-row pages; CSA picks are random distinct entries per query.
 // Inputs are rotated over enough copies (pools, queries, index lists, compressor state) that the rotated working set
 // is >= 150 MB (3x the L2). A timing is one launch of a CUDA graph holding N consecutive calls on rotated inputs
-// (N sized so a graph takes ~10 ms, at least 2); time per call = graph time / N; median of 21 timings after 2 warm
+// (N sized so a graph takes ~10 ms, at least 2), captured with programmatic kernel edges as the engine's decode
+// graphs are (common/graph.h); time per call = graph time / N; median of 21 timings after 2 warm
 // launches. Direct launches replace the graph if capture fails (reported).
 //
 // --split adds, at every CSA / HCA attention point, the split-candidate kernel (sm90_sparse_attn_split, automatic
@@ -44,6 +45,7 @@
 
 #include "backend/cuda/common/buffer.h"
 #include "backend/cuda/common/copy.h"
+#include "backend/cuda/common/graph.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
 #include "backend/cuda/device.h"
@@ -157,7 +159,6 @@ struct Timing {
 
 // Median time of one call(i) (i = rotation index < rotations).
 Timing time_op(int rotations, const std::function<Status(int)>& call) {
-    cudaStream_t cs = g->s;
     auto timer = EventTimer::create();
     CHECK(timer.status());
     CHECK(call(0));  // first launch (lazy set-up), then one timed call to size the graph
@@ -171,26 +172,19 @@ Timing time_op(int rotations, const std::function<Status(int)>& call) {
     Timing t;
     t.calls = std::min(rotations, std::max(2, int(kGraphTargetUs / std::max(1.0, double(*one) * 1e3))));
 
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    t.graph = cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed) == cudaSuccess;
-    if (t.graph) {
-        Status st = Status::ok();
-        for (int i = 0; i < t.calls && st.is_ok(); ++i) st = call(i);
-        const cudaError_t e = cudaStreamEndCapture(cs, &graph);
-        t.graph = st.is_ok() && e == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-    }
-    if (!t.graph) {
-        (void)cudaGetLastError();  // clear a failed capture; the direct launches below report real errors
-        if (exec) cudaGraphExecDestroy(exec);
-        if (graph) cudaGraphDestroy(graph);
-        exec = nullptr, graph = nullptr;
-    }
+    // captured as the engine captures a decode step: kernel-to-kernel edges programmatic (common/graph.h), so a
+    // kernel's launch overlaps its predecessor as it does in `dsv4 generate`
+    auto captured = CapturedGraph::capture(g->s, [&]() -> Status {
+        for (int i = 0; i < t.calls; ++i) DSV4_RETURN_IF_ERROR(call(i));
+        return Status::ok();
+    });
+    t.graph = captured.is_ok();
+    if (!t.graph) (void)cudaGetLastError();  // clear a failed capture; the direct launches below report real errors
     std::vector<double> per;
     for (int k = 0; k < kWarmLaunches + kTimings; ++k) {
         CHECK(timer->start(g->s));
         if (t.graph)
-            CHECK_CUDA(cudaGraphLaunch(exec, cs));
+            CHECK(captured->launch(g->s));
         else
             for (int i = 0; i < t.calls; ++i) CHECK(call(i));
         CHECK(timer->stop(g->s));
@@ -199,8 +193,6 @@ Timing time_op(int rotations, const std::function<Status(int)>& call) {
         if (k >= kWarmLaunches) per.push_back(double(*ms) * 1e3 / t.calls);
     }
     CHECK(g->stream.synchronize());
-    if (exec) CHECK_CUDA(cudaGraphExecDestroy(exec));
-    if (graph) CHECK_CUDA(cudaGraphDestroy(graph));
     std::sort(per.begin(), per.end());
     t.us = per[per.size() / 2];
     return t;
