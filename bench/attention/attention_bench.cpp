@@ -6,13 +6,15 @@
 //   indexer         scores over ctx/4 paged packed keys per query (visible_only, positions ctx-1), then top-512
 //   compressor      one CSA close per query (batched decode: append, pool, finish, entry rows, pack, roll), main
 //                   (512-d K=V entries) and indexer (128-d keys); six launches, then the fused one-launch kernel
-//                   (sm90_compressor_decode_fused) on the same inputs
+//                   (sm90_compressor_decode_fused) on the same inputs; and both fused kernels as the engine pairs
+//                   them (the key compressor independent_of_previous, overlapping the main one) against the pair
+//                   launched to wait
 //   baseline        the same rows gathered to contiguous bf16 (sm90_kv_unpack), then the same attention kernel over
 //                   the contiguous rows 0..n-1 (sm90_sparse_attn, unpacked)
 // plus the device copy bandwidth (1 GiB device-to-device, bytes read + written) measured in the same run after
 // untimed warm-up copies (an idle GPU starts at its lowest clock), and the CSA layer at batch 1, 8K context:
 // compressors + indexer + attention, once with the first kernels (six-launch compressors, sm90_topk, one-pass
-// attention) and once with the best of each part (fused compressors, sm90_topk_select, reference-max split).
+// attention) and once with the best of each part (the overlapped fused pair, sm90_topk_select, reference-max split).
 //
 // Method: every pool holds valid packed rows (random bf16 rows packed by sm90_kv_pack / sm90_key_pack, never
 // zeros); page tables are random permutations of 64-row pages; CSA picks are random distinct entries per query.
@@ -586,6 +588,75 @@ CompressorTimes bench_compressor(int64_t B, bool indexer) {
     return out;
 }
 
+// Both compressors of a CSA layer's decode step back to back, as the engine launches them: the main one, then the
+// indexer-key one with CompressorDecodeArgs::independent_of_previous (it starts alongside the main one in the
+// programmatic graph and waits for it at exit) against the same pair without it. Returns the pair's time (µs).
+double bench_compressor_pair(int64_t B) {
+    const char* op = "compressor close, CSA main + indexer keys (fused pair, overlapped)";
+    const int64_t ratio = kCsaRatio;
+    struct Side {
+        int64_t hd, width, row_bytes;
+        backend::CompressedKind kind;
+        DeviceBuffer open_kv, open_score, prev_kv, prev_score, proj_kv, proj_score, norm, pool;
+    };
+    const int64_t pps = (kCompressorPosition + 1) / ratio / kPage;
+    const size_t state_main = size_t(B * ratio * 2 * kHeadDim) * 4, state_keys = size_t(B * ratio * 2 * kIndexDim) * 4;
+    const int rotations =
+        std::min(kMaxRotations, std::max(2, copies_for(double(4 * (state_main + state_keys)))));
+    const double need = double(rotations) * 5.0 * double(state_main + state_keys) +
+                        double(B * kPage * (kKvFp8RowBytes + kKeyFp4RowBytes)) + 1e6;
+    if (!fits(need, B, "any", op)) return -1;
+    auto make_side = [&](bool indexer) {
+        Side sd;
+        sd.hd = indexer ? kIndexDim : kHeadDim, sd.width = 2 * sd.hd;
+        sd.row_bytes = indexer ? kKeyFp4RowBytes : kKvFp8RowBytes;
+        sd.kind = indexer ? backend::CompressedKind::kIndexer : backend::CompressedKind::kMain;
+        const int64_t n = int64_t(rotations) * B * ratio * sd.width;
+        sd.open_kv = random_f32(n, "open kv"), sd.open_score = random_f32(n, "open score");
+        sd.prev_kv = random_f32(n, "prev kv"), sd.prev_score = random_f32(n, "prev score");
+        sd.proj_kv = random_f32(int64_t(rotations) * B * sd.width, "projected kv");
+        sd.proj_score = random_f32(int64_t(rotations) * B * sd.width, "projected score");
+        sd.norm = random_bf16(sd.hd, "norm weight", 0.5f, 1.5f);
+        sd.pool = alloc(size_t(B * kPage * sd.row_bytes), "entry pool");
+        return sd;
+    };
+    Side sides[2] = {make_side(false), make_side(true)};
+    DeviceBuffer pos = positions_at(B, kCompressorPosition);
+    std::vector<int32_t> slots(static_cast<size_t>(B)), table(static_cast<size_t>(B * pps));
+    std::iota(slots.begin(), slots.end(), 0);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < pps; ++j) table[size_t(b * pps + j)] = int32_t(b);
+    DeviceBuffer d_slots = upload(slots, "slots"), d_table = upload(table, "entry page table");
+    CHECK(g->stream.synchronize());
+    auto launch = [&](const Side& sd, int i, bool independent) {
+        const size_t so = size_t(i) * size_t(B * ratio * sd.width), po = size_t(i) * size_t(B * sd.width);
+        CompressorDecodeArgs a;
+        a.n = B, a.positions = pos.as<int64_t>(), a.slots = d_slots.as<int32_t>();
+        a.kv = sd.proj_kv.as<float>() + po, a.score = sd.proj_score.as<float>() + po;
+        a.ratio = ratio, a.head_dim = sd.hd, a.overlap = true, a.kind = sd.kind;
+        a.open_kv = sd.open_kv.as<float>() + so, a.open_score = sd.open_score.as<float>() + so;
+        a.prev_kv = sd.prev_kv.as<float>() + so, a.prev_score = sd.prev_score.as<float>() + so;
+        a.norm = DeviceWeightView{backend::WeightFormat::kBF16, 1, sd.hd, sd.norm.data(), nullptr};
+        a.freqs = g->freqs, a.eps = 1e-6f;
+        a.entries = PagedEntries{0, d_table.as<int32_t>(), pps}, a.pool = sd.pool.data();
+        a.independent_of_previous = independent;
+        return sm90_compressor_decode_fused(kRef, a, g->s);
+    };
+    const Timing serial = time_op(rotations, [&](int i) {
+        DSV4_RETURN_IF_ERROR(launch(sides[0], i, false));
+        return launch(sides[1], i, false);
+    });
+    const Timing overlapped = time_op(rotations, [&](int i) {
+        DSV4_RETURN_IF_ERROR(launch(sides[0], i, false));
+        return launch(sides[1], i, true);
+    });
+    char note[256];
+    std::snprintf(note, sizeof note, "the key compressor independent_of_previous; the same pair waiting: %.2f us "
+                  "(%.2fx)", serial.us, serial.us / overlapped.us);
+    print_row(B, "any", op, overlapped, 0, 0, note);
+    return overlapped.us;
+}
+
 // Device-to-device copy bandwidth (bytes read + written) of a 1 GiB copy, at working clocks: an idle GPU starts at
 // its lowest clock and needs tens of milliseconds of sustained work to ramp up, so untimed copies run first (at least
 // kCopyWarmMs of GPU time and kCopyWarmMin copies), then the median of kTimings individually timed copies.
@@ -700,9 +771,11 @@ int main(int argc, char** argv) {
     for (int64_t ctx : contexts)
         for (int64_t B : batches) bench_indexer(B, ctx);
     CompressorTimes main_b1, keys_b1;
+    double pair_b1 = -1;
     for (int64_t B : batches) {
         const CompressorTimes m = bench_compressor(B, false), k = bench_compressor(B, true);
-        if (B == 1) main_b1 = m, keys_b1 = k;
+        const double pair = bench_compressor_pair(B);
+        if (B == 1) main_b1 = m, keys_b1 = k, pair_b1 = pair;
     }
     // the CSA layer at batch 1, 8K context; the split kernel is always timed here for the second composition
     const AttentionTimes attn = bench_attention(true, 1, 8192, true);
@@ -718,11 +791,12 @@ int main(int argc, char** argv) {
                 "lists and the window ring are not counted)\n",
                 sum, main_b1.six, keys_b1.six, index.with_topk, attn.one_pass, sum <= 25.0 ? "met" : "missed");
     // the same layer with the best kernel of each part: fused compressors, top-k select, reference-max split
-    const double best = main_b1.fused + keys_b1.fused + index.with_select + attn.split_ref;
-    std::printf("CSA layer at batch 1, 8K context, best kernels: %.2f us = fused compressor main %.2f + fused indexer "
-                "keys %.2f + indexer scores and top-512 select %.2f + CSA split attention (reference max) %.2f "
-                "(target <= 25 us: %s; %.2fx the first composition)\n",
-                best, main_b1.fused, keys_b1.fused, index.with_select, attn.split_ref, best <= 25.0 ? "met" : "missed",
-                sum / best);
+    const double compressors = pair_b1 > 0 ? pair_b1 : main_b1.fused + keys_b1.fused;
+    const double best = compressors + index.with_select + attn.split_ref;
+    std::printf("CSA layer at batch 1, 8K context, best kernels: %.2f us = fused compressors %.2f (%s) + indexer "
+                "scores and top-512 select %.2f + CSA split attention (reference max) %.2f (target <= 25 us: %s; "
+                "%.2fx the first composition)\n",
+                best, compressors, pair_b1 > 0 ? "overlapped pair" : "main + indexer keys", index.with_select,
+                attn.split_ref, best <= 25.0 ? "met" : "missed", sum / best);
     return 0;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every kernel of the CUDA backend must begin with pdl_enter() (src/backend/cuda/common/pdl.cuh): decode graphs
 # launch each backend kernel programmatically, before the previous kernel has finished, and only the wait in
-# pdl_enter() orders it after that kernel. A kernel that touched memory before it would race. Usage: pdl_enter.sh ROOT
+# pdl_enter() orders it after that kernel. A kernel that touched memory before it would race. pdl_enter(false) defers
+# the wait under the rules in pdl.cuh; it is still the first statement. Usage: pdl_enter.sh ROOT
 set -euo pipefail
 root="${1:?usage: pdl_enter.sh SOURCE_ROOT}"
 python3 - "$root" <<'PY'

@@ -17,6 +17,8 @@
 #include <numeric>
 #include <string>
 
+#include "backend/cuda/common/graph.h"
+#include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
@@ -338,6 +340,118 @@ std::vector<Case> all_cases() {
     return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CompressorDecodeFusedTest, ::testing::ValuesIn(all_cases()), case_name);
+
+// The decode step runs the indexer-key compressor right after the main one with independent_of_previous set: in a
+// graph with programmatic edges it starts alongside the main compressor and waits for it only at exit
+// (common/pdl.cuh). Both compressors of a CSA layer, B = 3 and 64, replayed in such a graph from the same starting
+// state as a plain stream run, must leave every window and pool byte for byte as that run.
+TEST(CompressorDecodeFusedGraph, IndependentPairInAProgrammaticGraphMatchesTheStream) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    auto stream = Stream::create();
+    DSV4_ASSERT_OK(stream.status());
+    const StreamHandle sh = stream->handle();
+    const Precision prec = Precision::kReference;
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    for (const int64_t B : {3, 64}) {
+        SCOPED_TRACE("B " + std::to_string(B));
+        const int64_t sessions = B + 3, m = 4;
+        const auto pos = batch_positions(rng, B, m);
+        std::vector<int32_t> slots(static_cast<size_t>(sessions));
+        std::iota(slots.begin(), slots.end(), 0);
+        std::shuffle(slots.begin(), slots.end(), rng);
+        slots.resize(size_t(B));
+        std::vector<int32_t> table(size_t(sessions * kPagesPerSession));
+        std::iota(table.begin(), table.end(), 0);
+        std::shuffle(table.begin(), table.end(), rng);
+        auto d_pos = to_device(pos);
+        auto d_slots = to_device(slots);
+        auto d_table = to_device(table);
+        ASSERT_TRUE(d_pos.is_ok() && d_slots.is_ok() && d_table.is_ok());
+        std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+        auto random = [&](size_t n) {
+            std::vector<float> v(n);
+            for (auto& x : v) x = dist(rng);
+            return v;
+        };
+        struct Side {  // one compressor: its shape, inputs, norm weight and starting state
+            int64_t dim;
+            K kind;
+            std::vector<float> kv, score;
+            HostState h;
+            std::vector<uint16_t> norm_bits;
+        };
+        Side sides[2] = {{512, K::kMain, {}, {}, {}, {}}, {128, K::kIndexer, {}, {}, {}, {}}};
+        std::vector<DeviceBuffer> d_kv, d_score;
+        std::vector<DeviceWeight> norms;
+        for (Side& sd : sides) {
+            const size_t width = size_t(2 * sd.dim), win = size_t(sessions * m) * width;
+            sd.kv = random(size_t(B) * width);
+            sd.score = random(size_t(B) * width);
+            sd.h.open_kv = random(win), sd.h.open_score = random(win);
+            sd.h.prev_kv = random(win), sd.h.prev_score = random(win);
+            const int64_t row_bytes = sd.kind == K::kMain ? kv_row_bytes(prec) : key_row_bytes(prec);
+            sd.h.pool_bytes = size_t(64 * sessions * kPagesPerSession * row_bytes);
+            sd.norm_bits = to_bf16_bits(random_bf16(rng, size_t(sd.dim), 0.5f));
+            auto kv = to_device(sd.kv);
+            auto score = to_device(sd.score);
+            auto norm = upload_weight({WeightFormat::kBF16, 1, sd.dim, sd.norm_bits.data(), nullptr}, "norm");
+            ASSERT_TRUE(kv.is_ok() && score.is_ok() && norm.is_ok());
+            d_kv.push_back(std::move(*kv));
+            d_score.push_back(std::move(*score));
+            norms.push_back(std::move(*norm));
+        }
+        auto args = [&](int i, DeviceState& st, bool independent) {
+            const Side& sd = sides[i];
+            CompressorDecodeArgs a;
+            a.n = B;
+            a.positions = d_pos->as<int64_t>();
+            a.slots = d_slots->as<int32_t>();
+            a.kv = d_kv[size_t(i)].as<float>();
+            a.score = d_score[size_t(i)].as<float>();
+            a.ratio = m;
+            a.head_dim = sd.dim;
+            a.overlap = true;
+            a.kind = sd.kind;
+            a.open_kv = st.open_kv.as<float>();
+            a.open_score = st.open_score.as<float>();
+            a.prev_kv = st.prev_kv.as<float>();
+            a.prev_score = st.prev_score.as<float>();
+            a.norm = norms[size_t(i)].view();
+            a.freqs = freqs;
+            a.entries = PagedEntries{0, d_table->as<int32_t>(), kPagesPerSession};
+            a.pool = st.pool.data();
+            a.independent_of_previous = independent;
+            return a;
+        };
+        auto plain_main = upload(sides[0].h, true), plain_keys = upload(sides[1].h, true);
+        auto graph_main = upload(sides[0].h, true), graph_keys = upload(sides[1].h, true);
+        ASSERT_TRUE(plain_main.is_ok() && plain_keys.is_ok() && graph_main.is_ok() && graph_keys.is_ok());
+        DSV4_ASSERT_OK(sm90_compressor_decode_fused(prec, args(0, *plain_main, false), sh));
+        DSV4_ASSERT_OK(sm90_compressor_decode_fused(prec, args(1, *plain_keys, false), sh));
+        auto graph = CapturedGraph::capture(sh, [&]() -> Status {
+            DSV4_RETURN_IF_ERROR(sm90_compressor_decode_fused(prec, args(0, *graph_main, false), sh));
+            return sm90_compressor_decode_fused(prec, args(1, *graph_keys, true), sh);
+        });
+        DSV4_ASSERT_OK(graph.status());
+        EXPECT_EQ(graph->programmatic_edges(), 1u);
+        DSV4_ASSERT_OK(graph->launch(sh));
+        DSV4_ASSERT_OK(stream->synchronize());
+        const std::pair<DeviceState*, DeviceState*> runs[2] = {{&*plain_main, &*graph_main},
+                                                               {&*plain_keys, &*graph_keys}};
+        for (int i = 0; i < 2; ++i) {
+            SCOPED_TRACE(i == 0 ? "main" : "indexer keys");
+            const size_t win_bytes = sides[i].h.open_kv.size() * 4, pool = sides[i].h.pool_bytes;
+            const DeviceState& want = *runs[i].first;
+            const DeviceState& got = *runs[i].second;
+            EXPECT_TRUE(download<uint8_t>(got.open_kv, win_bytes) == download<uint8_t>(want.open_kv, win_bytes));
+            EXPECT_TRUE(download<uint8_t>(got.open_score, win_bytes) ==
+                        download<uint8_t>(want.open_score, win_bytes));
+            EXPECT_TRUE(download<uint8_t>(got.prev_kv, win_bytes) == download<uint8_t>(want.prev_kv, win_bytes));
+            EXPECT_TRUE(download<uint8_t>(got.pool, pool) == download<uint8_t>(want.pool, pool)) << "pool rows";
+        }
+    }
+}
 
 // The launcher's checks come before any device work, so they run on machines without a GPU too (the pointers are
 // never dereferenced): each bad argument is a kInvalidArgument naming what is wrong.

@@ -320,7 +320,7 @@ Status sequence_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, Gp
 Status decode_compressor(GpuModel& m, const GpuCompressor& w, const DeviceBuffer& ok, const DeviceBuffer& os,
                          const DeviceBuffer& pk, const DeviceBuffer& ps, int64_t ratio, bool overlap,
                          CompressedKind kind, int64_t head_dim, const void* kv, const void* score, int64_t rows,
-                         const cuda::PagedEntries& entries, void* pool) {
+                         const cuda::PagedEntries& entries, void* pool, bool independent_of_previous) {
     cuda::CompressorDecodeArgs d;
     d.n = rows;
     d.positions = m.pass.positions;
@@ -340,6 +340,7 @@ Status decode_compressor(GpuModel& m, const GpuCompressor& w, const DeviceBuffer
     d.eps = float(m.cfg.rms_norm_eps);
     d.entries = entries;
     d.pool = pool;
+    d.independent_of_previous = independent_of_previous;
     return cuda::sm90_compressor_decode_fused(m.precision, d, m.stream.handle());
 }
 
@@ -356,13 +357,16 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
         DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.compressor, lc.open_kv, lc.open_score, lc.prev_kv,
                                                lc.prev_score, layer.ratio, csa, CompressedKind::kMain,
                                                c.head_dim, s.proj_kv.data(), s.proj_score.data(), rows,
-                                               kv_entries(m, layer), lc.kv.data()));
+                                               kv_entries(m, layer), lc.kv.data(), false));
     const int64_t topk = c.index_topk;
     if (csa) {
+        // right after the main compressor (CSA layers always have one), whose windows and pool rows it does not
+        // touch: it runs alongside it in the decode graph (CompressorDecodeArgs::independent_of_previous)
         DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.index_compressor, lc.iopen_kv, lc.iopen_score,
                                                lc.iprev_kv, lc.iprev_score, 4, true,
                                                CompressedKind::kIndexer, c.index_head_dim, s.index_proj_kv.data(),
-                                               s.index_proj_score.data(), rows, key_entries(m), lc.keys.data()));
+                                               s.index_proj_score.data(), rows, key_entries(m), lc.keys.data(),
+                                               layer.ratio != 0));
         DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true));
     }
     const int64_t hca_cap = hca ? 64 * cache.hca.pages_per_session : 0;

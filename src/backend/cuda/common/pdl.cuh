@@ -11,15 +11,26 @@ namespace dsv4::cuda {
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// wait = false defers the wait to an explicit pdl_wait(), which every block must still reach before it ends or
-// writes global memory. Before it the kernel may read only what was written before its immediate predecessor
-// started: that predecessor (a backend kernel, so it waited before triggering) launches this one only after its
-// own wait returned, i.e. after everything earlier completed. The one user: the split attention's prefix pass,
-// whose predecessor is always its block-maxima pass (attention_split.cu).
+// wait = false defers the wait to an explicit pdl_wait(), which every thread must still reach before it ends (the
+// launches after this one rely on its completion implying its predecessor's). Before the wait the kernel may read
+// only memory its immediate predecessor does not write, and write only memory the predecessor neither reads nor
+// writes: that predecessor (a backend kernel, so it
+// waited before triggering) launches this one only after its own wait returned, i.e. after everything earlier
+// completed. Users: the split attention's prefix pass, whose predecessor is always its block-maxima pass
+// (attention_split.cu), and the decode compressor when told that the launch before it is independent
+// (CompressorDecodeArgs::independent_of_previous: the indexer-key compressor after the layer's main one).
 __device__ __forceinline__ void pdl_enter(bool wait = true) {
     if (wait) pdl_wait();
     // the next kernel may be launched now: its blocks wait in their own pdl_enter until this grid completes
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
+
+// Waits when it goes out of scope, on every path out of a kernel that began with pdl_enter(false).
+struct PdlWaitAtExit {
+    bool deferred;
+    __device__ __forceinline__ ~PdlWaitAtExit() {
+        if (deferred) pdl_wait();
+    }
+};
 
 }  // namespace dsv4::cuda

@@ -73,7 +73,8 @@ Status sm90_compressor_decode_fused(Precision precision, const CompressorDecodeA
                                    a.entries.entry_base,
                                    a.entries.table,
                                    a.entries.pages_per_session,
-                                   static_cast<uint8_t*>(a.pool)};
+                                   static_cast<uint8_t*>(a.pool),
+                                   a.independent_of_previous};
     if (ref && main)
         launch<__nv_bfloat16, Cfg::kMainThreads>(p, a.n, stream);
     else if (ref)

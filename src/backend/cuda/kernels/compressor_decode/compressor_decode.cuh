@@ -52,6 +52,7 @@ struct CompressorDecodeParams {
     const int32_t* table;          // [sessions, pages_per_session]
     int64_t pages_per_session;
     uint8_t* pool;                 // pool rows of kv_row_bytes / key_row_bytes
+    bool independent_of_previous;  // CompressorDecodeArgs::independent_of_previous
 };
 
 // dst[i] = src[i] for i < n4 16-byte words, thread t of `threads` taking words t, t + threads, ...
@@ -64,7 +65,8 @@ __device__ __forceinline__ void copy_words(float4* dst, const float4* src, int n
 // pool in registers (67 registers, no spills; with the default heuristic it spilled 16–32 bytes at kDim 128).
 template <typename ActT, int kDim>
 __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(const CompressorDecodeParams a) {
-    pdl_enter();
+    pdl_enter(!a.independent_of_previous);
+    const PdlWaitAtExit wait_at_exit{a.independent_of_previous};  // every return below waits (common/pdl.cuh)
     static_assert(kDim == CompressorDecodeConfig::kMainThreads || kDim == CompressorDecodeConfig::kKeyThreads);
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     __shared__ __align__(16) ActT row[kDim];  // pooled, then finished in place
