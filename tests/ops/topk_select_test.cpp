@@ -1,11 +1,12 @@
 // sm90_topk_select against sm90_topk and backend::cpu::topk (std::partial_sort): the same scores in, bit-identical
 // index lists out, both precisions. Rows of n in {1, 5, 511, 512, 513, 1024, S, S + 1, 16384, 65536, 262144} (S =
-// kTopkSelectShortMax: both sides of the switch between the shared-memory and the chunked path), k in {8, 16, 512,
-// 1024}, 1..64 rows, rows drawn continuous, from a few values (exact ties across the k-th place), with -inf / NaN /
-// +inf entries, almost all -inf, masked tails; rows shorter than k; rows cut by positions / ratio; signed zeros
-// (against sm90_topk only: the CPU treats -0 == +0, the GPU keys order -0 below +0). Outputs are poisoned with a byte
-// pattern that is neither an index nor -1, with a guard past the last row; the workspace starts poisoned and is
-// reused by a second call that must give the same picks.
+// kTopkSelectShortMax: both sides of the switch between the shared-memory and the chunked path; the 64-row cases
+// straddle the row-count switch up to kTopkSelectShortLimit), k in {8, 16, 512, 1024}, 1..64 rows, rows drawn
+// continuous, from a few values (exact ties across the k-th place), with -inf / NaN / +inf entries, almost all -inf,
+// masked tails; rows shorter than k; rows cut by positions / ratio; signed zeros (against sm90_topk only: the CPU
+// treats -0 == +0, the GPU keys order -0 below +0). Outputs are poisoned with a byte pattern that is neither an
+// index nor -1, with a guard past the last row; the workspace starts poisoned and is reused by a second call that
+// must give the same picks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -178,8 +179,12 @@ TEST_P(TopKSelectTest, SixtyFourLongRows) {
     struct Case {
         int64_t rows, n, k;
     };
-    constexpr int64_t S = kTopkSelectShortMax;
-    const Case cases[] = {{64, 262144, 512}, {64, 65536, 1024}, {64, S, 1024}, {64, S + 1, 8}, {64, 1024, 16}};
+    constexpr int64_t S = kTopkSelectShortMax, L = kTopkSelectShortLimit, R = kTopkSelectShortRows;
+    // both sides of the row-count switch: S + 1 and L scores at R rows (one-block path) and R - 1 rows (chunked),
+    // L + 1 at R rows (chunked)
+    const Case cases[] = {{64, 262144, 512}, {64, 65536, 1024}, {64, S, 1024},  {64, S + 1, 8},
+                          {64, 1024, 16},    {R, L, 512},        {R - 1, L, 512}, {R, S + 1, 16},
+                          {R - 1, S + 1, 16}, {R, L + 1, 512}};
     int salt = 0;
     int64_t picks = 0;
     for (const Case& c : cases) {
@@ -274,6 +279,12 @@ TEST(TopKSelectValidation, ClearErrors) {
     EXPECT_NE(s.message().find("compression ratio"), std::string::npos) << s.message();
     // short rows need no workspace; long rows name the size they need
     EXPECT_EQ(sm90_topk_select_workspace_bytes({buf->data(), 8, kTopkSelectShortMax, 512, buf->as<int32_t>()}), 0u);
+    EXPECT_EQ(sm90_topk_select_workspace_bytes(
+                  {buf->data(), kTopkSelectShortRows, kTopkSelectShortLimit, 512, buf->as<int32_t>()}),
+              0u);
+    EXPECT_GT(sm90_topk_select_workspace_bytes(
+                  {buf->data(), kTopkSelectShortRows - 1, kTopkSelectShortLimit, 512, buf->as<int32_t>()}),
+              0u);
     const TopKArgs long_rows{buf->data(), 2, kTopkSelectShortMax + 1, 512, buf->as<int32_t>()};
     const size_t need = sm90_topk_select_workspace_bytes(long_rows);
     EXPECT_GT(need, 0u);

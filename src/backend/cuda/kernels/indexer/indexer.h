@@ -52,9 +52,15 @@ Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle s
 // or 4 (f32) times in chunks spread over many blocks. Longer rows need `workspace` (device memory, 16-byte aligned,
 // contents ignored) of sm90_topk_select_workspace_bytes(a) bytes, which covers both precisions; n must fit an int32
 // index. Not safe to run concurrently on one workspace.
-// The switch: the one-block path costs ≈ 8.4 µs + 1.45 µs per 1,000 scores on the H200 and the chunked one ≈ 22 µs
-// at batch 1 almost regardless of n (docs/kernels/attention.md §6), so they cross near 9,400 scores.
+// The switch (H200, docs/kernels/attention.md §6 and "Seventh run"): the one-block path costs ≈ 8.4 µs + 1.45 µs per
+// 1,000 scores whatever the row count; the chunked one ≈ 22 µs for 1-8 rows almost regardless of n, but its passes
+// grow with rows × chunks (64 rows of 16,384 scores: 56 µs against the one-block path's 33.4). So rows of up to
+// kTopkSelectShortMax scores always take the one-block path, rows up to kTopkSelectShortLimit (its shared-memory
+// bound) take it when a call has at least kTopkSelectShortRows of them (the crossing lies between 8 rows, where the
+// chunked path wins, and 64), and longer rows take the chunked path.
 inline constexpr int64_t kTopkSelectShortMax = 8192;
+inline constexpr int64_t kTopkSelectShortLimit = 16384;
+inline constexpr int64_t kTopkSelectShortRows = 32;
 size_t sm90_topk_select_workspace_bytes(const TopKArgs& a);
 Status sm90_topk_select(backend::Precision precision, const TopKArgs& a, void* workspace, size_t workspace_bytes,
                         StreamHandle stream);

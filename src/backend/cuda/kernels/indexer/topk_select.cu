@@ -43,7 +43,9 @@ SelectLayout select_layout(int64_t rows, int64_t n) {
     return l;
 }
 
-bool long_rows(const TopKArgs& a) { return a.n > Cfg::kShortMax; }
+bool long_rows(const TopKArgs& a) {
+    return a.n > Cfg::kShortLimit || (a.n > Cfg::kShortMax && a.rows < Cfg::kShortRows);
+}
 
 template <typename ScoreT>
 Status launch_short(const TopKArgs& a, StreamHandle stream, const std::string& op) {
@@ -52,7 +54,7 @@ Status launch_short(const TopKArgs& a, StreamHandle stream, const std::string& o
     const size_t smem = kPicks + size_t((a.n + 7) / 8 * 8) * sizeof(KeyT);
     auto* kernel = sm90_topk_select_short_kernel<ScoreT>;
     // the opt-in is always the largest row's, so calls with other n on other threads never lower it under a launch
-    constexpr size_t kMaxSmem = kPicks + size_t(Cfg::kShortMax) * sizeof(KeyT);
+    constexpr size_t kMaxSmem = kPicks + size_t(Cfg::kShortLimit) * sizeof(KeyT);
     DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)),
                   op + ": shared memory opt-in");
     kernel<<<unsigned(a.rows), Cfg::kThreads, smem, stream>>>(static_cast<const ScoreT*>(a.scores), a.n, int(a.k),

@@ -12,7 +12,7 @@
 // keys == T by index complete the picks: the same set and tie rule as sm90_topk's loop (its fallback to digit 0
 // is never needed: the histogrammed keys always number >= remaining).
 //
-// Short rows (n <= kShortMax): one CTA per row, keys in shared memory; the load builds pass 0's histogram.
+// Short rows (n <= kShortMax, or <= kShortLimit in calls of many rows): one CTA per row, keys in shared memory; the load builds pass 0's histogram.
 // Long rows: chunks of the row, one launch per pass (hist kernel: chunk histogram in shared memory, added into the
 // row's histogram in the workspace with integer atomics, whose sums do not depend on their order). Every CTA derives
 // the digits of the earlier passes again from the finished histograms. The last pass also stores, per chunk and
@@ -38,7 +38,9 @@ struct TopKSelectConfig {
     static constexpr int kBins = 256;
     static constexpr int kMaxPasses = 4;
     static constexpr int kBatch = 8;  // global loads in flight per thread
-    static constexpr int64_t kShortMax = kTopkSelectShortMax;  // indexer.h
+    static constexpr int64_t kShortMax = kTopkSelectShortMax;      // indexer.h: the switch
+    static constexpr int64_t kShortLimit = kTopkSelectShortLimit;  // the one-block path's shared-memory bound
+    static constexpr int64_t kShortRows = kTopkSelectShortRows;
     static constexpr int kChunkMin = 2048, kChunkMax = kThreads * kBatch;  // long rows: scores per chunk
     static constexpr int64_t kTargetCtas = 264;                           // ≈ 2 CTAs per SM on 132 SMs
 };
