@@ -17,8 +17,9 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // writes: that predecessor (a backend kernel, so it
 // waited before triggering) launches this one only after its own wait returned, i.e. after everything earlier
 // completed. Users: the split attention's prefix pass, whose predecessor is always its block-maxima pass
-// (attention_split.cu), and the decode compressor when told that the launch before it is independent
-// (CompressorDecodeArgs::independent_of_previous: the indexer-key compressor after the layer's main one).
+// (attention_split.cu); the decode compressor when told that the launch before it is independent
+// (CompressorDecodeArgs::independent_of_previous: the indexer-key compressor after the layer's main one); the FP8
+// GEMM, which requests its first weight tiles before the wait (weights are written only at model load).
 __device__ __forceinline__ void pdl_enter(bool wait = true) {
     if (wait) pdl_wait();
     // the next kernel may be launched now: its blocks wait in their own pdl_enter until this grid completes

@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
                                   const uint8_t* __restrict__ a, const float* __restrict__ a_scale, int N, int K,
                                   int T, int kb_per_split, __nv_bfloat16* __restrict__ y,
                                   float* __restrict__ partial) {
-    pdl_enter();
+    pdl_enter(false);
+    // the first stages' weight tiles are requested before the wait (below)
     using Cfg = Fp8GemmConfig;
     constexpr int NT = BN / 8;  // n8 tiles (tokens) per warp
     extern __shared__ __align__(128) uint8_t smem[];
@@ -71,23 +72,35 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
     const int kb_begin = blockIdx.z * kb_per_split;
     const int nkb = min(KB, kb_begin + kb_per_split) - kb_begin;
 
-    auto load_stage = [&](int stage, int kb) {
+    auto load_weights = [&](int stage, int kb) {
         uint8_t* sA = smem + stage * Cfg::stage_bytes(BN);
-        uint8_t* sB = sA + Cfg::kBM * Cfg::kBK;
         const size_t kofs = size_t(kb) * Cfg::kBK;
         for (int c = threadIdx.x; c < Cfg::kBM * 8; c += Cfg::kThreads) {
             const int r = c >> 3, ch = c & 7, gr = n0 + r;
             cp_async16_zfill(sA + swz(r, ch), w + size_t(min(gr, N - 1)) * K + kofs + ch * 16, gr < N);
         }
+    };
+    auto load_activations = [&](int stage, int kb) {
+        uint8_t* sB = smem + stage * Cfg::stage_bytes(BN) + Cfg::kBM * Cfg::kBK;
+        const size_t kofs = size_t(kb) * Cfg::kBK;
         for (int c = threadIdx.x; c < BN * 8; c += Cfg::kThreads) {
             const int r = c >> 3, ch = c & 7, gt = t0 + r;
             cp_async16_zfill(sB + swz(r, ch), a + size_t(min(gt, T - 1)) * K + kofs + ch * 16, gt < T);
         }
     };
 
+    // Weights are written only when a model is loaded, never by the launch before this one, so the first stages'
+    // weight tiles are requested before the programmatic wait (common/pdl.cuh) and stream while the previous kernel
+    // (the activation quantisation) finishes; the activations and their scales are read after it. The first
+    // commit group holds every early weight tile and stage 0's activations, so cp.async's in-order group
+    // completion still gives stage s both halves by the time the loop waits for group s.
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages - 1; ++s)
+        if (s < nkb) load_weights(s, kb_begin + s);
+    pdl_wait();
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
-        if (s < nkb) load_stage(s, kb_begin + s);
+        if (s < nkb) load_activations(s, kb_begin + s);
         cp_async_commit();
     }
 
@@ -102,7 +115,10 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
         cp_async_wait<Cfg::kStages - 2>();
         __syncthreads();  // stage i landed for every thread; stage i-1 is free to refill
         const int ahead = i + Cfg::kStages - 1;
-        if (ahead < nkb) load_stage(ahead % Cfg::kStages, kb_begin + ahead);
+        if (ahead < nkb) {
+            load_weights(ahead % Cfg::kStages, kb_begin + ahead);
+            load_activations(ahead % Cfg::kStages, kb_begin + ahead);
+        }
         cp_async_commit();
 
         const uint8_t* sA = smem + (i % Cfg::kStages) * Cfg::stage_bytes(BN);

@@ -17,7 +17,8 @@ struct Fp8GemmArgs {
     const uint8_t* a_codes = nullptr;  // [T, K] e4m3, 16-byte aligned rows (K % 128 == 0)
     const float* a_scale = nullptr;    // [T, K/128]
     int64_t tokens = 0;                // T
-    DeviceWeightView w;                // kFP8Block [N, K]
+    DeviceWeightView w;                // kFP8Block [N, K]; read before the programmatic wait: a model weight,
+                                       // never written by the launch just before this one (common/pdl.cuh)
     void* y = nullptr;                 // bf16 [T, N]
     float* workspace = nullptr;        // split-K partial sums; sm90_fp8_gemm_workspace_bytes() bytes
     size_t workspace_bytes = 0;
