@@ -19,7 +19,8 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // completed. Users: the split attention's prefix pass, whose predecessor is always its block-maxima pass
 // (attention_split.cu); the decode compressor when told that the launch before it is independent
 // (CompressorDecodeArgs::independent_of_previous: the indexer-key compressor after the layer's main one); the FP8
-// GEMM, which requests its first weight tiles before the wait (weights are written only at model load).
+// GEMM and the wo_a decode kernel, which request their first weight tiles before the wait (weights are written only
+// at model load).
 __device__ __forceinline__ void pdl_enter(bool wait = true) {
     if (wait) pdl_wait();
     // the next kernel may be launched now: its blocks wait in their own pdl_enter until this grid completes

@@ -463,7 +463,8 @@ __global__ void __launch_bounds__(AttnConfig::kWoDecThreads, 1)
     sm90_wo_a_decode_kernel(const ActT* __restrict__ o, int64_t tokens, int64_t o_stride, int64_t width,
                             int64_t rank, const void* __restrict__ w, const uint8_t* __restrict__ w_scale,
                             int64_t w_rows, ActT* __restrict__ z) {
-    pdl_enter();
+    pdl_enter(false);
+    // the first weight step is loaded before the wait (below): weights are written only at model load
     using Cfg = AttnConfig;
     constexpr int kRows = Cfg::kWoDecRows, kBN = Cfg::kWoDecTokens, kWarps = Cfg::kWoDecWarps;
     constexpr int kMT = kRows / 16;                // m-tiles per warp (all the block's rows)
@@ -495,6 +496,7 @@ __global__ void __launch_bounds__(AttnConfig::kWoDecThreads, 1)
     uint4 wa[2 * kMT], wb[2 * kMT];
     uint32_t sa = 0, sb = 0;
     if (warp < steps) load_step(wa, sa, warp);
+    pdl_wait();  // the activations come from the launch before this one (common/pdl.cuh)
 
     // the tile's activation rows (nt x width) into shared memory while the first weights are in flight
     ActT* act_s = reinterpret_cast<ActT*>(smem);  // [nt][act_ld]

@@ -60,7 +60,8 @@ Status sm90_sparse_attn_split(backend::Precision precision, const SparseAttnArgs
 struct WoAArgs {
     const void* o = nullptr;  // [T, H, 512]
     int64_t tokens = 0, heads = 0, groups = 0, rank = 0;  // rank % 64 == 0
-    DeviceWeightView wo_a;    // [G·R, (H/G)·512] kFP8Block or kBF16
+    DeviceWeightView wo_a;    // [G·R, (H/G)·512] kFP8Block or kBF16; a model weight: the decode kernel reads its
+                              // first step before the programmatic wait (common/pdl.cuh)
     void* z = nullptr;        // [T, G·R]
 };
 Status sm90_wo_a(backend::Precision precision, const WoAArgs& a, StreamHandle stream);
