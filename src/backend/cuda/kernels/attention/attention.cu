@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/attention/attention.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
 
@@ -12,8 +13,6 @@ namespace {
 using backend::Precision;
 using backend::WeightFormat;
 using Cfg = AttnConfig;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Decode (up to kWoDecMaxTokens tokens) runs the split-width kernel: its cost is one pass over the weights per
 // 8-token tile, where the staged kernel pays for 32 token rows on 4 warps per SM whatever the count (68 µs at one
@@ -51,7 +50,7 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
         return invalid_argument(op + ": heads " + std::to_string(a.heads) + " must be in [1, 1048560]");
     if (a.derotate && !a.positions) return invalid_argument(op + ": derotate needs positions");
     const bool packed = a.kv_packed && precision == Precision::kReference;
-    if (!aligned16(a.q) || !aligned16(a.out) || (packed ? (reinterpret_cast<uintptr_t>(a.kv) & 7) : !aligned16(a.kv)))
+    if (!is_aligned(a.q, 16) || !is_aligned(a.out, 16) || !is_aligned(a.kv, packed ? 8 : 16))
         return invalid_argument(op + ": q, out (and unpacked kv) must be 16-byte aligned, a packed kv pool 8-byte");
     if (a.topk > 0x7fffffff || a.tokens > 65535) return invalid_argument(op + ": too many tokens or candidates");
     if (a.tokens == 0) return Status::ok();
@@ -87,7 +86,7 @@ Status sm90_wo_a(Precision precision, const WoAArgs& a, StreamHandle stream) {
     const bool fp8 = a.wo_a.format == WeightFormat::kFP8Block;
     if (!fp8 && a.wo_a.format != WeightFormat::kBF16) return invalid_argument(op + ": wo_a must be FP8 blocks or bf16");
     if (fp8 && !a.wo_a.scale) return invalid_argument(op + ": FP8 wo_a needs its scales");
-    if (!aligned16(a.o) || !aligned16(a.wo_a.data))
+    if (!is_aligned(a.o, 16) || !is_aligned(a.wo_a.data, 16))
         return invalid_argument(op + ": o and wo_a must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     if ((a.tokens + Cfg::kWoTokens - 1) / Cfg::kWoTokens > 65535) return invalid_argument(op + ": too many tokens");

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/compressor_decode/compressor_decode.cuh"
 #include "backend/cuda/kernels/compressor_decode/compressor_decode.h"
 
@@ -12,8 +13,6 @@ namespace {
 using backend::CompressedKind;
 using backend::Precision;
 using Cfg = CompressorDecodeConfig;
-
-bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
 Status check(Precision precision, const CompressorDecodeArgs& a, const std::string& op) {
     if (!a.positions || !a.slots || !a.kv || !a.score || !a.open_kv || !a.open_score || !a.pool)
@@ -35,10 +34,10 @@ Status check(Precision precision, const CompressorDecodeArgs& a, const std::stri
     for (const void* p : {static_cast<const void*>(a.kv), static_cast<const void*>(a.score),
                           static_cast<const void*>(a.open_kv), static_cast<const void*>(a.open_score),
                           static_cast<const void*>(a.prev_kv), static_cast<const void*>(a.prev_score)})
-        if (!aligned(p, 16)) return invalid_argument(op + ": kv, score and the windows must be 16-byte aligned");
+        if (!is_aligned(p, 16)) return invalid_argument(op + ": kv, score and the windows must be 16-byte aligned");
     const bool ref = precision == Precision::kReference;
     const uintptr_t pool_align = !ref ? 16 : main ? 8 : 4;
-    if (!aligned(a.pool, pool_align))
+    if (!is_aligned(a.pool, pool_align))
         return invalid_argument(op + ": pool must be " + std::to_string(pool_align) + "-byte aligned");
     return Status::ok();
 }

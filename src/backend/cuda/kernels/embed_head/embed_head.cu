@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
@@ -20,8 +21,6 @@ using backend::Precision;
 using backend::WeightFormat;
 
 constexpr size_t kCublasWorkspace = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
-
-bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
 
 template <typename ActT>
 __global__ void sm90_embedding_kernel(const int32_t* __restrict__ tokens, int64_t n, int64_t vocab, int dim,
@@ -53,11 +52,6 @@ __global__ void sm90_split_bf16x3_kernel(const float* __restrict__ x, int64_t n,
         out[n + i] = mid;
         out[2 * n + i] = lo;
     }
-}
-
-unsigned grid_for(int64_t items, int threads) {
-    return unsigned(
-        std::max<int64_t>(1, std::min<int64_t>((items + threads - 1) / threads, int64_t(current_sm_count()) * 16)));
 }
 
 Status cublas_status(cublasStatus_t s, const std::string& what) {
@@ -128,17 +122,17 @@ Status sm90_embedding(Precision precision, const EmbeddingArgs& a, StreamHandle 
         return invalid_argument(op + ": null pointer, negative count or empty table");
     if (a.table.format != WeightFormat::kBF16 || a.table.cols % 8 != 0)
         return invalid_argument(op + ": table must be bf16 with a row width that is a multiple of 8");
-    if (!aligned(a.out, 16) || !aligned(a.table.data, 16))
+    if (!is_aligned(a.out, 16) || !is_aligned(a.table.data, 16))
         return invalid_argument(op + ": out/table not 16-byte aligned");
     DSV4_CUDA_TRY(cudaMemsetAsync(a.bad_position, 0x7f, sizeof(int32_t), stream), op + ": reset bad_position");
     if (a.n == 0) return Status::ok();
     const int64_t items = a.n * (a.table.cols / 8);
     const auto* table = static_cast<const __nv_bfloat16*>(a.table.data);
     if (precision == Precision::kReference)
-        sm90_embedding_kernel<__nv_bfloat16><<<grid_for(items, 256), 256, 0, stream>>>(
+        sm90_embedding_kernel<__nv_bfloat16><<<grid_stride_blocks(items, 256), 256, 0, stream>>>(
             a.tokens, a.n, a.table.rows, int(a.table.cols), table, static_cast<__nv_bfloat16*>(a.out), a.bad_position);
     else
-        sm90_embedding_kernel<float><<<grid_for(items, 256), 256, 0, stream>>>(
+        sm90_embedding_kernel<float><<<grid_stride_blocks(items, 256), 256, 0, stream>>>(
             a.tokens, a.n, a.table.rows, int(a.table.cols), table, static_cast<float*>(a.out), a.bad_position);
     return launch_status(op.c_str());
 }
@@ -155,9 +149,9 @@ Status sm90_bf16_gemm_f32(Precision precision, const Bf16GemmF32Args& a, StreamH
         return invalid_argument(op + ": weight must be bf16 [N, K] with K a multiple of 8");
     const int64_t n = a.w.rows, k = a.w.cols;
     const size_t need = sm90_bf16_gemm_f32_workspace_bytes(precision, a.tokens, k);
-    if (!a.workspace || a.workspace_bytes < need || !aligned(a.workspace, 256))
+    if (!a.workspace || a.workspace_bytes < need || !is_aligned(a.workspace, 256))
         return invalid_argument(op + ": needs a 256-byte aligned workspace of " + std::to_string(need) + " bytes");
-    if (!aligned(a.x, 16) || !aligned(a.y, 16) || !aligned(a.w.data, 16))
+    if (!is_aligned(a.x, 16) || !is_aligned(a.y, 16) || !is_aligned(a.w.data, 16))
         return invalid_argument(op + ": x, y and weight must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     DSV4_ASSIGN_OR_RETURN(cublasLtHandle_t h, lt_handle());
@@ -165,7 +159,8 @@ Status sm90_bf16_gemm_f32(Precision precision, const Bf16GemmF32Args& a, StreamH
         return lt_matmul(h, a.w.data, a.x, a.y, n, k, a.tokens, 0.0f, a.workspace, kCublasWorkspace, stream);
     auto* split = reinterpret_cast<__nv_bfloat16*>(static_cast<uint8_t*>(a.workspace) + kCublasWorkspace);
     const int64_t elems = a.tokens * k;
-    sm90_split_bf16x3_kernel<<<grid_for(elems, 256), 256, 0, stream>>>(static_cast<const float*>(a.x), elems, split);
+    sm90_split_bf16x3_kernel<<<grid_stride_blocks(elems, 256), 256, 0, stream>>>(static_cast<const float*>(a.x), elems,
+                                                                                split);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_split_bf16x3"));
     // lo first, hi last: the small terms are summed before they meet the large one.
     for (int part = 2; part >= 0; --part)

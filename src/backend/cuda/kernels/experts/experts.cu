@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/experts/experts.cuh"
 #include "backend/cuda/kernels/experts/experts.h"
@@ -17,12 +18,6 @@ using backend::LinearOut;
 using backend::Precision;
 using backend::WeightFormat;
 using Cfg = ExpertsConfig;
-
-bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
-unsigned grid_for(int64_t items, int threads) {
-    return unsigned(
-        std::max<int64_t>(1, std::min<int64_t>((items + threads - 1) / threads, int64_t(current_sm_count()) * 16)));
-}
 
 template <typename AT, bool kRef>
 __global__ void sm90_swiglu_kernel(const AT* u1, const AT* u3, int64_t rows, int64_t inter,
@@ -146,11 +141,11 @@ Status sm90_swiglu(Precision p, const SwigluArgs& a, StreamHandle stream) {
     if (n == 0) return Status::ok();
     if (p == Precision::kReference) {
         using B = __nv_bfloat16;
-        sm90_swiglu_kernel<B, true><<<grid_for(n, 256), 256, 0, stream>>>(
+        sm90_swiglu_kernel<B, true><<<grid_stride_blocks(n, 256), 256, 0, stream>>>(
             static_cast<const B*>(a.u1), static_cast<const B*>(a.u3), a.rows, a.inter, a.route_w, a.limit,
             static_cast<B*>(a.a));
     } else {
-        sm90_swiglu_kernel<float, false><<<grid_for(n, 256), 256, 0, stream>>>(
+        sm90_swiglu_kernel<float, false><<<grid_stride_blocks(n, 256), 256, 0, stream>>>(
             static_cast<const float*>(a.u1), static_cast<const float*>(a.u3), a.rows, a.inter, a.route_w, a.limit,
             static_cast<float*>(a.a));
     }
@@ -177,7 +172,7 @@ Status sm90_expert(Precision p, const ExpertArgs& a, StreamHandle stream) {
     if (a.w2.rows != dim || a.w2.cols != inter)
         return invalid_argument(op + ": w2 must be [" + std::to_string(dim) + ", " + std::to_string(inter) + "]");
     const size_t need = sm90_expert_workspace_bytes(p, a.tokens, a.w1, a.w2);
-    if (need > 0 && (!a.workspace || a.workspace_bytes < need || !aligned(a.workspace, 256)))
+    if (need > 0 && (!a.workspace || a.workspace_bytes < need || !is_aligned(a.workspace, 256)))
         return invalid_argument(op + ": needs a 256-byte aligned workspace of " + std::to_string(need) +
                                 " bytes, got " + std::to_string(a.workspace_bytes));
     if (a.tokens == 0) return Status::ok();
@@ -212,9 +207,9 @@ Status sm90_routed_experts(Precision p, const RoutedExpertsArgs& a, StreamHandle
                                 backend::precision_name(p) + " numerics");
     if (a.tokens * a.k > INT_MAX || a.dim > INT_MAX / 2 || a.inter > INT_MAX / 2 || a.n_experts > INT_MAX)
         return invalid_argument(op + ": shape too large");
-    if (!aligned(a.x, 16)) return invalid_argument(op + ": x must be 16-byte aligned");
+    if (!is_aligned(a.x, 16)) return invalid_argument(op + ": x must be 16-byte aligned");
     const size_t need = sm90_routed_experts_workspace_bytes(p, a.tokens, a.k, a.dim, a.inter);
-    if (need > 0 && (!a.workspace || a.workspace_bytes < need || !aligned(a.workspace, 256)))
+    if (need > 0 && (!a.workspace || a.workspace_bytes < need || !is_aligned(a.workspace, 256)))
         return invalid_argument(op + ": needs a 256-byte aligned workspace of " + std::to_string(need) +
                                 " bytes, got " + std::to_string(a.workspace_bytes));
     if (a.tokens == 0) return Status::ok();

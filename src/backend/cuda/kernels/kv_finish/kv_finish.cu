@@ -2,6 +2,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/kv_finish/kv_finish.cuh"
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
 
@@ -11,8 +12,6 @@ namespace {
 using backend::Precision;
 using backend::WeightFormat;
 using Cfg = KvFinishConfig;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 Status check_norm(const DeviceWeightView& w, int64_t dim, const std::string& op) {
     if (w.empty() || w.format != WeightFormat::kBF16 || w.rows * w.cols != dim)
@@ -43,7 +42,7 @@ Status sm90_window_kv_finish(Precision precision, const WindowKvFinishArgs& a, S
     const std::string op = "sm90_window_kv_finish";
     if (!a.kv || !a.positions || a.tokens < 0) return invalid_argument(op + ": null pointer or negative tokens");
     DSV4_RETURN_IF_ERROR(check_norm(a.kv_norm, 512, op));
-    if (!aligned16(a.kv)) return invalid_argument(op + ": kv not 16-byte aligned");
+    if (!is_aligned(a.kv, 16)) return invalid_argument(op + ": kv not 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     const FinishSim sim = precision == Precision::kReference ? FinishSim::kFp8Nope : FinishSim::kNone;
     if (precision == Precision::kReference)
@@ -65,7 +64,7 @@ Status sm90_compressor_finish(Precision precision, const CompressorFinishArgs& a
     if ((main && a.head_dim != 512) || (!main && a.head_dim != 128))
         return invalid_argument(op + ": head_dim must be 512 for main entries and 128 for indexer keys");
     DSV4_RETURN_IF_ERROR(check_norm(a.norm, a.head_dim, op));
-    if (!aligned16(a.pooled) || !aligned16(a.out) || !aligned16(a.normed))
+    if (!is_aligned(a.pooled, 16) || !is_aligned(a.out, 16) || !is_aligned(a.normed, 16))
         return invalid_argument(op + ": rows not 16-byte aligned");
     if (a.decode_position && a.n != 1)
         return invalid_argument(op + ": decode_position finishes one entry (n must be 1, got " + std::to_string(a.n) +

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "backend/cuda/common/pdl.cuh"
@@ -86,8 +87,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     }
 }
 
-bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
-
 unsigned blocks_for(int64_t n, int dim) {
     const int64_t per_block = Cfg::kThreads / (dim / 8);
     return unsigned((n + per_block - 1) / per_block);
@@ -95,8 +94,8 @@ unsigned blocks_for(int64_t n, int dim) {
 
 Status check(const std::string& op, const void* rows, const void* pool, int64_t n, uintptr_t pool_align) {
     if (!rows || !pool || n < 0) return invalid_argument(op + ": null rows or pool, or negative n");
-    if (!aligned(rows, 16)) return invalid_argument(op + ": rows must be 16-byte aligned");
-    if (!aligned(pool, pool_align))
+    if (!is_aligned(rows, 16)) return invalid_argument(op + ": rows must be 16-byte aligned");
+    if (!is_aligned(pool, pool_align))
         return invalid_argument(op + ": pool must be " + std::to_string(pool_align) + "-byte aligned");
     if (n > (int64_t(1) << 36)) return invalid_argument(op + ": too many rows (" + std::to_string(n) + ")");
     return Status::ok();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
@@ -19,13 +20,6 @@ namespace {
 using backend::LinearOut;
 using backend::Precision;
 using backend::WeightFormat;
-
-bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
-
-unsigned grid_for(int64_t items, int threads) {
-    return unsigned(
-        std::max<int64_t>(1, std::min<int64_t>((items + threads - 1) / threads, int64_t(current_sm_count()) * 16)));
-}
 
 // Consecutive 256-byte aligned pieces of the caller's workspace (sizes as sm90_linear_workspace_bytes adds them).
 struct Carver {
@@ -131,9 +125,10 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
         return invalid_argument(op + ": W8A8 / W4A8 needs the input width (" + std::to_string(w.cols) +
                                 ") to be a multiple of 128");
     if (w.rows > INT_MAX || w.cols > INT_MAX || a.tokens > INT_MAX) return invalid_argument(op + ": shape too large");
-    if (!aligned(a.x, 16) || !aligned(w.data, 16)) return invalid_argument(op + ": x and weight must be 16-byte aligned");
+    if (!is_aligned(a.x, 16) || !is_aligned(w.data, 16))
+        return invalid_argument(op + ": x and weight must be 16-byte aligned");
     const size_t need = sm90_linear_workspace_bytes(p, a.tokens, w, a.out);
-    if (need > 0 && (!a.workspace || a.workspace_bytes < need || !aligned(a.workspace, 256)))
+    if (need > 0 && (!a.workspace || a.workspace_bytes < need || !is_aligned(a.workspace, 256)))
         return invalid_argument(op + ": needs a 256-byte aligned workspace of " + std::to_string(need) +
                                 " bytes, got " + std::to_string(a.workspace_bytes));
     if (a.tokens == 0) return Status::ok();
@@ -150,14 +145,14 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
         void* gemm_y = a.out == LinearOut::kBF16 ? a.y : ws.take<void>(size_t(T * N) * 2);
         DSV4_RETURN_IF_ERROR(sm90_fp8_gemm_block128({codes, scales, T, w, gemm_y, gemm_ws, gemm_bytes}, stream));
         if (a.out == LinearOut::kBF16) return Status::ok();
-        sm90_linear_bf16_to_f32_kernel<<<grid_for(T * N, 256), 256, 0, stream>>>(
+        sm90_linear_bf16_to_f32_kernel<<<grid_stride_blocks(T * N, 256), 256, 0, stream>>>(
             static_cast<const __nv_bfloat16*>(gemm_y), T * N, static_cast<float*>(a.y));
         return launch_status("sm90_linear_bf16_to_f32");
     }
 
     // Reference BF16: cuBLASLt (f32 accumulation on tensor cores, which align addends without rounding to nearest:
     // f32 results differ from the CPU's in the last bits). f32 numerics take the tiled kernel for every format.
-    if (p == Precision::kReference && w.format == WeightFormat::kBF16 && aligned(a.y, 16)) {
+    if (p == Precision::kReference && w.format == WeightFormat::kBF16 && is_aligned(a.y, 16)) {
         const size_t lt_bytes = sm90_bf16_gemm_f32_workspace_bytes(p, T, K);
         void* lt_ws = ws.take<void>(lt_bytes);
         const bool round = a.out == LinearOut::kBF16;
@@ -166,7 +161,7 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
         if (st.code() == StatusCode::kUnsupported) return launch_plain(p, a, stream);  // no cuBLASLt algorithm
         DSV4_RETURN_IF_ERROR(st);
         if (!round) return Status::ok();
-        sm90_linear_f32_to_bf16_kernel<<<grid_for(T * N, 256), 256, 0, stream>>>(
+        sm90_linear_f32_to_bf16_kernel<<<grid_stride_blocks(T * N, 256), 256, 0, stream>>>(
             y32, T * N, static_cast<__nv_bfloat16*>(a.y));
         return launch_status("sm90_linear_f32_to_bf16");
     }

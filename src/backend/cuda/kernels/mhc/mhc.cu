@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/mhc/mhc.cuh"
 #include "backend/cuda/kernels/mhc/mhc.h"
 
@@ -11,8 +12,6 @@ namespace {
 
 using backend::Precision;
 using backend::WeightFormat;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 Status check_f32(const DeviceWeightView& w, int64_t rows, int64_t cols, const std::string& what) {
     if (w.empty() || w.format != WeightFormat::kF32 || w.rows * w.cols != rows * cols)
@@ -79,7 +78,7 @@ Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream)
     DSV4_RETURN_IF_ERROR(check_f32(a.fn, 24, 4 * a.dim, op + ": fn"));
     DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 3, op + ": scale"));
     DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 24, op + ": base"));
-    if (!aligned16(a.x) || !aligned16(a.x_out) || !aligned16(a.fn.data))
+    if (!is_aligned(a.x, 16) || !is_aligned(a.x_out, 16) || !is_aligned(a.fn.data, 16))
         return invalid_argument(op + ": x, x_out and fn must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     if (precision == Precision::kReference)
@@ -97,7 +96,7 @@ Status sm90_hc_head(Precision precision, const HcHeadArgs& a, StreamHandle strea
     DSV4_RETURN_IF_ERROR(check_f32(a.fn, 4, 4 * a.dim, op + ": fn"));
     DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 1, op + ": scale"));
     DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 4, op + ": base"));
-    if (!aligned16(a.x) || !aligned16(a.y) || !aligned16(a.fn.data))
+    if (!is_aligned(a.x, 16) || !is_aligned(a.y, 16) || !is_aligned(a.fn.data, 16))
         return invalid_argument(op + ": x, y and fn must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     if (precision == Precision::kReference)
@@ -112,12 +111,11 @@ Status sm90_hc_post(Precision precision, const HcPostArgs& a, StreamHandle strea
     if (!a.a || !a.residual || !a.post || !a.comb || !a.out) return invalid_argument(op + ": null pointer");
     DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
     if (a.out == a.residual) return invalid_argument(op + ": out must not alias residual");
-    if (!aligned16(a.a) || !aligned16(a.residual) || !aligned16(a.out))
+    if (!is_aligned(a.a, 16) || !is_aligned(a.residual, 16) || !is_aligned(a.out, 16))
         return invalid_argument(op + ": activations must be 16-byte aligned");
     const int64_t chunks = a.tokens * (a.dim / 8);
     if (chunks == 0) return Status::ok();
-    const unsigned grid = unsigned(std::min<int64_t>((chunks + MhcConfig::kThreads - 1) / MhcConfig::kThreads,
-                                                     int64_t(current_sm_count()) * 16));
+    const unsigned grid = grid_stride_blocks(chunks, MhcConfig::kThreads);
     if (precision == Precision::kReference)
         sm90_hc_post_kernel<__nv_bfloat16><<<grid, MhcConfig::kThreads, 0, stream>>>(
             static_cast<const __nv_bfloat16*>(a.a), static_cast<const __nv_bfloat16*>(a.residual), a.post, a.comb,

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/moe/moe_items.cuh"
 #include "backend/cuda/kernels/moe/moe.h"
 #include "backend/cuda/kernels/moe/moe_ring.h"
@@ -343,7 +344,6 @@ const char* moe_weight_format_name(MoeWeightFormat f) {
 }
 
 namespace {
-bool aligned(const void* ptr, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(ptr) & (bytes - 1)) == 0; }
 
 // One expert's matrix: weight pointer set and 16-byte aligned, scale pointer set and aligned to `scale_align`.
 Status check_matrix(const std::string& what, int64_t e, const char* name, const void* w, const void* s,
@@ -351,8 +351,8 @@ Status check_matrix(const std::string& what, int64_t e, const char* name, const 
     const std::string at = what + ": expert " + std::to_string(e) + " " + name;
     if (!w) return invalid_argument(at + ": null weight pointer");
     if (!s) return invalid_argument(at + ": null scale pointer");
-    if (!aligned(w, 16)) return invalid_argument(at + ": weight pointer not 16-byte aligned");
-    if (!aligned(s, scale_align))
+    if (!is_aligned(w, 16)) return invalid_argument(at + ": weight pointer not 16-byte aligned");
+    if (!is_aligned(s, scale_align))
         return invalid_argument(at + ": scale pointer not " + std::to_string(scale_align) + "-byte aligned");
     return Status::ok();
 }
@@ -383,7 +383,7 @@ Status check_moe_expert_table(const Nvfp4ExpertPtrs* host, int64_t n_experts, co
         const float* g[3] = {x.w1g, x.w3g, x.w2g};
         const char* names[3] = {"w1", "w3", "w2"};
         for (int m = 0; m < 3; ++m)
-            if (!g[m] || !aligned(g[m], 4))
+            if (!g[m] || !is_aligned(g[m], 4))
                 return invalid_argument(what + ": expert " + std::to_string(e) + " " + names[m] +
                                         ": null or misaligned NVFP4 global scale pointer (weight_scale_2)");
     }

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 
@@ -11,8 +12,6 @@ namespace {
 using backend::Precision;
 using backend::WeightFormat;
 using Cfg = NormRopeConfig;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <typename ActT, typename WeightT>
 void launch_rmsnorm(const RmsNormArgs& a, cudaStream_t s) {
@@ -35,7 +34,7 @@ Status sm90_rmsnorm(Precision precision, const RmsNormArgs& a, StreamHandle stre
     if (!a.x || !a.y || a.rows < 0 || a.dim <= 0) return invalid_argument(op + ": null pointer or bad shape");
     if (a.dim % 8 != 0 || a.dim > Cfg::kNormThreads * 8 * Cfg::kNormMaxChunks)
         return invalid_argument(op + ": dim " + std::to_string(a.dim) + " must be a multiple of 8 and at most 8192");
-    if (!aligned16(a.x) || !aligned16(a.y)) return invalid_argument(op + ": activations not 16-byte aligned");
+    if (!is_aligned(a.x, 16) || !is_aligned(a.y, 16)) return invalid_argument(op + ": activations not 16-byte aligned");
     if (!a.weight.empty()) {
         if (a.weight.rows * a.weight.cols != a.dim) return invalid_argument(op + ": weight length differs from dim");
         if (a.weight.format != WeightFormat::kBF16 && a.weight.format != WeightFormat::kF32)
@@ -55,7 +54,7 @@ Status sm90_q_head_norm_rope(Precision precision, const QHeadNormRopeArgs& a, St
         return invalid_argument(op + ": head_dim " + std::to_string(a.head_dim) +
                                 " must be a multiple of 8 in [64, 1024]");
     if (a.rope && !a.positions) return invalid_argument(op + ": rope needs positions");
-    if (!aligned16(a.q)) return invalid_argument(op + ": q not 16-byte aligned");
+    if (!is_aligned(a.q, 16)) return invalid_argument(op + ": q not 16-byte aligned");
     const int64_t warps = a.tokens * ((a.heads + Cfg::kHeadsPerWarp - 1) / Cfg::kHeadsPerWarp);
     if (warps == 0) return Status::ok();
     const int64_t n = a.tokens;
