@@ -13,9 +13,11 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 
 // wait = false defers the wait to an explicit pdl_wait(), which every block must still reach before it ends or
 // writes global memory. Before it the kernel may read only what was written before its immediate predecessor
-// started: that predecessor (a backend kernel, so it waited before triggering) launches this one only after its
-// own wait returned, i.e. after everything earlier completed. The one user: the split attention's prefix pass,
-// whose predecessor is always its block-maxima pass (attention_split.cu).
+// started: that predecessor (a backend kernel that waited before triggering) launches this one only after its own
+// wait returned, i.e. after everything earlier completed. A kernel that defers triggers before it waits, so the
+// kernel after it cannot use that argument: after a deferring kernel only immutable data (weights) may be read
+// early. The one user: the split attention's prefix pass, whose predecessor is always its block-maxima pass
+// (attention_split.cu).
 __device__ __forceinline__ void pdl_enter(bool wait = true) {
     if (wait) pdl_wait();
     // the next kernel may be launched now: its blocks wait in their own pdl_enter until this grid completes
