@@ -14,13 +14,14 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // wait = false defers the wait to an explicit pdl_wait(), which every thread must still reach before it ends (the
 // launches after this one rely on its completion implying its predecessor's). Before the wait the kernel may read
 // only memory its immediate predecessor does not write, and write only memory the predecessor neither reads nor
-// writes: that predecessor (a backend kernel, so it
-// waited before triggering) launches this one only after its own wait returned, i.e. after everything earlier
-// completed. Users: the split attention's prefix pass, whose predecessor is always its block-maxima pass
+// writes: that predecessor (a backend kernel that waited before triggering) launches this one only after its own
+// wait returned, i.e. after everything earlier completed. A kernel that defers triggers before it waits, so the
+// kernel after it cannot use that argument: after a deferring kernel only immutable data (weights) may be touched
+// early. Users: the split attention's prefix pass, whose predecessor is always its block-maxima pass
 // (attention_split.cu); the decode compressor when told that the launch before it is independent
-// (CompressorDecodeArgs::independent_of_previous: the indexer-key compressor after the layer's main one); the FP8
-// GEMM and the wo_a decode kernel, which request their first weight tiles before the wait (weights are written only
-// at model load).
+// (CompressorDecodeArgs::independent_of_previous: the indexer-key compressor after the layer's main one, which does
+// not defer); the FP8 GEMM and the wo_a decode kernel, which request their first weight tiles before the wait
+// (weights are written only at model load).
 __device__ __forceinline__ void pdl_enter(bool wait = true) {
     if (wait) pdl_wait();
     // the next kernel may be launched now: its blocks wait in their own pdl_enter until this grid completes
