@@ -50,8 +50,11 @@ Result<float> EventTimer::elapsed_ms() const {
 int current_sm_count() {
     static const int n = [] {
         int dev = 0, sms = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess) return 132;
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 132;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+            (void)cudaGetLastError();  // no device: the H200's count, and no error left for a later launch check
+            return 132;
+        }
         return sms;
     }();
     return n;

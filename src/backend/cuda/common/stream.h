@@ -55,7 +55,8 @@ private:
     CUevent_st* stop_ = nullptr;
 };
 
-// Multiprocessor count of the current device (cached per process; split-K and grid sizing read it).
+// Multiprocessor count of the current device (cached per process; split-K and grid sizing read it), 132 (an
+// H200's) when no device can be asked, so that sizing works on machines without a GPU.
 int current_sm_count();
 
 }  // namespace dsv4::cuda
