@@ -256,6 +256,9 @@ TEST(LinearValidation, RejectsBadShapesAndMissingWorkspace) {
     a.w.format = WeightFormat::kFP8Block, a.w.scale = nullptr, a.w.cols = 128;
     s = sm90_linear(Precision::kF32, a, nullptr);
     EXPECT_NE(s.message().find("without scales"), std::string::npos) << s.message();
+    a.w.scale = buf->as<uint8_t>(), a.x_codes = buf->as<uint8_t>();  // codes without their scales
+    s = sm90_linear(Precision::kReference, a, nullptr);
+    EXPECT_NE(s.message().find("needs both x_codes"), std::string::npos) << s.message();
 }
 
 }  // namespace
