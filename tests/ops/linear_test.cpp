@@ -8,7 +8,9 @@
 // poisoned with 0xff. f32 numerics: rel_l2 <= 1e-5 (no TF32 anywhere). Reference numerics: rel_l2 <= 2e-3 for
 // bf16-valued outputs (W8A8 / W4A8 always, plain GEMMs with bf16 output), 1e-5 for f32 outputs; the share of
 // bit-identical bf16 outputs is printed and must be >= 97 % per format (the tiled kernels reproduce the CPU's sums
-// exactly; the tensor-core FP8 and cuBLASLt BF16 GEMMs differ in summation order only).
+// exactly; the tensor-core FP8 and cuBLASLt BF16 GEMMs differ in summation order only). Every W8A8 / W4A8 case also
+// runs with the input quantised beforehand (LinearArgs::x_codes, as the engine shares one quantisation between the
+// linears that read the same rows) and must give the same bits.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -17,6 +19,7 @@
 #include <map>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/linear/linear.h"
 #include "core/quant_formats.h"
 #include "ops/gpu_testing.h"
@@ -125,6 +128,20 @@ void run_case(Precision prec, const HostWeight& hw, const DeviceWeight& dw, Line
         ASSERT_TRUE(ms.is_ok());
         std::printf("  linear %-9s %-12s T %4lld N %6lld K %5lld: %9.1f us\n", backend::precision_name(prec),
                     backend::weight_format_name(hw.format), (long long)T, (long long)N, (long long)K, 1000.0 * *ms);
+    }
+    if (quant) {  // the same rows quantised beforehand (LinearArgs::x_codes): the same bits
+        auto codes = poisoned<uint8_t>(size_t(T * K));
+        auto scales = poisoned<float>(size_t(T * (K / 128)));
+        auto dy2 = y_bf16 ? poisoned<uint16_t>(want.size()) : poisoned<float>(want.size());
+        ASSERT_TRUE(codes.is_ok() && scales.is_ok() && dy2.is_ok());
+        DSV4_ASSERT_OK(sm90_act_quant_e4m3(
+            {dx->data(), T, K, 128, codes->as<uint8_t>(), scales->as<float>(), nullptr, nullptr}, nullptr));
+        LinearArgs b = a;
+        b.y = dy2->data(), b.x_codes = codes->as<uint8_t>(), b.x_scales = scales->as<float>();
+        DSV4_ASSERT_OK(sm90_linear(prec, b, nullptr));
+        const auto got2 =
+            y_bf16 ? from_bf16_bits(to_host<uint16_t>(*dy2, want.size())) : to_host<float>(*dy2, want.size());
+        EXPECT_EQ(count_bit_differences(got2, got), 0u) << "pre-quantised input changed the result";
     }
     // f32 outputs: exact sums in another order (reference BF16 on tensor cores, whose f32 accumulation aligns
     // addends without rounding to nearest) or the CPU's own order (everything else)
@@ -239,6 +256,9 @@ TEST(LinearValidation, RejectsBadShapesAndMissingWorkspace) {
     a.w.format = WeightFormat::kFP8Block, a.w.scale = nullptr, a.w.cols = 128;
     s = sm90_linear(Precision::kF32, a, nullptr);
     EXPECT_NE(s.message().find("without scales"), std::string::npos) << s.message();
+    a.w.scale = buf->as<uint8_t>(), a.x_codes = buf->as<uint8_t>();  // codes without their scales
+    s = sm90_linear(Precision::kReference, a, nullptr);
+    EXPECT_NE(s.message().find("needs both x_codes"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -40,9 +40,10 @@ Status rope(GpuModel& m, void* x, int64_t rows, int64_t vecs, int64_t stride, in
 }
 
 // Compressor projections of all rows: kv, score f32 [rows, width], ape added to the score.
-Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t rows, void* kv, void* score) {
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wkv, LinearOut::kF32, kv));
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wgate, LinearOut::kF32, score));
+Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t rows, void* kv, void* score,
+                    const QuantizedRows& normed_q) {
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wkv, LinearOut::kF32, kv, normed_q));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wgate, LinearOut::kF32, score, normed_q));
     cuda::AddApeArgs a;
     a.score = static_cast<float*>(score);
     a.rows = rows;
@@ -54,12 +55,14 @@ Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t 
 }
 
 // The indexer's queries and head weights for all rows of the pass (backend::cpu::indexer_q / indexer_weights).
-Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows) {
+Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows, const QuantizedRows& normed_q,
+                    const QuantizedRows& qr_q) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t ih = c.index_n_heads, ihd = c.index_head_dim;
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data()));
+    DSV4_RETURN_IF_ERROR(
+        gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data(), qr_q));
     DSV4_RETURN_IF_ERROR(
         rope(m, s.index_q.data(), rows, ih, ihd, ihd - c.rope_head_dim, s.positions, m.freqs_compress));
     if (m.precision == Precision::kReference) {
@@ -73,7 +76,8 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         DSV4_RETURN_IF_ERROR(cuda::sm90_fp4_quant_e2m1(f, st));
     }
     DSV4_RETURN_IF_ERROR(
-        gpu_linear(m, s.normed.data(), rows, layer.attn.index_weights_proj, LinearOut::kBF16, s.index_w.data()));
+        gpu_linear(m, s.normed.data(), rows, layer.attn.index_weights_proj, LinearOut::kBF16, s.index_w.data(),
+                   normed_q));
     const float scale = float(1.0 / std::sqrt(double(ihd)) / std::sqrt(double(ih)));
     return cuda::sm90_scale(m.precision, {.x = s.index_w.data(), .n = rows * ih, .scale = scale}, st);
 }
@@ -412,11 +416,18 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
 
     // 1. row-wise: q path, window K=V (packed into the pass rows of the layer's pool), compressor projections, the
     //    indexer's queries and weights
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data()));
+    //    normed (and qr after its norm) are quantised once for the W8A8 linears that read them (up to 7 and 2)
+    QuantizedRows normed_q, qr_q;
+    DSV4_ASSIGN_OR_RETURN(normed_q, quantize_rows(m, s.normed.data(), rows, c.hidden_size, s.normed_codes,
+                                                  s.normed_scales));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data(), normed_q));
     DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(
         m.precision, {.x = s.qr.data(), .rows = rows, .dim = c.q_lora_rank, .weight = w.q_norm, .eps = eps,
                       .y = s.qr.data()}, st));
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, w.wq_b, LinearOut::kBF16, s.q.data()));
+    if (layer.kind == model::AttnKind::kCSA) {  // wq_b and the indexer's wq_b
+        DSV4_ASSIGN_OR_RETURN(qr_q, quantize_rows(m, s.qr.data(), rows, c.q_lora_rank, s.qr_codes, s.qr_scales));
+    }
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, w.wq_b, LinearOut::kBF16, s.q.data(), qr_q));
     cuda::QHeadNormRopeArgs qn;
     qn.q = s.q.data();
     qn.tokens = rows;
@@ -428,7 +439,8 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     qn.freqs = freqs;
     DSV4_RETURN_IF_ERROR(cuda::sm90_q_head_norm_rope(m.precision, qn, st));
 
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wkv, LinearOut::kBF16, s.window_kv.data()));
+    DSV4_RETURN_IF_ERROR(
+        gpu_linear(m, s.normed.data(), rows, w.wkv, LinearOut::kBF16, s.window_kv.data(), normed_q));
     cuda::WindowKvFinishArgs kf;
     kf.kv = s.window_kv.data();
     kf.tokens = rows;
@@ -445,13 +457,14 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     DSV4_RETURN_IF_ERROR(cuda::sm90_kv_pack(m.precision, kp, st));
 
     if (layer.ratio)
-        DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data()));
+        DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(),
+                                          normed_q));
     if (layer.kind == model::AttnKind::kCSA) {
         DSV4_RETURN_IF_ERROR(project_rows(m, w.index_compressor, layer.ratio, rows, s.index_proj_kv.data(),
-                                          s.index_proj_score.data()));
+                                          s.index_proj_score.data(), normed_q));
         bool any_entries = decode;  // a decode step's launches may not depend on the positions
         for (const GpuBatchSeq& q : seqs) any_entries |= (q.seq->position + q.n) / layer.ratio > 0;
-        if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows));
+        if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows, normed_q, qr_q));
     }
 
     // 2-4: every row at once in a decode step, else sequence by sequence

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/common/graph.h"
+#include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
 #include "backend/cuda/kernels/experts/experts.h"
 #include "backend/cuda/kernels/glue/glue.h"
@@ -19,9 +20,27 @@ namespace dsv4::engine {
 using backend::LinearOut;
 using backend::Precision;
 
-Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y) {
+Result<QuantizedRows> quantize_rows(GpuModel& m, const void* x, int64_t rows, int64_t cols, DeviceBuffer& codes,
+                                    DeviceBuffer& scales) {
+    if (m.precision != Precision::kReference || cols % 128 != 0) return QuantizedRows{};
+    if (codes.bytes() < size_t(rows * cols) || scales.bytes() < size_t(rows * (cols / 128)) * sizeof(float))
+        return internal_error("quantize_rows: pass buffers too small for " + std::to_string(rows) + " rows of " +
+                              std::to_string(cols));
+    cuda::ActQuantArgs q;
+    q.x = x;
+    q.rows = rows;
+    q.cols = cols;
+    q.codes = codes.as<uint8_t>();
+    q.scale = scales.as<float>();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_act_quant_e4m3(q, m.stream.handle()));
+    return QuantizedRows{x, codes.as<uint8_t>(), scales.as<float>()};
+}
+
+Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y,
+                  const QuantizedRows& q) {
     cuda::LinearArgs a;
     a.x = x;
+    if (q.x == x && q.codes) a.x_codes = q.codes, a.x_scales = q.scales;
     a.tokens = rows;
     a.w = w;
     a.out = out;

@@ -71,6 +71,8 @@ struct GpuPass {
     cuda::PinnedBuffer plan_host;    // the same layout, filled on the host and uploaded once per pass
     DeviceBuffer streams_a, streams_b;  // act [R, hc, D]
     DeviceBuffer hc_x, normed, block_out;  // act [R, D]
+    DeviceBuffer normed_codes, normed_scales;  // e4m3 [R, D], f32 [R, D/128]: normed quantised once (quantize_rows)
+    DeviceBuffer qr_codes, qr_scales;          // e4m3 [R, q_lora], f32 [R, q_lora/128]: the same for qr
     DeviceBuffer pre, post, comb;    // f32 [R, hc], [R, hc], [R, hc, hc]
     DeviceBuffer qr, q, attn, z;     // act [R, q_lora], [R, H, 512], [R, H, 512], [R, G·R_o]
     DeviceBuffer window_kv;          // act [R, 512]
@@ -215,9 +217,21 @@ constexpr int64_t kFusedSharedExpertMaxRows = 8;
 // The per-session parts of the pass buffers, sized for the cache's max context (resize_gpu_cache calls it).
 Status size_gpu_pass_for_cache(GpuModel& m);
 
-// y = W·x on the pass's workspace (backend::cpu::linear's meaning; kernels/linear).
+// Rows quantised once (sm90_act_quant_e4m3, 128-blocks) for the several W8A8 / W4A8 linears that read them:
+// gpu_linear takes the codes when its x is `x`, so a QuantizedRows must not be used after x is rewritten. Empty (x
+// null: every linear quantises for itself) in f32 numerics or when the width is not a multiple of 128.
+struct QuantizedRows {
+    const void* x = nullptr;
+    const uint8_t* codes = nullptr;
+    const float* scales = nullptr;
+};
+// x [rows, cols] into the pass buffers codes ([R, cols] bytes) and scales ([R, cols / 128] floats).
+Result<QuantizedRows> quantize_rows(GpuModel& m, const void* x, int64_t rows, int64_t cols, DeviceBuffer& codes,
+                                    DeviceBuffer& scales);
+
+// y = W·x on the pass's workspace (backend::cpu::linear's meaning; kernels/linear); q: x's codes if quantised.
 Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, backend::LinearOut out,
-                  void* y);
+                  void* y, const QuantizedRows& q = {});
 
 // One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out.
 // decode: every share is one token past position 0; per-sequence steps then read the position from the device plan

@@ -336,6 +336,10 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_RETURN_IF_ERROR(alloc(s.streams_b, R * hc * D * a, "hc streams"));
     DSV4_RETURN_IF_ERROR(alloc(s.hc_x, R * D * a, "activations"));
     DSV4_RETURN_IF_ERROR(alloc(s.normed, R * D * a, "activations"));
+    DSV4_RETURN_IF_ERROR(alloc(s.normed_codes, R * D, "quantised activations"));
+    DSV4_RETURN_IF_ERROR(alloc(s.normed_scales, R * (D / 128) * 4, "quantised activations"));
+    DSV4_RETURN_IF_ERROR(alloc(s.qr_codes, R * c.q_lora_rank, "quantised q lora"));
+    DSV4_RETURN_IF_ERROR(alloc(s.qr_scales, R * (c.q_lora_rank / 128) * 4, "quantised q lora"));
     DSV4_RETURN_IF_ERROR(alloc(s.block_out, R * D * a, "activations"));
     DSV4_RETURN_IF_ERROR(alloc(s.pre, R * hc * 4, "hc pre"));
     DSV4_RETURN_IF_ERROR(alloc(s.post, R * hc * 4, "hc post"));

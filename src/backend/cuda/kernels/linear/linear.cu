@@ -127,6 +127,8 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
     if (w.rows > INT_MAX || w.cols > INT_MAX || a.tokens > INT_MAX) return invalid_argument(op + ": shape too large");
     if (!is_aligned(a.x, 16) || !is_aligned(w.data, 16))
         return invalid_argument(op + ": x and weight must be 16-byte aligned");
+    if ((a.x_codes == nullptr) != (a.x_scales == nullptr) || !is_aligned(a.x_codes, 16))
+        return invalid_argument(op + ": pre-quantised input needs both x_codes (16-byte aligned) and x_scales");
     const size_t need = sm90_linear_workspace_bytes(p, a.tokens, w, a.out);
     if (need > 0 && (!a.workspace || a.workspace_bytes < need || !is_aligned(a.workspace, 256)))
         return invalid_argument(op + ": needs a 256-byte aligned workspace of " + std::to_string(need) +
@@ -136,9 +138,15 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
     Carver ws{static_cast<uint8_t*>(a.workspace)};
 
     if (quant) {
-        auto* codes = ws.take<uint8_t>(size_t(T * K));
-        auto* scales = ws.take<float>(size_t(T * (K / 128)) * sizeof(float));
-        DSV4_RETURN_IF_ERROR(sm90_act_quant_e4m3({a.x, T, K, 128, codes, scales, nullptr, nullptr}, stream));
+        const uint8_t* codes = a.x_codes;
+        const float* scales = a.x_scales;
+        auto* own_codes = ws.take<uint8_t>(size_t(T * K));
+        auto* own_scales = ws.take<float>(size_t(T * (K / 128)) * sizeof(float));
+        if (!codes) {
+            DSV4_RETURN_IF_ERROR(
+                sm90_act_quant_e4m3({a.x, T, K, 128, own_codes, own_scales, nullptr, nullptr}, stream));
+            codes = own_codes, scales = own_scales;
+        }
         if (w.format == WeightFormat::kMXFP4) return launch_quant<WeightFormat::kMXFP4>(codes, scales, a, stream);
         const size_t gemm_bytes = sm90_fp8_gemm_workspace_bytes(T, N, K);
         auto* gemm_ws = ws.take<float>(gemm_bytes);

@@ -31,6 +31,11 @@ struct LinearArgs {
     void* y = nullptr;             // [T, out]: kReference+kBF16 bf16, otherwise f32
     void* workspace = nullptr;     // sm90_linear_workspace_bytes() bytes, 256-byte aligned (may be null when 0)
     size_t workspace_bytes = 0;
+    // Optional, read only by the W8A8 / W4A8 paths (kReference, FP8-block or MXFP4 weights): x already quantised by
+    // sm90_act_quant_e4m3 in 128-blocks (codes [T, in] e4m3, scales [T, in/128]), e.g. once for the several linears
+    // that read the same rows; the linear then skips its own quantisation (the same codes: the same result).
+    const uint8_t* x_codes = nullptr;
+    const float* x_scales = nullptr;
 };
 
 size_t sm90_linear_workspace_bytes(backend::Precision p, int64_t tokens, const DeviceWeightView& w,
