@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# scripts/device-ab on a throw-away tree (a copy of the script beside a one-line file; no build): the base run and
+# each variant see their own tree, every patch is taken back afterwards, and a patch that is missing or does not
+# apply stops the run before anything changes.
+# Usage: device_ab.sh SOURCE_ROOT
+set -euo pipefail
+root="${1:?usage: device_ab.sh SOURCE_ROOT}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+t="$(mktemp -d)"
+trap 'rm -rf "$t"' EXIT
+mkdir -p "$t/tree/scripts" "$t/patches"
+cp "$root/scripts/device-ab" "$t/tree/scripts/"
+printf 'alpha\n' > "$t/tree/value.txt"
+cat > "$t/patches/beta.patch" <<'P'
+--- a/value.txt
++++ b/value.txt
+@@ -1 +1 @@
+-alpha
++beta
+P
+cat > "$t/patches/stale.patch" <<'P'
+--- a/value.txt
++++ b/value.txt
+@@ -1 +1 @@
+-gamma
++delta
+P
+cd "$t"
+out="$(OUT="$t/out" tree/scripts/device-ab --no-build --grep . beta=patches/beta.patch -- cat tree/value.txt)"
+[ "$(printf '%s\n' "$out" | grep -v '^==')" = "$(printf 'alpha\nbeta')" ] || fail "outputs: $out"
+grep -q '^== base (rc 0' <<<"$out" && grep -q '^== beta (rc 0' <<<"$out" || fail "headers: $out"
+[ "$(cat "$t/out/beta.txt")" = beta ] || fail "beta.txt holds '$(cat "$t/out/beta.txt")'"
+[ "$(cat tree/value.txt)" = alpha ] || fail "the patch was not taken back"
+set +e
+msg="$(tree/scripts/device-ab --no-build stale=patches/stale.patch -- cat tree/value.txt 2>&1)"; rc=$?
+[ $rc = 2 ] && grep -q 'does not apply' <<<"$msg" || fail "stale patch: rc $rc, '$msg'"
+msg="$(tree/scripts/device-ab --no-build gone=patches/none.patch -- true 2>&1)"; rc=$?
+[ $rc = 2 ] && grep -q 'existing patch file' <<<"$msg" || fail "missing patch: rc $rc, '$msg'"
+msg="$(tree/scripts/device-ab --no-build 2>&1)"; rc=$?
+[ $rc = 2 ] && grep -q 'no command' <<<"$msg" || fail "no command: rc $rc, '$msg'"
+[ "$(cat tree/value.txt)" = alpha ] || fail "a failed run changed the tree"
+echo "device-ab: variants run on their own trees, patches taken back, bad patches refused"
