@@ -214,6 +214,7 @@ bool fused_moe_shapes(const model::ModelConfig& c);
 // H200 (2026-11-30), fused vs sm90_expert, B 1 / 8 / 16 / 32 / 64: 8.57 vs 9.23, 15.87 vs 16.44, 23.19 vs 22.98,
 // 33.21 vs 31.28, 48.97 vs 44.02 ms.
 constexpr int64_t kFusedSharedExpertMaxRows = 8;
+
 // The per-session parts of the pass buffers, sized for the cache's max context (resize_gpu_cache calls it).
 Status size_gpu_pass_for_cache(GpuModel& m);
 
