@@ -41,6 +41,14 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2_hi(uint32_t v) {
     return d;
 }
 
+// The reverse: the f16x2 v (two values that are e4m3 numbers) to two e4m3 codes in bits 0-7 (low half) and 8-15,
+// exact for such values (rn, saturating).
+__device__ __forceinline__ uint32_t f16x2_e4m3x2(uint32_t v) {
+    unsigned short d;
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(d) : "r"(v));
+    return d;
+}
+
 // 2^(byte-127); byte 0 is the subnormal 2^-127, byte 255 NaN (as core/formats.h e8m0_to_f32).
 __device__ __forceinline__ float e8m0_to_f32(uint8_t b) {
     if (b == 0) return __uint_as_float(0x00400000u);

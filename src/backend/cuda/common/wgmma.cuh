@@ -32,11 +32,38 @@ __device__ __forceinline__ uint64_t sw128_kmajor_desc(uint32_t addr) {
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Waits until at most N committed groups of this warpgroup are still in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Generic-proxy shared-memory writes -> visible to the async proxy (wgmma operand reads, TMA).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 
 // Keeps the compiler from moving accesses of the accumulator registers across the asynchronous wgmma region.
-__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d[64x8] (=|+=) A[64x32] · B[8x32]ᵀ with A e4m3 in registers and B e4m3 K-major in shared memory; accumulate == 0
+// overwrites d. A fragment (PTX ISA, "wgmma register fragments", matrix A for 8-bit types): in warp w of the
+// warpgroup, lane (g, t) = (lane / 4, lane % 4) holds a0 = row 16w + g, k 4t..4t+3 (byte i = k 4t+i), a1 = row
+// 16w + g + 8, the same k; a2, a3 = the same rows, k 16+4t..16+4t+3. d as in the m64n128 form with N = 8: d0, d1 =
+// (row 16w + g, cols 2t, 2t+1), d2, d3 = row 16w + g + 8.
+__device__ __forceinline__ void wgmma_m64n8k32_e4m3_rs(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                       uint32_t a3, uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(accumulate));
 }
 
 // d[64x128] (=|+=) A[64x32] · B[128x32]ᵀ, A and B e4m3 K-major in shared memory; accumulate == 0 overwrites d.

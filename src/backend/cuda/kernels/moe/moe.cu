@@ -146,15 +146,21 @@ __device__ __forceinline__ void expert_operands(const void* table, int e, const 
 }
 
 // The register kernels' weight source; for repacked MXFP4 it carries the block's e4m3 tables, built here (every
-// thread of the block must call it: it synchronises).
+// thread of the block must call it: it synchronises), and for the wgmma stage the token tile in the dynamic shared
+// memory (moe_wgmma_tile_bytes, aligned here to 1024 for the swizzle).
 template <class Fmt>
 __device__ __forceinline__ GlobalWeights global_weights() {
     GlobalWeights src;
-    if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>) {
+    if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights> || std::is_same_v<Fmt, Mxfp4WgmmaWeights>) {
         __shared__ uint2 tables[16];
         if (threadIdx.x < 16) e4m3_table_for_delta(int(threadIdx.x), tables[threadIdx.x].x, tables[threadIdx.x].y);
         __syncthreads();
         src.e4m3_tables = tables;
+    }
+    if constexpr (std::is_same_v<Fmt, Mxfp4WgmmaWeights>) {
+        extern __shared__ uint8_t dynamic_smem[];
+        const uint32_t base = smem_u32(dynamic_smem);
+        src.act_tile = dynamic_smem + (((base + 1023u) & ~1023u) - base);
     }
     return src;
 }
@@ -220,14 +226,26 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
         down_block<Fmt>(p, p.experts, p.active_expert[slot], slot, items, red, &flag);
 }
 
+// Dynamic shared memory of a kernel instance for K columns: the wgmma stage's token tile, none for the others.
+template <class Fmt, class Kernel>
+Status dynamic_smem_for(Kernel kernel, int64_t K, size_t& bytes) {
+    bytes = std::is_same_v<Fmt, Mxfp4WgmmaWeights> ? moe_wgmma_tile_bytes(K) : 0;
+    if (bytes <= 48 * 1024) return Status::ok();
+    return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+                       "sm90_mxfp4_moe_decode: shared memory for the token tile");
+}
+
 template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
     const unsigned slots = unsigned(p.slots + (p.shared_expert ? 1 : 0));
+    size_t up_smem = 0, down_smem = 0;
+    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_gate_up_kernel<Fmt>, p.D, up_smem));
+    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_down_kernel<Fmt>, p.I, down_smem));
     const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), slots);
-    sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, 0, stream>>>(p);
+    sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, up_smem, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
     const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), slots);
-    sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, 0, stream>>>(p);
+    sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, down_smem, stream>>>(p);
     return launch_status("sm90_moe_down");
 }
 
@@ -266,6 +284,9 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     if (a.tma_ring && a.format != MoeWeightFormat::kMXFP4)
         return invalid_argument(op + ": the TMA-ring path reads MXFP4 experts only (format " + fmt +
                                 "): leave tma_ring false");
+    if (a.fp8_wgmma && a.format != MoeWeightFormat::kMXFP4Repacked)
+        return invalid_argument(op + ": the FP8 wgmma stage reads repacked MXFP4 experts only (format " + fmt +
+                                "): leave fp8_wgmma false");
     if (a.shared_expert && a.shared)
         return invalid_argument(op + ": give the shared expert's output (shared) or its weights (shared_expert), "
                                 "not both");
@@ -315,7 +336,9 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     switch (a.format) {
         case MoeWeightFormat::kNVFP4: return launch_expert_kernels<Nvfp4Weights>(p, stream);
         case MoeWeightFormat::kFP8Block: return launch_expert_kernels<Fp8BlockWeights>(p, stream);
-        case MoeWeightFormat::kMXFP4Repacked: return launch_expert_kernels<Mxfp4RepackedWeights>(p, stream);
+        case MoeWeightFormat::kMXFP4Repacked:
+            if (a.fp8_wgmma) return launch_expert_kernels<Mxfp4WgmmaWeights>(p, stream);
+            return launch_expert_kernels<Mxfp4RepackedWeights>(p, stream);
         case MoeWeightFormat::kMXFP4: break;
     }
     if (a.tma_ring && moe_ring_supported(a.dim, a.inter)) return launch_moe_ring(p, stream);

@@ -88,6 +88,10 @@ struct Mxfp4Weights {
 struct Mxfp4RepackedWeights {  // the same bytes, bits permuted inside each word (mxfp4_repacked.h)
     static constexpr int kStepK = MoeDecodeConfig::kStepK;
 };
+// The same repacked bytes through FP8 wgmma instead of f16 mma.sync (mxfp4_wgmma.cuh; MoeDecodeArgs::fp8_wgmma)
+struct Mxfp4WgmmaWeights {
+    static constexpr int kStepK = MoeDecodeConfig::kStepK;
+};
 struct Nvfp4Weights {
     static constexpr int kStepK = MoeDecodeConfig::kStepK;
 };
@@ -383,7 +387,7 @@ __device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const u
     y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
 }
 
-// Where expert_rows_gemm reads from and who runs it. GlobalWeights: weights streamed from global memory straight
+// Where expert_rows_gemm (and expert_rows_gemm_wgmma) reads from and who runs it. GlobalWeights: weights streamed from global memory straight
 // into registers, by the whole 256-thread block (the register-streaming kernels); activations written by an earlier
 // launch, through the read-only path. RingWeights<kCoherentAct, kThreads>: weights from a shared-memory ring slot
 // (moe_ring.cu), run by one consumer group of kThreads threads (threads group · kThreads ..., named barrier
@@ -391,8 +395,11 @@ __device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const u
 // through L2 (written by other blocks of the same kernel, which the read-only path may not see).
 struct GlobalWeights {
     static constexpr int kThreads = 256;
-    // Mxfp4RepackedWeights only: the 16 e4m3 tables (e4m3_table_for_delta, delta 0..15) in shared memory
+    // Mxfp4RepackedWeights and Mxfp4WgmmaWeights: the 16 e4m3 tables (e4m3_table_for_delta, delta 0..15) in
+    // shared memory
     const uint2* e4m3_tables = nullptr;
+    // Mxfp4WgmmaWeights: the token tile's e4m3 activations (K · 8 bytes, 1024-byte aligned; mxfp4_wgmma.cuh)
+    uint8_t* act_tile = nullptr;
     __device__ __forceinline__ int tid() const { return int(threadIdx.x); }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }
@@ -443,6 +450,33 @@ __device__ __forceinline__ void load_step_activations(const __half* arow, const 
         for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + i) : make_uint4(0, 0, 0, 0);
         sa[q][0] = col0 ? Src::act_s(srow0 + step * 2 + q) : 0.0f;
         sa[q][1] = col1 ? Src::act_s(srow1 + step * 2 + q) : 0.0f;
+    }
+}
+
+// The end of the GEMM core: the K splits' partial sums y of each (row tile, matrix) are added in split order through
+// shared memory `red` (KS·RT·MATS·128 floats; red[(ks · RT + rt) · MATS + m][lane · 4 + i]); the warps with ks == 0
+// hold the totals.
+template <int MATS, int RT, int KS, class Src>
+__device__ __forceinline__ void reduce_k_splits(const Src& src, float* red, float (&y)[MATS][4]) {
+    if constexpr (KS > 1) {
+        const int lane = src.tid() & 31, warp = src.tid() >> 5, rt = warp % RT, ks = warp / RT;
+#pragma unroll
+        for (int m = 0; m < MATS; ++m)
+            *reinterpret_cast<float4*>(red + size_t((ks * RT + rt) * MATS + m) * 128 + lane * 4) =
+                make_float4(y[m][0], y[m][1], y[m][2], y[m][3]);
+        src.sync();
+        if (ks == 0) {
+#pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+                for (int s = 1; s < KS; ++s) {
+                    const float4 v = *reinterpret_cast<const float4*>(red + size_t((s * RT + rt) * MATS + m) * 128 +
+                                                                      lane * 4);
+                    y[m][0] = __fadd_rn(y[m][0], v.x), y[m][1] = __fadd_rn(y[m][1], v.y);
+                    y[m][2] = __fadd_rn(y[m][2], v.z), y[m][3] = __fadd_rn(y[m][3], v.w);
+                }
+            }
+        }
+        src.sync();  // red is reused by the next token tile
     }
 }
 
@@ -569,26 +603,7 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
             }
         }
     }
-    if (KS > 1) {
-        // red[(ks · RT + rt) · MATS + m][lane · 4 + i]
-#pragma unroll
-        for (int m = 0; m < MATS; ++m)
-            *reinterpret_cast<float4*>(red + size_t((ks * RT + rt) * MATS + m) * 128 + lane * 4) =
-                make_float4(y[m][0], y[m][1], y[m][2], y[m][3]);
-        src.sync();
-        if (ks == 0) {
-#pragma unroll
-            for (int m = 0; m < MATS; ++m) {
-                for (int s = 1; s < KS; ++s) {
-                    const float4 v = *reinterpret_cast<const float4*>(red + size_t((s * RT + rt) * MATS + m) * 128 +
-                                                                      lane * 4);
-                    y[m][0] = __fadd_rn(y[m][0], v.x), y[m][1] = __fadd_rn(y[m][1], v.y);
-                    y[m][2] = __fadd_rn(y[m][2], v.z), y[m][3] = __fadd_rn(y[m][3], v.w);
-                }
-            }
-        }
-        src.sync();  // red is reused by the next token tile
-    }
+    reduce_k_splits<MATS, RT, KS>(src, red, y);
 }
 
 }  // namespace dsv4::cuda

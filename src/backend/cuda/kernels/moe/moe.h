@@ -84,6 +84,10 @@ struct MoeDecodeArgs {
     // expert kernel (two launches) where the shape fits its shared-memory ring — slower so far (docs/kernels/moe.md),
     // kept for bench/moe and its test while it is being developed. MXFP4 only.
     bool tma_ring = false;
+    // kMXFP4Repacked only: the register kernels feed the converted e4m3 weights to FP8 wgmma (mxfp4_wgmma.cuh)
+    // instead of f16 mma.sync. Fewer instructions per weight; the tensor core's FP8 sums make it the prefill MoE's
+    // numerics class (rel_l2 of a few 1e-3 against the CPU) instead of the mma.sync path's mostly bit-exact one.
+    bool fp8_wgmma = false;
 };
 
 // Scratch the three launches share (token lists, quantised activations, per-pick outputs, counters).

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "backend/cuda/kernels/moe/moe.cuh"
+#include "backend/cuda/kernels/moe/mxfp4_wgmma.cuh"
 
 namespace dsv4::cuda {
 
@@ -48,8 +49,12 @@ __device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeK
                     if (2 * t + c < ntile) rw[c] = pick_weight(p, p.list[start + tt + 2 * t + c]);
             if (tt == 0) wait(sub);
             float y[2][4];
-            expert_rows_gemm<Fmt, 2, RT, KS>(src, w[sub], ws[sub], wg[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile,
-                                             red, y);
+            if constexpr (std::is_same_v<Fmt, Mxfp4WgmmaWeights>)
+                expert_rows_gemm_wgmma<2, RT, KS>(src, w[sub], ws[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile, red,
+                                                  y);
+            else
+                expert_rows_gemm<Fmt, 2, RT, KS>(src, w[sub], ws[sub], wg[sub], p.D, w_row0, p.xq, p.xs, act_row,
+                                                 ntile, red, y);
             if (warp / RT != 0) continue;
             const int rt = warp % RT;
 #pragma unroll
@@ -129,8 +134,12 @@ __device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKern
             for (int c = 0; c < kTok; ++c) act_row[c] = start + tt + (c < ntile ? c : 0);
             if (tt == 0) wait(sub);
             float y[1][4];
-            expert_rows_gemm<Fmt, 1, RT, KS>(src, w[sub], ws[sub], wg[sub], p.I, w_row0, p.hq, p.hs, act_row, ntile,
-                                             red, y);
+            if constexpr (std::is_same_v<Fmt, Mxfp4WgmmaWeights>)
+                expert_rows_gemm_wgmma<1, RT, KS>(src, w[sub], ws[sub], p.I, w_row0, p.hq, p.hs, act_row, ntile, red,
+                                                  y);
+            else
+                expert_rows_gemm<Fmt, 1, RT, KS>(src, w[sub], ws[sub], wg[sub], p.I, w_row0, p.hq, p.hs, act_row,
+                                                 ntile, red, y);
             if (warp / RT != 0) continue;
             const int rt = warp % RT;
 #pragma unroll
