@@ -217,7 +217,8 @@ Status act_quantised_routed_experts(const backend::Exec& ex, const float* x, int
 // measured there): 0.85. NVFP4: every reference weight carries one f32 rounding of (e2m1 · s16) · global and the
 // reference sums rounded products, where the kernel sums exact ones and multiplies by the global once per block;
 // the results differ by a few f32 ulps, which cross a bf16 rounding boundary more often (and then move a hidden
-// value's e4m3 code), so the share is lower: 0.75. A wrong group scale, global scale, row, block scale or format
+// value's e4m3 code), so the share is lower: 0.75, and rel_l2 is bounded by 4e-3 rather than 2e-3 (2.10e-3 seen at
+// T = 1, uniform, on the H200: a single token's 4,096 outputs, a few of them moved by one e4m3 step). A wrong group scale, global scale, row, block scale or format
 // changes values by factors of 2 or more (scales span 9-13 binades; w3 is 2.5x w1, so even a swapped global is a
 // 2.5x error): rel_l2 of order 1 and a bit-exact share near 0, which both bounds reject.
 void run_format_case(MoeWeightFormat f, const MoeShape& s, int64_t T, Routing routing) {
@@ -250,8 +251,9 @@ void run_format_case(MoeWeightFormat f, const MoeShape& s, int64_t T, Routing ro
         a.nvfp4_experts = ep->table.as<Nvfp4ExpertPtrs>();
     else
         a.fp8_experts = ep->table.as<Fp8BlockExpertPtrs>();
-    expect_gpu_matches(a, s, T, in, with_shared, want, f == MoeWeightFormat::kFP8Block ? 0.85 : 0.75,
-                       case_label(moe_weight_format_name(f), s, T, routing));
+    const bool nvfp4 = f == MoeWeightFormat::kNVFP4;
+    expect_gpu_matches(a, s, T, in, with_shared, want, nvfp4 ? 0.75 : 0.85,
+                       case_label(moe_weight_format_name(f), s, T, routing), nullptr, nvfp4 ? 4e-3 : 2e-3);
 }
 
 using FormatParam = std::tuple<MoeWeightFormat, int, int64_t, Routing>;  // format, shape (0 Flash, 1 Pro), T, routing
