@@ -146,8 +146,8 @@ __device__ __forceinline__ void expert_operands(const void* table, int e, const 
 }
 
 // The register kernels' weight source; for repacked MXFP4 it carries the block's e4m3 tables, built here (every
-// thread of the block must call it: it synchronises), and for the wgmma stage the token tile and weight rings in the
-// dynamic shared memory (moe_wgmma_smem_bytes; the tile aligned here to 1024 for the swizzle).
+// thread of the block must call it: it synchronises), and for the wgmma stage the token tile in the dynamic shared
+// memory (moe_wgmma_tile_bytes, aligned here to 1024 for the swizzle).
 template <class Fmt>
 __device__ __forceinline__ GlobalWeights global_weights() {
     GlobalWeights src;
@@ -226,11 +226,10 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
         down_block<Fmt>(p, p.experts, p.active_expert[slot], slot, items, red, &flag);
 }
 
-// Dynamic shared memory of a kernel instance for K columns and `mats` matrices: the wgmma stage's token tile and
-// weight rings, none for the other stages.
+// Dynamic shared memory of a kernel instance for K columns: the wgmma stage's token tile, none for the others.
 template <class Fmt, class Kernel>
-Status dynamic_smem_for(Kernel kernel, int64_t K, int mats, size_t& bytes) {
-    bytes = std::is_same_v<Fmt, Mxfp4WgmmaWeights> ? moe_wgmma_smem_bytes(K, mats) : 0;
+Status dynamic_smem_for(Kernel kernel, int64_t K, size_t& bytes) {
+    bytes = std::is_same_v<Fmt, Mxfp4WgmmaWeights> ? moe_wgmma_tile_bytes(K) : 0;
     if (bytes <= 48 * 1024) return Status::ok();
     return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
                        "sm90_mxfp4_moe_decode: shared memory for the token tile");
@@ -240,8 +239,8 @@ template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
     const unsigned slots = unsigned(p.slots + (p.shared_expert ? 1 : 0));
     size_t up_smem = 0, down_smem = 0;
-    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_gate_up_kernel<Fmt>, p.D, 2, up_smem));
-    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_down_kernel<Fmt>, p.I, 1, down_smem));
+    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_gate_up_kernel<Fmt>, p.D, up_smem));
+    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_down_kernel<Fmt>, p.I, down_smem));
     const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), slots);
     sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, up_smem, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));

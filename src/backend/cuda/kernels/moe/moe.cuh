@@ -398,8 +398,7 @@ struct GlobalWeights {
     // Mxfp4RepackedWeights and Mxfp4WgmmaWeights: the 16 e4m3 tables (e4m3_table_for_delta, delta 0..15) in
     // shared memory
     const uint2* e4m3_tables = nullptr;
-    // Mxfp4WgmmaWeights: the dynamic shared memory (1024-byte aligned): token tile, its scales, the warps' weight
-    // rings (mxfp4_wgmma.cuh)
+    // Mxfp4WgmmaWeights: the token tile's e4m3 activations (K · 8 bytes, 1024-byte aligned; mxfp4_wgmma.cuh)
     uint8_t* act_tile = nullptr;
     __device__ __forceinline__ int tid() const { return int(threadIdx.x); }
     __device__ __forceinline__ void sync() const { __syncthreads(); }

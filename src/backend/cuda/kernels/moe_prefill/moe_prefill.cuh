@@ -37,7 +37,6 @@
 
 #include <cuda.h>  // CUtensorMap (types only)
 
-#include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/mbarrier.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/workspace.h"
@@ -122,6 +121,19 @@ struct MoePrefillParams {
 
 namespace moe_prefill {
 
+// ------------------------------------------------------------------------------------ cp.async (converter ring)
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
