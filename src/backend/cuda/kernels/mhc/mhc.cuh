@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
                             const float* __restrict__ scale, const float* __restrict__ base, int iters, float hc_eps,
                             float norm_eps, float* __restrict__ mixes, float* __restrict__ pre,
                             float* __restrict__ post, float* __restrict__ comb, ActT* __restrict__ y) {
-    pdl_enter();
+    pdl_enter(false);
     namespace cg = cooperative_groups;
     constexpr int kT = MhcConfig::kThreads, kHc = MhcConfig::kHc, kWarps = kT / 32;
     static_assert(kMix + 1 <= 32, "one lane per mix and one for the sum of squares");
@@ -86,6 +86,15 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
     const int S = kCluster ? int(cluster.num_blocks()) : 1, rank = kCluster ? int(cluster.block_rank()) : 0;
     const int64_t t = blockIdx.x / S;
     const int n = kHc * dim;
+    // Decode (clusters): this block's slices of fn — a weight, written only at load, so allowed before the wait
+    // (pdl.cuh) — are requested into L2 while the previous kernel finishes; a decode token's fn read (1.6 MB) is
+    // most of this kernel's DRAM time. Prefill blocks share fn through L2 anyway.
+    if (kCluster && threadIdx.x < kMix)
+        for (int c = rank * kT * 8; c < n; c += S * kT * 8)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(fn + int64_t(threadIdx.x) * n + c),
+                         "r"(uint32_t(min(kT * 8, n - c)) * 4u)
+                         : "memory");
+    pdl_wait();
     const ActT* xt = x + t * n;
     double acc[kMix + 1];  // [0, kMix): fn rows · x; kMix: Σ x²
 #pragma unroll
