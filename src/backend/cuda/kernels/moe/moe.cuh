@@ -453,6 +453,25 @@ __device__ __forceinline__ void load_step_activations(const __half* arow, const 
     }
 }
 
+// One K step's weight loads of the MXFP4 formats for rows r_lo, r_hi of each matrix: lane t's 16 bytes of 32-block t
+// of both 128-blocks (wv[m][row][q]) and the two rows' 8 scale bytes of the step (sv[m][row]).
+template <int MATS, class Src>
+__device__ __forceinline__ void load_mxfp4_step(const uint8_t* const (&w)[MATS], const uint8_t* const (&ws)[MATS],
+                                                int r_lo, int r_hi, size_t row_bytes, size_t srow_bytes, int step,
+                                                int t, uint4 (&wv)[MATS][2][2], uint2 (&sv)[MATS][2]) {
+#pragma unroll
+    for (int m = 0; m < MATS; ++m) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
+            wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
+            wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
+        }
+        sv[m][0] = Src::s8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
+        sv[m][1] = Src::s8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
+    }
+}
+
 // The end of the GEMM core: the K splits' partial sums y of each (row tile, matrix) are added in split order through
 // shared memory `red` (KS·RT·MATS·128 floats; red[(ks · RT + rt) · MATS + m][lane · 4 + i]); the warps with ks == 0
 // hold the totals.
@@ -575,17 +594,7 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
             // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
             uint4 wv[MATS][2][2];
             uint2 sv[MATS][2];
-#pragma unroll
-            for (int m = 0; m < MATS; ++m) {
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
-                    wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
-                    wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
-                }
-                sv[m][0] = Src::s8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
-                sv[m][1] = Src::s8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
-            }
+            load_mxfp4_step<MATS, Src>(w, ws, r_lo, r_hi, row_bytes, srow_bytes, step, t, wv, sv);
             uint4 av[2][4];
             float sa[2][2];
             load_step_activations<Src>(arow, srow0, srow1, step, t, tok_b, c0 < ntile, c1 < ntile, av, sa);

@@ -18,6 +18,19 @@
 
 namespace dsv4::cuda {
 
+// The GEMM core of the item's format: the FP8 wgmma stage (mxfp4_wgmma.cuh) or expert_rows_gemm (moe.cuh).
+template <class Fmt, int MATS, int RT, int KS, class Src>
+__device__ __forceinline__ void rows_gemm(const Src& src, const uint8_t* const (&w)[MATS],
+                                          const uint8_t* const (&ws)[MATS], const float (&wg)[MATS], int K, int row0,
+                                          const __half* act, const float* act_s,
+                                          const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile, float* red,
+                                          float (&y)[MATS][4]) {
+    if constexpr (std::is_same_v<Fmt, Mxfp4WgmmaWeights>)
+        expert_rows_gemm_wgmma<MATS, RT, KS>(src, w, ws, K, row0, act, act_s, act_row, ntile, red, y);
+    else
+        expert_rows_gemm<Fmt, MATS, RT, KS>(src, w, ws, wg, K, row0, act, act_s, act_row, ntile, red, y);
+}
+
 // An item is kSub consecutive 16-row tiles of I (rows row0 .. row0 + 16·kSub − 1). w[sub] / ws[sub] point at the
 // expert's w1, w3 (and scales) such that row r of tile sub is at w[sub][m] + (w_row0 + r) · row bytes: w_row0 = row0
 // for whole matrices in global memory, 0 for ring slots holding just the tile's rows. wait(sub) / release(sub) bracket
@@ -49,12 +62,7 @@ __device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeK
                     if (2 * t + c < ntile) rw[c] = pick_weight(p, p.list[start + tt + 2 * t + c]);
             if (tt == 0) wait(sub);
             float y[2][4];
-            if constexpr (std::is_same_v<Fmt, Mxfp4WgmmaWeights>)
-                expert_rows_gemm_wgmma<2, RT, KS>(src, w[sub], ws[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile, red,
-                                                  y);
-            else
-                expert_rows_gemm<Fmt, 2, RT, KS>(src, w[sub], ws[sub], wg[sub], p.D, w_row0, p.xq, p.xs, act_row,
-                                                 ntile, red, y);
+            rows_gemm<Fmt, 2, RT, KS>(src, w[sub], ws[sub], wg[sub], p.D, w_row0, p.xq, p.xs, act_row, ntile, red, y);
             if (warp / RT != 0) continue;
             const int rt = warp % RT;
 #pragma unroll
@@ -134,12 +142,7 @@ __device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKern
             for (int c = 0; c < kTok; ++c) act_row[c] = start + tt + (c < ntile ? c : 0);
             if (tt == 0) wait(sub);
             float y[1][4];
-            if constexpr (std::is_same_v<Fmt, Mxfp4WgmmaWeights>)
-                expert_rows_gemm_wgmma<1, RT, KS>(src, w[sub], ws[sub], p.I, w_row0, p.hq, p.hs, act_row, ntile, red,
-                                                  y);
-            else
-                expert_rows_gemm<Fmt, 1, RT, KS>(src, w[sub], ws[sub], wg[sub], p.I, w_row0, p.hq, p.hs, act_row,
-                                                 ntile, red, y);
+            rows_gemm<Fmt, 1, RT, KS>(src, w[sub], ws[sub], wg[sub], p.I, w_row0, p.hq, p.hs, act_row, ntile, red, y);
             if (warp / RT != 0) continue;
             const int rt = warp % RT;
 #pragma unroll

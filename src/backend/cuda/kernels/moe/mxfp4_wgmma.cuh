@@ -80,17 +80,7 @@ __device__ __forceinline__ void expert_rows_gemm_wgmma(const Src& src, const uin
     uint4 wv[MATS][2][2];  // [matrix][row g, g+8][group q of the step]
     uint2 sv[MATS][2];     // scale words (e_max, spreads) of both groups, rows g, g+8
     auto load_step = [&](int step) {
-#pragma unroll
-        for (int m = 0; m < MATS; ++m) {
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
-                wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
-                wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
-            }
-            sv[m][0] = Src::s8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
-            sv[m][1] = Src::s8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
-        }
+        load_mxfp4_step<MATS, Src>(w, ws, r_lo, r_hi, row_bytes, srow_bytes, step, t, wv, sv);
     };
     // the first step's weights are requested before the tile is staged, so their latency overlaps the staging
     if (ks < nsteps) load_step(ks);
