@@ -114,7 +114,10 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t k = c.n_experts_per_token;
 
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.gate, LinearOut::kF32, s.router_logits.data()));
+    const bool gate_fused = m.precision == Precision::kReference && rows <= kFusedRouterGateMaxRows &&
+                            cuda::router_gate_select_fits(c.hidden_size, w.gate);
+    if (!gate_fused)
+        DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.gate, LinearOut::kF32, s.router_logits.data()));
     cuda::RouterSelectArgs rp;
     rp.logits = s.router_logits.as<float>();
     rp.tokens = rows;
@@ -130,7 +133,15 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     rp.routed_scale = float(c.routed_scaling_factor);
     rp.idx = s.route_idx.as<int32_t>();
     rp.weights = s.route_w.as<float>();
-    DSV4_RETURN_IF_ERROR(cuda::sm90_router_select(rp, st));
+    if (gate_fused) {
+        cuda::RouterGateArgs g;
+        g.x = s.normed.data();
+        g.dim = c.hidden_size;
+        g.gate = w.gate;
+        DSV4_RETURN_IF_ERROR(cuda::sm90_router_gate_select(g, rp, st));
+    } else {
+        DSV4_RETURN_IF_ERROR(cuda::sm90_router_select(rp, st));
+    }
 
     const bool fused = fused_moe_fits(m, w, rows);
     const bool has_shared = !w.shared_w1.empty();
