@@ -69,15 +69,46 @@ __device__ __forceinline__ void hc_split_sinkhorn_warp(float m, const float* __r
     comb = c;
 }
 
+// The previous sub-block's hc_post, for a collapse that runs it first (HcPostInput): its output chunk of stream k,
+// channels ch .. ch+7 of token t, out = post[k]·a + Σ_j comb[j][k]·R[j] with sm90_hc_post_kernel's arithmetic.
+struct HcPostInput {
+    const void* a;         // [T, D]
+    const void* residual;  // [T, 4, D]
+    const float* post;     // [T, 4]
+    const float* comb;     // [T, 4, 4]
+};
+template <typename ActT>
+__device__ __forceinline__ void hc_post_chunk(const HcPostInput& in, int64_t t, int k, int ch, int dim,
+                                              float (&o)[8]) {
+    constexpr int kHc = MhcConfig::kHc;
+    float av[8], r[kHc][8];
+    load8(static_cast<const ActT*>(in.a) + t * dim + ch, av);
+#pragma unroll
+    for (int j = 0; j < kHc; ++j) load8(static_cast<const ActT*>(in.residual) + (t * kHc + j) * dim + ch, r[j]);
+    const float* cm = in.comb + t * kHc * kHc;
+    const float pk = in.post[t * kHc + k];
+    const float c0 = cm[k], c1 = cm[kHc + k], c2 = cm[2 * kHc + k], c3 = cm[3 * kHc + k];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        float s = __fmul_rn(c0, r[0][i]);
+        s = __fadd_rn(s, __fmul_rn(c1, r[1][i]));
+        s = __fadd_rn(s, __fmul_rn(c2, r[2][i]));
+        s = __fadd_rn(s, __fmul_rn(c3, r[3][i]));
+        o[i] = __fadd_rn(__fmul_rn(pk, av[i]), s);
+    }
+}
+
 // grid: S·tokens blocks in clusters of S (block rank r of cluster t works on token t); block: kThreads.
 // kMix = 24 (hc_pre: split + Sinkhorn) or 4 (hc_head: pre only). kCluster false: S = 1 at compile time (prefill; a
 // plain launch, the chunk stride a constant as in the one-block kernel, so its loads batch the same way).
-template <typename ActT, int kMix, bool kCluster>
+// kPostFirst: the streams x are first computed from the previous sub-block (post_in: hc_post fused in) and stored;
+// post_in's post and comb may be this launch's post and comb (each token's are read before its block 0 writes them).
+template <typename ActT, int kMix, bool kCluster, bool kPostFirst>
 __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at prefill: <= 128 registers
-    sm90_hc_collapse_kernel(const ActT* __restrict__ x, int dim, const float* __restrict__ fn,
+    sm90_hc_collapse_kernel(ActT* __restrict__ x, int dim, const float* __restrict__ fn,
                             const float* __restrict__ scale, const float* __restrict__ base, int iters, float hc_eps,
-                            float norm_eps, float* __restrict__ mixes, float* __restrict__ pre,
-                            float* __restrict__ post, float* __restrict__ comb, ActT* __restrict__ y) {
+                            float norm_eps, float* __restrict__ mixes, float* __restrict__ pre, float* post,
+                            float* comb, ActT* __restrict__ y, HcPostInput post_in) {
     pdl_enter(false);
     namespace cg = cooperative_groups;
     constexpr int kT = MhcConfig::kThreads, kHc = MhcConfig::kHc, kWarps = kT / 32;
@@ -95,13 +126,21 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
                          "r"(uint32_t(min(kT * 8, n - c)) * 4u)
                          : "memory");
     pdl_wait();
-    const ActT* xt = x + t * n;
+    ActT* xt = x + t * n;
     double acc[kMix + 1];  // [0, kMix): fn rows · x; kMix: Σ x²
 #pragma unroll
     for (int r = 0; r <= kMix; ++r) acc[r] = 0;
     for (int c = (rank * kT + threadIdx.x) * 8; c < n; c += S * kT * 8) {
         float v[8];
-        load8(xt + c, v);
+        if constexpr (kPostFirst) {
+            const int k = c / dim;  // dim % 8 == 0: a chunk never straddles two streams
+            hc_post_chunk<ActT>(post_in, t, k, c - k * dim, dim, v);
+            store8(xt + c, v);  // the stream as sm90_hc_post stores it (bf16 RNE in kReference) ...
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = to_f32(from_f32<ActT>(v[i]));  // ... and its stored values are used
+        } else {
+            load8(xt + c, v);
+        }
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[kMix] += double(v[i]) * double(v[i]);
 #pragma unroll
