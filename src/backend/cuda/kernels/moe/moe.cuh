@@ -453,20 +453,28 @@ __device__ __forceinline__ void load_step_activations(const __half* arow, const 
     }
 }
 
-// One K step's weight loads of the MXFP4 formats for rows r_lo, r_hi of each matrix: lane t's 16 bytes of 32-block t
-// of both 128-blocks (wv[m][row][q]) and the two rows' 8 scale bytes of the step (sv[m][row]).
+// One K step's 4-bit weight loads of one matrix (MXFP4 and NVFP4 pack alike): lane t's 16 bytes of 32-block t of
+// both 128-blocks q of rows r_lo, r_hi (wv[row][q]).
+template <class Src>
+__device__ __forceinline__ void load_fp4_step_weights(const uint8_t* w, int r_lo, int r_hi, size_t row_bytes, int step,
+                                                      int t, uint4 (&wv)[2][2]) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
+        wv[0][q] = Src::w16(w + size_t(r_lo) * row_bytes + off);
+        wv[1][q] = Src::w16(w + size_t(r_hi) * row_bytes + off);
+    }
+}
+
+// One K step's loads of the MXFP4 formats for rows r_lo, r_hi of each matrix: the weights (wv[m][row][q]) and the two
+// rows' 8 scale bytes of the step (sv[m][row]).
 template <int MATS, class Src>
 __device__ __forceinline__ void load_mxfp4_step(const uint8_t* const (&w)[MATS], const uint8_t* const (&ws)[MATS],
                                                 int r_lo, int r_hi, size_t row_bytes, size_t srow_bytes, int step,
                                                 int t, uint4 (&wv)[MATS][2][2], uint2 (&sv)[MATS][2]) {
 #pragma unroll
     for (int m = 0; m < MATS; ++m) {
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
-            wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
-            wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
-        }
+        load_fp4_step_weights<Src>(w[m], r_lo, r_hi, row_bytes, step, t, wv[m]);
         sv[m][0] = Src::s8(ws[m] + size_t(r_lo) * srow_bytes + size_t(step) * 8);
         sv[m][1] = Src::s8(ws[m] + size_t(r_hi) * srow_bytes + size_t(step) * 8);
     }
@@ -536,11 +544,9 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
             uint32_t sv[MATS][2][2];  // [matrix][row g, g+8][128-block]
 #pragma unroll
             for (int m = 0; m < MATS; ++m) {
+                load_fp4_step_weights<Src>(w[m], r_lo, r_hi, row_bytes, step, t, wv[m]);
 #pragma unroll
                 for (int q = 0; q < 2; ++q) {
-                    const size_t off = size_t(step * 2 + q) * 64 + size_t(t) * 16;
-                    wv[m][0][q] = Src::w16(w[m] + size_t(r_lo) * row_bytes + off);
-                    wv[m][1][q] = Src::w16(w[m] + size_t(r_hi) * row_bytes + off);
                     const size_t soff = size_t(step * 2 + q) * 8 + size_t(t) * 2;
                     sv[m][0][q] = Src::s2(ws[m] + size_t(r_lo) * nsrow_bytes + soff);
                     sv[m][1][q] = Src::s2(ws[m] + size_t(r_hi) * nsrow_bytes + soff);
