@@ -424,11 +424,15 @@ int main(int argc, char** argv) {
             CHECK(as.status());
             CHECK(as->upload(ones.data(), ones.size() * 4));
             auto y = DeviceBuffer::allocate(size_t(T * g.n) * 2);
+            const size_t wsb = sm90_fp8_gemm_workspace_bytes(T, g.n, g.k);
+            auto ws = DeviceBuffer::allocate(wsb);
             CHECK(y.status());
+            CHECK(ws.status());
             const double us = time_us(s, n, [&](int i) {
                 DeviceWeightView w{backend::WeightFormat::kFP8Block, g.n, g.k, wd[size_t(i)].data(),
                                    wsc[size_t(i)].as<uint8_t>()};
-                return sm90_fp8_gemm_block128({a.as<uint8_t>(), as->as<float>(), T, w, y->data()}, s);
+                return sm90_fp8_gemm_block128({a.as<uint8_t>(), as->as<float>(), T, w, y->data(), ws->as<float>(), wsb},
+                                              s);
             });
             row("sm90_fp8_gemm_block128", g.name, T, us, double(bytes), 2.0 * double(T) * double(g.n) * double(g.k));
         }

@@ -162,6 +162,8 @@ int main(int argc, char** argv) {
     DeviceBuffer x = alloc(size_t(max_m * max_k)), xs = alloc(size_t(max_m * max_k / 128) * sizeof(float));
     DeviceBuffer w = alloc(size_t(max_n * max_k)), wsc = alloc(size_t(max_n / 128 * max_k / 128));
     DeviceBuffer y1 = alloc(size_t(max_m * max_n) * 2), y2 = alloc(size_t(max_m * max_n) * 2);
+    const size_t ws_bytes = sm90_fp8_gemm_workspace_bytes(ms_list[0], 2048, 4096) + (64 << 20);
+    DeviceBuffer ws = alloc(ws_bytes);
     fill_e4m3<<<1024, 256>>>(x.as<uint8_t>(), size_t(max_m * max_k), 1);
     fill_e4m3<<<1024, 256>>>(w.as<uint8_t>(), size_t(max_n * max_k), 2);
     fill_scales<<<256, 256>>>(xs.as<float>(), nullptr, size_t(max_m * max_k / 128), 3);
@@ -176,7 +178,7 @@ int main(int argc, char** argv) {
         for (const int64_t m : ms_list) {
             DeviceWeightView wv{backend::WeightFormat::kFP8Block, n, k, w.data(), wsc.as<uint8_t>()};
             const Fp8WgmmaGemmArgs wa{x.as<uint8_t>(), xs.as<float>(), m, wv, y1.data()};
-            const Fp8GemmArgs ba{x.as<uint8_t>(), xs.as<float>(), m, wv, y2.data()};
+            const Fp8GemmArgs ba{x.as<uint8_t>(), xs.as<float>(), m, wv, y2.data(), ws.as<float>(), ws_bytes};
             const double t_w = median_ms([&] { return sm90_fp8_gemm_wgmma(wa, nullptr); });
             const double t_b = median_ms([&] { return sm90_fp8_gemm_block128(ba, nullptr); });
             CHECK_CUDA(cudaDeviceSynchronize());

@@ -57,16 +57,20 @@ void run_case(std::mt19937_64& rng, const GemmCase& c) {
     auto dcodes = poisoned<uint8_t>(size_t(c.tokens * c.k));
     auto dscale = poisoned<float>(size_t(c.tokens * c.k / 128));
     auto dy = poisoned<uint16_t>(want.size());
-    ASSERT_TRUE(dx.is_ok() && dcodes.is_ok() && dscale.is_ok() && dy.is_ok());
+    const size_t ws_bytes = sm90_fp8_gemm_workspace_bytes(c.tokens, c.n, c.k);
+    auto dws = poisoned<uint8_t>(ws_bytes);
+    ASSERT_TRUE(dx.is_ok() && dcodes.is_ok() && dscale.is_ok() && dy.is_ok() && dws.is_ok());
     DSV4_ASSERT_OK(sm90_act_quant_e4m3(
         {dx->data(), c.tokens, c.k, 128, dcodes->as<uint8_t>(), dscale->as<float>(), nullptr, nullptr}, nullptr));
-    Fp8GemmArgs a{dcodes->as<uint8_t>(), dscale->as<float>(), c.tokens, dw->view(), dy->data()};
+    Fp8GemmArgs a{dcodes->as<uint8_t>(), dscale->as<float>(), c.tokens, dw->view(), dy->data(), dws->as<float>(),
+                  ws_bytes};
     DSV4_ASSERT_OK(sm90_fp8_gemm_block128(a, nullptr));
     auto got = from_bf16_bits(to_host<uint16_t>(*dy, want.size()));
     DSV4_EXPECT_CLOSE(got, want, 1e-3);
     const size_t diff = count_bit_differences(got, want);
-    std::printf("  %-14s T %5lld N %6lld K %6lld  bit-exact %.4f%%\n", c.name, (long long)c.tokens, (long long)c.n,
-                (long long)c.k, 100.0 * double(got.size() - diff) / double(got.size()));
+    std::printf("  %-14s T %5lld N %6lld K %6lld  split-K workspace %8zu B  bit-exact %.4f%%\n", c.name,
+                (long long)c.tokens, (long long)c.n, (long long)c.k, ws_bytes,
+                100.0 * double(got.size() - diff) / double(got.size()));
     EXPECT_LE(diff, got.size() / 100 + 1) << "more than 1% of outputs differ in their bits";
 }
 
@@ -113,18 +117,19 @@ TEST(CudaFp8Gemm, MatchesCpuLinearAtTestModelShapes) {
     for (const GemmCase& c : cases) run_case(rng, c);
 }
 
-TEST(CudaFp8Gemm, RejectsWrongFormatAndShape) {
+TEST(CudaFp8Gemm, RejectsWrongFormatAndMissingWorkspace) {
     DSV4_REQUIRE_GPU();
     auto buf = DeviceBuffer::allocate(1 << 20);
     ASSERT_TRUE(buf.is_ok());
     DeviceWeightView w{backend::WeightFormat::kBF16, 128, 128, buf->data(), buf->as<uint8_t>()};
-    Fp8GemmArgs a{buf->as<uint8_t>(), buf->as<float>(), 1, w, buf->data()};
+    Fp8GemmArgs a{buf->as<uint8_t>(), buf->as<float>(), 1, w, buf->data(), nullptr, 0};
     Status s = sm90_fp8_gemm_block128(a, nullptr);
     EXPECT_NE(s.message().find("expected fp8"), std::string::npos) << s.message();
     a.w.format = backend::WeightFormat::kFP8Block;
-    a.w.cols = 200;
+    a.w.rows = 512;
+    a.w.cols = 4096;  // one token, 8 tiles: needs split-K
     s = sm90_fp8_gemm_block128(a, nullptr);
-    EXPECT_NE(s.message().find("multiple of 128"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -89,10 +89,13 @@ std::vector<float> run_wgmma(const GemmCase& c, DeviceCase& d) {
 
 std::vector<float> run_block128(const GemmCase& c, DeviceCase& d) {
     const size_t n_out = size_t(c.tokens * c.n);
+    const size_t ws_bytes = sm90_fp8_gemm_workspace_bytes(c.tokens, c.n, c.k);
     auto dy = poisoned<uint16_t>(n_out);
-    EXPECT_TRUE(dy.is_ok());
-    if (!dy.is_ok()) return {};
-    Fp8GemmArgs a{d.codes.as<uint8_t>(), d.scale.as<float>(), c.tokens, d.w.view(), dy->data()};
+    auto dws = poisoned<uint8_t>(ws_bytes);
+    EXPECT_TRUE(dy.is_ok() && dws.is_ok());
+    if (!dy.is_ok() || !dws.is_ok()) return {};
+    Fp8GemmArgs a{d.codes.as<uint8_t>(), d.scale.as<float>(), c.tokens, d.w.view(), dy->data(), dws->as<float>(),
+                  ws_bytes};
     const Status s = sm90_fp8_gemm_block128(a, nullptr);
     EXPECT_TRUE(s.is_ok()) << s.to_string();
     return from_bf16_bits(to_host<uint16_t>(*dy, n_out));

@@ -202,8 +202,10 @@ void gemm_case(const std::string& file, bool fp4) {
 
     if (!fp4) {
         OFFICIAL_GPU_ASSIGN(c, ct::poisoned<uint16_t>(M * N));
+        const size_t bytes = cuda::sm90_fp8_gemm_workspace_bytes(M, N, K);
+        OFFICIAL_GPU_ASSIGN(ws, gpu.workspace(bytes));
         cuda::Fp8GemmArgs g{.a_codes = codes.as<uint8_t>(), .a_scale = scale.as<float>(), .tokens = M, .w = dw,
-                            .y = c.data()};
+                            .y = c.data(), .workspace = static_cast<float*>(ws), .workspace_bytes = bytes};
         DSV4_ASSERT_OK(cuda::sm90_fp8_gemm_block128(g, nullptr));
         expect_close("gpu:prim", tag + "/c(gemm)", bf16_down(c, M * N), f32_of(z, "c"), kClassC);
     }

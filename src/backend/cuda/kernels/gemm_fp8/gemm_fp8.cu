@@ -1,5 +1,4 @@
-// Launcher of sm90_fp8_gemm_block128: validates, picks the token tile and the K split (a cluster per tile when split),
-// launches on the stream.
+// Launcher of sm90_fp8_gemm_block128: validates, picks the token tile and the K split, launches on the stream.
 #include <algorithm>
 #include <string>
 
@@ -41,45 +40,24 @@ Plan make_plan(int64_t tokens, int64_t n, int64_t k) {
 
 template <int BN>
 Status launch(const Fp8GemmArgs& a, const Plan& p, cudaStream_t s) {
+    auto kernel = sm90_fp8_gemm_block128_kernel<BN>;
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes(BN));
+    DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_fp8_gemm_block128 shared memory)");
     const dim3 grid(p.gx, p.gy, unsigned(p.splits));
-    const auto* w = static_cast<const uint8_t*>(a.w.data);
-    auto* y = static_cast<__nv_bfloat16*>(a.y);
-    const int N = int(a.w.rows), K = int(a.w.cols), T = int(a.tokens);
-    if (p.splits == 1) {
-        auto kernel = sm90_fp8_gemm_block128_kernel<BN, false>;
-        static const cudaError_t attr =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes(BN));
-        DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_fp8_gemm_block128 shared memory)");
-        kernel<<<grid, Cfg::kThreads, Cfg::smem_bytes(BN), s>>>(w, a.w.scale, a.a_codes, a.a_scale, N, K, T,
-                                                                 p.kb_per_split, y);
-        return launch_status("sm90_fp8_gemm_block128");
-    }
-    // the K splits of a tile are one cluster (1, 1, splits), which sums them (gemm_fp8.cuh)
-    auto kernel = sm90_fp8_gemm_block128_kernel<BN, true>;
-    static const cudaError_t attr = [&] {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes(BN));
-        if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        return e;
-    }();
-    DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_fp8_gemm_block128 split-K cluster)");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(Cfg::kThreads);
-    cfg.dynamicSmemBytes = size_t(Cfg::smem_bytes(BN));
-    cfg.stream = s;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = unsigned(p.splits);
-    cfg.attrs = &cluster;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, w, a.w.scale, a.a_codes, a.a_scale, N, K, T, p.kb_per_split, y),
-                  "sm90_fp8_gemm_block128: split-K cluster launch");
+    kernel<<<grid, Cfg::kThreads, Cfg::smem_bytes(BN), s>>>(
+        static_cast<const uint8_t*>(a.w.data), a.w.scale, a.a_codes, a.a_scale, int(a.w.rows), int(a.w.cols),
+        int(a.tokens), p.kb_per_split, static_cast<__nv_bfloat16*>(a.y), p.splits > 1 ? a.workspace : nullptr);
     return launch_status("sm90_fp8_gemm_block128");
 }
 
 }  // namespace
+
+size_t sm90_fp8_gemm_workspace_bytes(int64_t tokens, int64_t n, int64_t k) {
+    if (tokens <= 0 || n <= 0 || k < Cfg::kBK) return 0;
+    const Plan p = make_plan(tokens, n, k);
+    return p.splits > 1 ? size_t(p.splits) * size_t(tokens) * size_t(n) * sizeof(float) : 0;
+}
 
 Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream) {
     const std::string op = "sm90_fp8_gemm_block128";
@@ -95,10 +73,25 @@ Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream) {
         return invalid_argument(op + ": activation codes and weight must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     const Plan p = make_plan(a.tokens, a.w.rows, a.w.cols);
-    return p.bn == 8    ? launch<8>(a, p, stream)
-           : p.bn == 16 ? launch<16>(a, p, stream)
-           : p.bn == 32 ? launch<32>(a, p, stream)
-                        : launch<64>(a, p, stream);
+    if (p.splits > 1) {
+        const size_t need = sm90_fp8_gemm_workspace_bytes(a.tokens, a.w.rows, a.w.cols);
+        if (!a.workspace || a.workspace_bytes < need)
+            return invalid_argument(op + ": split-K needs a workspace of " + std::to_string(need) + " bytes, got " +
+                                    std::to_string(a.workspace_bytes));
+    }
+    const Status st = p.bn == 8    ? launch<8>(a, p, stream)
+                      : p.bn == 16 ? launch<16>(a, p, stream)
+                      : p.bn == 32 ? launch<32>(a, p, stream)
+                                   : launch<64>(a, p, stream);
+    DSV4_RETURN_IF_ERROR(st);
+    if (p.splits > 1) {
+        const int64_t n_out = a.tokens * a.w.rows;
+        const unsigned grid = unsigned(std::min<int64_t>((n_out + 255) / 256, int64_t(current_sm_count()) * 8));
+        sm90_fp8_gemm_reduce_kernel<<<grid, 256, 0, stream>>>(a.workspace, p.splits, n_out,
+                                                              static_cast<__nv_bfloat16*>(a.y));
+        return launch_status("sm90_fp8_gemm_reduce");
+    }
+    return Status::ok();
 }
 
 }  // namespace dsv4::cuda

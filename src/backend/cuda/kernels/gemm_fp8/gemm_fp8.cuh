@@ -6,17 +6,13 @@
 // BN tokens. Tiles stream through a kStages-deep cp.async ring in shared memory (16-byte chunks, XOR-swizzled by
 // row so ldmatrix reads are bank-conflict free). Per K block the warp zeroes a block accumulator, runs 4 MMA k-steps
 // and folds it into the f32 output as y += acc · (a_scale · w_scale) — the reference's per-128 scaling order, with
-// separate IEEE multiply and add (no FMA), as the CPU op rounds. K may be split across blockIdx.z for small grids
-// (decode); the splits of a tile are one thread-block cluster (1 x 1 x splits): each parks its f32 partial tile in
-// its shared memory, and after a cluster barrier every CTA sums a share of the tile's outputs over the splits in split
-// order (distributed shared memory) and stores them as bf16 — no partial tile in global memory and no second launch.
+// separate IEEE multiply and add (no FMA), as the CPU op rounds. K may be split across blockIdx.z for small grids;
+// splits write f32 partials that sm90_fp8_gemm_reduce_kernel sums in split order.
 //
 // Floors (H200, measured ceilings 4.27 TB/s, FP8 dense ~1580 TFLOP/s assumed = 2x bf16): decode is the weight read,
 // prefill the MMA rate. This first version uses mma.sync, not wgmma: docs/kernels/cuda-backend.md says what
 // replaces it and records the measurements.
 #pragma once
-
-#include <cooperative_groups.h>
 
 #include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/numerics.cuh"
@@ -29,7 +25,7 @@ struct Fp8GemmConfig {
     static constexpr int kBK = 128;      // K per stage = one scale block
     static constexpr int kThreads = 128; // 4 warps x 16 weight rows
     static constexpr int kStages = 4;
-    static constexpr int kMaxSplits = 16;  // cluster size: 8 is portable, 16 needs the non-portable attribute
+    static constexpr int kMaxSplits = 32;
     static constexpr int stage_bytes(int bn) { return (kBM + bn) * kBK; }
     static constexpr int smem_bytes(int bn) { return kStages * stage_bytes(bn); }
 };
@@ -58,12 +54,13 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a
 // Byte offset of 16-byte chunk `ch` (0..7) of tile row `r` (128 bytes per row), XOR-swizzled.
 __device__ __forceinline__ int swz(int r, int ch) { return r * 128 + ((ch ^ (r & 7)) << 4); }
 
-// grid: (ceil(N/64), ceil(T/BN), splits); kSplitK: launched in clusters of (1, 1, splits), which reduce the tile.
-template <int BN, bool kSplitK>
+// grid: (ceil(N/64), ceil(T/BN), splits). partial == nullptr: write bf16 y; else f32 partial[z][T][N].
+template <int BN>
 __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
     sm90_fp8_gemm_block128_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_scale,
                                   const uint8_t* __restrict__ a, const float* __restrict__ a_scale, int N, int K,
-                                  int T, int kb_per_split, __nv_bfloat16* __restrict__ y) {
+                                  int T, int kb_per_split, __nv_bfloat16* __restrict__ y,
+                                  float* __restrict__ partial) {
     pdl_enter(false);
     // the first stages' weight tiles are requested before the wait (below)
     using Cfg = Fp8GemmConfig;
@@ -165,46 +162,28 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
     cp_async_wait<0>();
 
     // C fragment: c0,c1 = (row g, tokens 2q, 2q+1), c2,c3 = (row g+8, same tokens); g = lane/4, q = lane%4.
-    if constexpr (!kSplitK) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int n = n0 + warp * 16 + (lane >> 2) + (i >= 2 ? 8 : 0);
-                const int t = t0 + nt * 8 + (lane & 3) * 2 + (i & 1);
-                if (n < N && t < T) y[size_t(t) * N + n] = __float2bfloat16_rn(out[nt][i]);
+        for (int i = 0; i < 4; ++i) {
+            const int n = n0 + warp * 16 + (lane >> 2) + (i >= 2 ? 8 : 0);
+            const int t = t0 + nt * 8 + (lane & 3) * 2 + (i & 1);
+            if (n < N && t < T) {
+                if (partial) partial[(size_t(blockIdx.z) * T + t) * N + n] = out[nt][i];
+                else y[size_t(t) * N + n] = __float2bfloat16_rn(out[nt][i]);
             }
         }
-    } else {
-        // the partial tile [64 rows][BN tokens] f32 in this CTA's (now idle) pipeline memory
-        namespace cg = cooperative_groups;
-        cg::cluster_group cluster = cg::this_cluster();
-        float* part = reinterpret_cast<float*>(smem);
-        __syncthreads();  // every warp is done with the last stage
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                part[(warp * 16 + (lane >> 2) + (i >= 2 ? 8 : 0)) * BN + nt * 8 + (lane & 3) * 2 + (i & 1)] =
-                    out[nt][i];
-        cluster.sync();  // every split's partial tile is written and visible cluster-wide
-        // CTA z sums outputs z·128 + thread, + S·128, ... of the tile over the splits in split order (split 0
-        // first, as the separate reduction kernel added them), as bf16
-        const int S = int(cluster.num_blocks()), z = int(cluster.block_rank());
-        for (int e = z * Fp8GemmConfig::kThreads + int(threadIdx.x); e < Fp8GemmConfig::kBM * BN;
-             e += S * Fp8GemmConfig::kThreads) {
-            const int n = n0 + e / BN, t = t0 + e % BN;
-            float v[Fp8GemmConfig::kMaxSplits];
-#pragma unroll
-            for (int r = 0; r < Fp8GemmConfig::kMaxSplits; ++r)  // the loads in flight together
-                v[r] = r < S ? cluster.map_shared_rank(part, r)[e] : 0.0f;
-            float sum = v[0];
-#pragma unroll
-            for (int r = 1; r < Fp8GemmConfig::kMaxSplits; ++r)
-                if (r < S) sum = __fadd_rn(sum, v[r]);
-            if (n < N && t < T) y[size_t(t) * N + n] = __float2bfloat16_rn(sum);
-        }
-        cluster.sync();  // no CTA leaves while another still reads its partial tile
+    }
+}
+
+// y[t, n] = bf16(Σ_z partial[z, t, n]), z in order.
+__global__ void sm90_fp8_gemm_reduce_kernel(const float* __restrict__ partial, int splits, int64_t n_out,
+                                            __nv_bfloat16* __restrict__ y) {
+    pdl_enter();
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_out; i += int64_t(gridDim.x) * blockDim.x) {
+        float s = partial[i];
+        for (int z = 1; z < splits; ++z) s = __fadd_rn(s, partial[size_t(z) * n_out + i]);
+        y[i] = __float2bfloat16_rn(s);
     }
 }
 

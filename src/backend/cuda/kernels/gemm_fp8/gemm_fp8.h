@@ -20,8 +20,12 @@ struct Fp8GemmArgs {
     DeviceWeightView w;                // kFP8Block [N, K]; read before the programmatic wait: a model weight,
                                        // never written by the launch just before this one (common/pdl.cuh)
     void* y = nullptr;                 // bf16 [T, N]
+    float* workspace = nullptr;        // split-K partial sums; sm90_fp8_gemm_workspace_bytes() bytes
+    size_t workspace_bytes = 0;
 };
 
+// Workspace the launcher needs for T tokens and an [N, K] weight (0 when it will not split K).
+size_t sm90_fp8_gemm_workspace_bytes(int64_t tokens, int64_t n, int64_t k);
 Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream);
 
 }  // namespace dsv4::cuda

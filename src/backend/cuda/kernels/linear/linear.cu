@@ -99,8 +99,10 @@ size_t sm90_linear_workspace_bytes(Precision p, int64_t tokens, const DeviceWeig
     const size_t T = size_t(tokens), N = size_t(w.rows), K = size_t(w.cols);
     if (quantized(p, w.format)) {
         size_t b = align256(T * K) + align256(T * (K / 128) * sizeof(float));  // act_quant codes, scales
-        if (w.format == WeightFormat::kFP8Block && out == LinearOut::kF32)
-            b += align256(T * N * 2);  // bf16 GEMM result before widening
+        if (w.format == WeightFormat::kFP8Block) {
+            b += align256(sm90_fp8_gemm_workspace_bytes(tokens, w.rows, w.cols));
+            if (out == LinearOut::kF32) b += align256(T * N * 2);  // bf16 GEMM result before widening
+        }
         return b;
     }
     if (w.format == WeightFormat::kBF16 && p == Precision::kReference)
@@ -146,8 +148,10 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
             codes = own_codes, scales = own_scales;
         }
         if (w.format == WeightFormat::kMXFP4) return launch_quant<WeightFormat::kMXFP4>(codes, scales, a, stream);
+        const size_t gemm_bytes = sm90_fp8_gemm_workspace_bytes(T, N, K);
+        auto* gemm_ws = ws.take<float>(gemm_bytes);
         void* gemm_y = a.out == LinearOut::kBF16 ? a.y : ws.take<void>(size_t(T * N) * 2);
-        DSV4_RETURN_IF_ERROR(sm90_fp8_gemm_block128({codes, scales, T, w, gemm_y}, stream));
+        DSV4_RETURN_IF_ERROR(sm90_fp8_gemm_block128({codes, scales, T, w, gemm_y, gemm_ws, gemm_bytes}, stream));
         if (a.out == LinearOut::kBF16) return Status::ok();
         sm90_linear_bf16_to_f32_kernel<<<grid_stride_blocks(T * N, 256), 256, 0, stream>>>(
             static_cast<const __nv_bfloat16*>(gemm_y), T * N, static_cast<float*>(a.y));
