@@ -165,29 +165,41 @@ TEST_P(RouterTest, ScoreAndHashRoutingMatchCpu) {
         RouterSelectArgs a{dlog->as<float>(), T, E, K, c.hash ? DeviceWeightView{} : db->view(), dt2e->as<int64_t>(),
                            vocab, dids->as<int32_t>(), c.scale, dsc->as<float>(), didx->as<int32_t>(),
                            dw->as<float>()};
-        DSV4_ASSERT_OK(sm90_router_select(a, nullptr));
-        DSV4_EXPECT_CLOSE(to_host<float>(*dlog, w_logits.size()), w_logits, 2e-5);
-        DSV4_EXPECT_CLOSE(to_host<float>(*dsc, w_scores.size()), w_scores, 2e-5);
-        auto idx = to_host<int32_t>(*didx, w_idx.size());
-        auto wts = to_host<float>(*dw, w_w.size());
-        // The picks agree except where two selection values are closer than the logits' summation-order noise.
-        size_t mismatched_tokens = 0;
-        for (int64_t t = 0; t < T; ++t) {
-            bool same = true;
-            for (int64_t j = 0; j < K; ++j) same &= idx[size_t(t * K + j)] == w_idx[size_t(t * K + j)];
-            if (same) continue;
-            ++mismatched_tokens;
-            ASSERT_FALSE(c.hash) << "hash routing must be exact";
-            for (int64_t j = 0; j < K; ++j) {
-                const int32_t a_e = idx[size_t(t * K + j)], b_e = w_idx[size_t(t * K + j)];
-                const float sa = w_scores[size_t(t * E + a_e)] + bias[size_t(a_e)];
-                const float sb = w_scores[size_t(t * E + b_e)] + bias[size_t(b_e)];
-                EXPECT_NEAR(sa, sb, 1e-5f) << "token " << t << " pick " << j;
+        // the GPU's logits, scores, picks and weights in the buffers against the CPU's
+        auto expect_matches_cpu = [&]() {
+            DSV4_EXPECT_CLOSE(to_host<float>(*dlog, w_logits.size()), w_logits, 2e-5);
+            DSV4_EXPECT_CLOSE(to_host<float>(*dsc, w_scores.size()), w_scores, 2e-5);
+            auto idx = to_host<int32_t>(*didx, w_idx.size());
+            auto wts = to_host<float>(*dw, w_w.size());
+            // The picks agree except where two selection values are closer than the logits' summation-order noise.
+            size_t mismatched_tokens = 0;
+            for (int64_t t = 0; t < T; ++t) {
+                bool same = true;
+                for (int64_t j = 0; j < K; ++j) same &= idx[size_t(t * K + j)] == w_idx[size_t(t * K + j)];
+                if (same) continue;
+                ++mismatched_tokens;
+                ASSERT_FALSE(c.hash) << "hash routing must be exact";
+                for (int64_t j = 0; j < K; ++j) {
+                    const int32_t a_e = idx[size_t(t * K + j)], b_e = w_idx[size_t(t * K + j)];
+                    const float sa = w_scores[size_t(t * E + a_e)] + bias[size_t(a_e)];
+                    const float sb = w_scores[size_t(t * E + b_e)] + bias[size_t(b_e)];
+                    EXPECT_NEAR(sa, sb, 1e-5f) << "token " << t << " pick " << j;
+                }
             }
-        }
-        EXPECT_LE(mismatched_tokens, size_t(T / 16 + 1));
-        if (mismatched_tokens == 0) {
-            DSV4_EXPECT_CLOSE(wts, w_w, 2e-5);
+            EXPECT_LE(mismatched_tokens, size_t(T / 16 + 1));
+            if (mismatched_tokens == 0) {
+                DSV4_EXPECT_CLOSE(wts, w_w, 2e-5);
+            }
+        };
+        DSV4_ASSERT_OK(sm90_router_select(a, nullptr));
+        expect_matches_cpu();
+        // the gate and the selection in one launch (decode batches, bf16 activations, D a multiple of 256)
+        if (prec == Precision::kReference && router_gate_select_fits(D, dg->view())) {
+            SCOPED_TRACE("sm90_router_gate_select");
+            for (auto* b : {&*dlog, &*dsc, &*didx, &*dw}) DSV4_ASSERT_OK(b->fill_bytes(0xff));
+            RouterGateArgs g{dx->data(), D, dg->view(), dlog->as<float>()};
+            DSV4_ASSERT_OK(sm90_router_gate_select(g, a, nullptr));
+            expect_matches_cpu();
         }
     }
 }

@@ -148,6 +148,97 @@ TEST_P(HcHeadTest, MatchesCpu) {
     }
 }
 
+// hc_post run first inside hc_pre / hc_head (HcPostFirst, the engine's sub-block boundary): the streams it stores,
+// the mixes, pre / post / comb and the collapse must be those of sm90_hc_post followed by the plain collapse, bit for
+// bit (the same operations in the same order on the same stored values), with post / comb updated in place.
+class HcPostFirstTest : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(HcPostFirstTest, EqualsPostThenCollapse) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    for (const HcCase& c : kCases) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " dim " + std::to_string(c.dim));
+        const int64_t T = c.tokens, D = c.dim;
+        const size_t n_streams = size_t(T * 4 * D);
+        auto a = random_act(prec, rng, size_t(T * D), 1.0f);
+        auto r = random_act(prec, rng, n_streams, 1.0f);
+        auto post = normal(rng, size_t(T * 4), 1.0f, 0.5f);
+        auto comb = normal(rng, size_t(T * 16), 0.25f, 0.1f);
+        auto fn = normal(rng, size_t(24 * 4 * D), 0.0f, 0.02f);
+        auto scale = normal(rng, 3, 1.0f, 0.3f);
+        auto base = normal(rng, 24, 0.0f, 1.0f);
+        auto dfn = upload_weight(f32_view(fn, 24, 4 * D), "hc_fn");
+        auto dfn4 = upload_weight(f32_view(fn, 4, 4 * D), "hc_head_fn");
+        auto dscale = upload_weight(f32_view(scale, 1, 3), "hc_scale");
+        auto dscale1 = upload_weight(f32_view(scale, 1, 1), "hc_head_scale");
+        auto dbase = upload_weight(f32_view(base, 1, 24), "hc_base");
+        auto dbase4 = upload_weight(f32_view(base, 1, 4), "hc_head_base");
+        auto da = act_to_device(prec, a);
+        auto dr = act_to_device(prec, r);
+        ASSERT_TRUE(dfn.is_ok() && dfn4.is_ok() && dscale.is_ok() && dscale1.is_ok() && dbase.is_ok() &&
+                    dbase4.is_ok() && da.is_ok() && dr.is_ok());
+        // one path's outputs; post / comb start as the previous sub-block's and are overwritten by hc_pre
+        struct Run {
+            Result<DeviceBuffer> streams, mix, pre, post, comb, out, head_pre, head_y;
+        };
+        auto fresh = [&]() {
+            Run run{act_poisoned(prec, n_streams),       poisoned<float>(size_t(T * 24)), poisoned<float>(size_t(T * 4)),
+                    to_device(post),                     to_device(comb),                 act_poisoned(prec, size_t(T * D)),
+                    poisoned<float>(size_t(T * 4)),      act_poisoned(prec, size_t(T * D))};
+            return run;
+        };
+        auto pre_args = [&](Run& run) {
+            return HcPreArgs{run.streams->data(), T, D, dfn->view(), dscale->view(), dbase->view(), 20, 1e-6f, 1e-6f,
+                             run.mix->as<float>(), run.pre->as<float>(), run.post->as<float>(), run.comb->as<float>(),
+                             run.out->data()};
+        };
+        auto head_args = [&](Run& run) {
+            return HcHeadArgs{run.streams->data(), T, D, dfn4->view(), dscale1->view(), dbase4->view(), 1e-6f, 1e-6f,
+                              run.head_pre->as<float>(), run.head_y->data()};
+        };
+        for (const bool head : {false, true}) {
+            SCOPED_TRACE(head ? "hc_head" : "hc_pre");
+            Run sep = fresh(), fused = fresh();
+            for (Run* run : {&sep, &fused})
+                ASSERT_TRUE(run->streams.is_ok() && run->mix.is_ok() && run->pre.is_ok() && run->post.is_ok() &&
+                            run->comb.is_ok() && run->out.is_ok() && run->head_pre.is_ok() && run->head_y.is_ok());
+            // separate: sm90_hc_post, then the collapse
+            HcPostArgs pa{da->data(), dr->data(), sep.post->as<float>(), sep.comb->as<float>(), T, D,
+                          sep.streams->data()};
+            DSV4_ASSERT_OK(sm90_hc_post(prec, pa, nullptr));
+            const HcPostFirst first{da->data(), dr->data(), fused.post->as<float>(), fused.comb->as<float>()};
+            if (head) {
+                DSV4_ASSERT_OK(sm90_hc_head(prec, head_args(sep), nullptr));
+                HcHeadArgs h = head_args(fused);
+                h.post_first = first;
+                DSV4_ASSERT_OK(sm90_hc_head(prec, h, nullptr));
+            } else {
+                DSV4_ASSERT_OK(sm90_hc_pre(prec, pre_args(sep), nullptr));
+                HcPreArgs h = pre_args(fused);
+                h.post_first = first;
+                DSV4_ASSERT_OK(sm90_hc_pre(prec, h, nullptr));
+            }
+            auto same = [&](const DeviceBuffer& x, const DeviceBuffer& y, size_t n, bool act, const char* what) {
+                const auto gx = act ? act_to_host(prec, x, n) : to_host<float>(x, n);
+                const auto gy = act ? act_to_host(prec, y, n) : to_host<float>(y, n);
+                EXPECT_EQ(count_bit_differences(gx, gy), 0u) << what;
+            };
+            same(*sep.streams, *fused.streams, n_streams, true, "streams");
+            if (head) {
+                same(*sep.head_pre, *fused.head_pre, size_t(T * 4), false, "pre");
+                same(*sep.head_y, *fused.head_y, size_t(T * D), true, "y");
+            } else {
+                same(*sep.mix, *fused.mix, size_t(T * 24), false, "mixes");
+                same(*sep.pre, *fused.pre, size_t(T * 4), false, "pre");
+                same(*sep.post, *fused.post, size_t(T * 4), false, "post");
+                same(*sep.comb, *fused.comb, size_t(T * 16), false, "comb");
+                same(*sep.out, *fused.out, size_t(T * D), true, "x_out");
+            }
+        }
+    }
+}
+
 TEST(MhcValidation, BadShapesAreClearErrors) {
     DSV4_REQUIRE_GPU();
     auto buf = DeviceBuffer::allocate(1 << 16);
@@ -162,12 +253,21 @@ TEST(MhcValidation, BadShapesAreClearErrors) {
     a.tokens = 1, a.dim = 64;
     s = sm90_hc_pre(Precision::kReference, a, nullptr);
     EXPECT_NE(s.message().find("fn must be an f32 tensor"), std::string::npos) << s.message();
+    // hc_post first: all four inputs or none, and its residual is not the streams it writes
+    a.dim = 128;
+    a.post_first.a = buf->data();
+    s = sm90_hc_pre(Precision::kReference, a, nullptr);
+    EXPECT_NE(s.message().find("or none of them"), std::string::npos) << s.message();
+    a.post_first = {buf->data(), a.x, buf->as<float>(), buf->as<float>()};
+    s = sm90_hc_pre(Precision::kReference, a, nullptr);
+    EXPECT_NE(s.message().find("must not alias"), std::string::npos) << s.message();
 }
 
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
 INSTANTIATE_TEST_SUITE_P(Cuda, HcPreTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, HcPostTest, kPrecisions, precision_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, HcPostFirstTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, HcHeadTest, kPrecisions, precision_label);
 
 }  // namespace

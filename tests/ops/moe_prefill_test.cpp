@@ -14,6 +14,7 @@
 // of bf16 outputs bit-exact, the same against the decode kernel (whose f32 MMA sums match the CPU to >= 99 % of
 // bits). Bounds: rel_l2 <= 8e-3, max |error| <= 0.2 std, >= 30 % bit-exact — about twice the measured spread,
 // while a real fault (a wrong scale, row, token or expert; a skipped tile) is an error of the outputs' own size.
+// The repacked layout (mxfp4_repacked.h) must give the shipped layout's bits (the converter's e4m3 tile is the same).
 // Also: no non-finite outputs (the output buffer and the workspace start poisoned with 0xff = NaN); a poisoned row
 // after the output catches stores past token T-1; a second call on the same (dirty) workspace gives the same bits.
 //
@@ -127,6 +128,19 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
     DSV4_ASSERT_OK(st->synchronize());
     const auto again = from_bf16_bits(to_host<uint16_t>(*dy, n_out));
     EXPECT_EQ(count_bit_differences(got, again), 0u) << "the result changed between two identical calls";
+
+    // the repacked layout (mxfp4_repacked.h, the engine's): the converter yields the same e4m3 tile, so the same bits
+    {
+        SCOPED_TRACE("repacked experts");
+        MoeDecodeArgs ra = a;
+        ra.format = MoeWeightFormat::kMXFP4Repacked;
+        ra.experts = ep->table_repacked.as<Mxfp4ExpertPtrs>();
+        DSV4_ASSERT_OK(dy->fill_bytes(0xff));
+        DSV4_ASSERT_OK(sm90_mxfp4_moe_prefill(ra, st->handle()));
+        DSV4_ASSERT_OK(st->synchronize());
+        const auto repacked = from_bf16_bits(to_host<uint16_t>(*dy, n_out));
+        EXPECT_EQ(count_bit_differences(got, repacked), 0u) << "the repacked layout changed the result";
+    }
 
     // T = 256: the decode kernel (the prefill path of today, checked against the CPU in moe_decode_test.cpp)
     if (T <= 256) {

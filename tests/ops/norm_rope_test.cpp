@@ -93,10 +93,12 @@ TEST_P(QHeadNormRopeTest, FusedMatchesCpuNormThenRope) {
         bool rope, yarn;
     };
     // Flash 64 heads, Pro 128 heads, 512-d; rope off (the norm alone), plain and YaRN tables.
-    // the test models' 4 heads (1 and 300 tokens); head counts off the 4-head warp group (1, 6)
-    const Case cases[] = {{1, 64, true, true}, {37, 64, true, false}, {1, 128, true, true},
-                          {9, 128, false, true}, {65, 64, true, true}, {1, 4, true, true},
-                          {300, 4, true, false}, {7, 1, true, true},   {3, 6, false, true}};
+    // the test models' 4 heads (1 and 300 tokens); head counts off the 4-head warp group (1, 6). Launches of fewer
+    // than 4,096 head vectors run one head per warp, larger ones 4 (65 x 64, 700 x 6: a ragged last group).
+    const Case cases[] = {{1, 64, true, true},   {37, 64, true, false}, {1, 128, true, true},
+                          {9, 128, false, true}, {65, 64, true, true},  {1, 4, true, true},
+                          {300, 4, true, false}, {7, 1, true, true},    {3, 6, false, true},
+                          {700, 6, true, true}};
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads));
         const int64_t n = c.tokens * c.heads * 512;

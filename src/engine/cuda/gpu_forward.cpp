@@ -57,11 +57,26 @@ bool fused_moe_shapes(const model::ModelConfig& c) {
 
 namespace {
 
-// hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled.
-Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& norm, const void* streams,
-                       int64_t rows) {
+// A sub-block's hc_post not yet run: pass.block_out and the residual streams still to combine into `out` with
+// pass.post / pass.comb. The next collapse (the next sub-block's hc_pre, or the head's hc_head) runs it first in its
+// own launch (HcPostFirst), one launch fewer per sub-block; nothing reads the streams in between.
+struct PendingPost {
+    const void* residual = nullptr;  // null: none pending
+    void* out = nullptr;
+};
+
+cuda::HcPostFirst post_first_of(const GpuModel& m, const PendingPost& p) {
+    if (!p.residual) return {};
+    return {m.pass.block_out.data(), p.residual, m.pass.post.as<float>(), m.pass.comb.as<float>()};
+}
+
+// [pending hc_post +] hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled.
+Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& norm, void* streams, int64_t rows,
+                       const PendingPost& pending) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
+    if (pending.residual && pending.out != streams)
+        return internal_error("enter_sub_block: the pending hc_post writes other streams than this block reads");
     cuda::HcPreArgs hp;
     hp.x = streams;
     hp.tokens = rows;
@@ -76,6 +91,7 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
     hp.post = s.post.as<float>();
     hp.comb = s.comb.as<float>();
     hp.x_out = s.hc_x.data();
+    hp.post_first = post_first_of(m, pending);
     DSV4_RETURN_IF_ERROR(cuda::sm90_hc_pre(m.precision, hp, m.stream.handle()));
     cuda::RmsNormArgs np;
     np.x = s.hc_x.data();
@@ -85,19 +101,6 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
     np.eps = float(c.rms_norm_eps);
     np.y = s.normed.data();
     return cuda::sm90_rmsnorm(m.precision, np, m.stream.handle());
-}
-
-// hc_post: pass.block_out + residual streams → out streams.
-Status leave_sub_block(GpuModel& m, const void* residual, void* out, int64_t rows) {
-    cuda::HcPostArgs hp;
-    hp.a = m.pass.block_out.data();
-    hp.residual = residual;
-    hp.post = m.pass.post.as<float>();
-    hp.comb = m.pass.comb.as<float>();
-    hp.tokens = rows;
-    hp.dim = m.cfg.hidden_size;
-    hp.out = out;
-    return cuda::sm90_hc_post(m.precision, hp, m.stream.handle());
 }
 
 // The fused W4A8 decode kernel serves reference numerics with MXFP4 experts at the shapes it supports; everything
@@ -114,7 +117,10 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t k = c.n_experts_per_token;
 
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.gate, LinearOut::kF32, s.router_logits.data()));
+    const bool gate_fused = m.precision == Precision::kReference && rows <= kFusedRouterGateMaxRows &&
+                            cuda::router_gate_select_fits(c.hidden_size, w.gate);
+    if (!gate_fused)
+        DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.gate, LinearOut::kF32, s.router_logits.data()));
     cuda::RouterSelectArgs rp;
     rp.logits = s.router_logits.as<float>();
     rp.tokens = rows;
@@ -130,7 +136,15 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     rp.routed_scale = float(c.routed_scaling_factor);
     rp.idx = s.route_idx.as<int32_t>();
     rp.weights = s.route_w.as<float>();
-    DSV4_RETURN_IF_ERROR(cuda::sm90_router_select(rp, st));
+    if (gate_fused) {
+        cuda::RouterGateArgs g;
+        g.x = s.normed.data();
+        g.dim = c.hidden_size;
+        g.gate = w.gate;
+        DSV4_RETURN_IF_ERROR(cuda::sm90_router_gate_select(g, rp, st));
+    } else {
+        DSV4_RETURN_IF_ERROR(cuda::sm90_router_select(rp, st));
+    }
 
     const bool fused = fused_moe_fits(m, w, rows);
     const bool has_shared = !w.shared_w1.empty();
@@ -197,18 +211,20 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     return cuda::sm90_moe_sum(m.precision, ms, st);
 }
 
+// One layer: streams → streams, its last hc_post left pending (run by the next collapse).
 Status block_forward(GpuModel& m, const GpuLayer& layer, int slot, std::span<GpuBatchSeq> seqs, int64_t rows,
-                     void* streams, void* spare, bool decode) {
-    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_attn, layer.attn_norm, streams, rows));
+                     void* streams, void* spare, bool decode, PendingPost& pending) {
+    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_attn, layer.attn_norm, streams, rows, pending));
     DSV4_RETURN_IF_ERROR(gpu_attention_block(m, layer, slot, seqs, rows, decode));
-    DSV4_RETURN_IF_ERROR(leave_sub_block(m, streams, spare, rows));
-    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_ffn, layer.ffn_norm, spare, rows));
+    pending = {streams, spare};
+    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_ffn, layer.ffn_norm, spare, rows, pending));
     DSV4_RETURN_IF_ERROR(moe_block(m, layer, rows));
-    return leave_sub_block(m, spare, streams, rows);
+    pending = {spare, streams};
+    return Status::ok();
 }
 
-// The head (§5.6): hc_head collapse, RMSNorm, f32 logits [rows, vocab] into pass.logits.
-Status head_forward(GpuModel& m, const void* streams, int64_t rows) {
+// The head (§5.6): [the last layer's hc_post +] hc_head collapse, RMSNorm, f32 logits [rows, vocab] into pass.logits.
+Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost& pending) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     cuda::HcHeadArgs hp;
@@ -221,6 +237,7 @@ Status head_forward(GpuModel& m, const void* streams, int64_t rows) {
     hp.hc_eps = float(c.hc_eps);
     hp.norm_eps = float(c.rms_norm_eps);
     hp.y = s.hc_x.data();
+    hp.post_first = post_first_of(m, pending);
     DSV4_RETURN_IF_ERROR(cuda::sm90_hc_head(m.precision, hp, m.stream.handle()));
     cuda::RmsNormArgs np;
     np.x = s.hc_x.data();
@@ -263,10 +280,11 @@ Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool
         g.pages_per_session = m.cache.csa.pages_per_session;
         DSV4_RETURN_IF_ERROR(cuda::sm90_gather_pages(g, st));
     }
+    PendingPost pending;
     for (size_t li = 0; li < m.layers.size(); ++li)
-        DSV4_RETURN_IF_ERROR(
-            block_forward(m, m.layers[li], int(li), seqs, rows, s.streams_a.data(), s.streams_b.data(), decode));
-    return head_forward(m, s.streams_a.data(), rows);
+        DSV4_RETURN_IF_ERROR(block_forward(m, m.layers[li], int(li), seqs, rows, s.streams_a.data(),
+                                           s.streams_b.data(), decode, pending));
+    return head_forward(m, s.streams_a.data(), rows, pending);
 }
 
 // A decode step (one token per sequence, none at position 0) replays the graph captured for its number of rows:

@@ -214,6 +214,9 @@ bool fused_moe_shapes(const model::ModelConfig& c);
 // H200 (2026-11-30), fused vs sm90_expert, B 1 / 8 / 16 / 32 / 64: 8.57 vs 9.23, 15.87 vs 16.44, 23.19 vs 22.98,
 // 33.21 vs 31.28, 48.97 vs 44.02 ms.
 constexpr int64_t kFusedSharedExpertMaxRows = 8;
+// Passes of at most this many rows run the router's gate GEMV inside the selection launch (sm90_router_gate_select:
+// a 16-CTA cluster per row re-reads the 2 MB gate per row, which the GEMM reads once for all rows).
+constexpr int64_t kFusedRouterGateMaxRows = 8;
 
 // The per-session parts of the pass buffers, sized for the cache's max context (resize_gpu_cache calls it).
 Status size_gpu_pass_for_cache(GpuModel& m);

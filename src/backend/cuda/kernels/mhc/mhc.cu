@@ -35,17 +35,18 @@ int collapse_cluster_size(int64_t tokens, int64_t dim) {
     return int(std::clamp<int64_t>(std::min(want, tiles), 1, MhcConfig::kMaxCluster));
 }
 
-template <typename ActT, int kMix>
-Status launch_collapse(const char* op, const void* x, int64_t tokens, int64_t dim, const DeviceWeightView& fn,
+template <typename ActT, int kMix, bool kPostFirst>
+Status launch_collapse(const char* op, void* x, int64_t tokens, int64_t dim, const DeviceWeightView& fn,
                        const DeviceWeightView& scale, const DeviceWeightView& base, int iters, float hc_eps,
-                       float norm_eps, float* mixes, float* pre, float* post, float* comb, void* y, cudaStream_t s) {
+                       float norm_eps, float* mixes, float* pre, float* post, float* comb, void* y,
+                       const HcPostInput& post_in, cudaStream_t s) {
     const int cluster = collapse_cluster_size(tokens, dim);
     if (tokens * cluster > 0x7fffffff) return invalid_argument(std::string(op) + ": too many tokens");
     if (cluster == 1) {  // prefill: a plain launch (the kernel's implicit one-block cluster never synchronises)
-        sm90_hc_collapse_kernel<ActT, kMix, false><<<unsigned(tokens), MhcConfig::kThreads, 0, s>>>(
-            static_cast<const ActT*>(x), int(dim), static_cast<const float*>(fn.data),
+        sm90_hc_collapse_kernel<ActT, kMix, false, kPostFirst><<<unsigned(tokens), MhcConfig::kThreads, 0, s>>>(
+            static_cast<ActT*>(x), int(dim), static_cast<const float*>(fn.data),
             static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes,
-            pre, post, comb, static_cast<ActT*>(y));
+            pre, post, comb, static_cast<ActT*>(y), post_in);
         return launch_status(op);
     }
     cudaLaunchConfig_t cfg{};
@@ -60,12 +61,38 @@ Status launch_collapse(const char* op, const void* x, int64_t tokens, int64_t di
     attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sm90_hc_collapse_kernel<ActT, kMix, true>, static_cast<const ActT*>(x), int(dim),
-                                     static_cast<const float*>(fn.data), static_cast<const float*>(scale.data),
-                                     static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes, pre, post,
-                                     comb, static_cast<ActT*>(y)),
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sm90_hc_collapse_kernel<ActT, kMix, true, kPostFirst>,
+                                     static_cast<ActT*>(x), int(dim), static_cast<const float*>(fn.data),
+                                     static_cast<const float*>(scale.data), static_cast<const float*>(base.data),
+                                     iters, hc_eps, norm_eps, mixes, pre, post, comb, static_cast<ActT*>(y), post_in),
                   std::string(op) + ": cluster launch");
     return launch_status(op);
+}
+
+// The optional hc_post run first (HcPostFirst): all four inputs or none; the streams it writes are x, which must not
+// be its residual. Returns whether it is set.
+Result<bool> check_post_first(const std::string& op, const HcPostFirst& p, const void* x) {
+    const int set = int(p.a != nullptr) + int(p.residual != nullptr) + int(p.post != nullptr) + int(p.comb != nullptr);
+    if (set == 0) return false;
+    if (set != 4) return invalid_argument(op + ": post_first needs a, residual, post and comb (or none of them)");
+    if (p.residual == x) return invalid_argument(op + ": post_first.residual must not alias the streams x");
+    if (!is_aligned(p.a, 16) || !is_aligned(p.residual, 16))
+        return invalid_argument(op + ": post_first activations must be 16-byte aligned");
+    return true;
+}
+
+// The four collapse instances of one (activation type, mix count): with or without the hc_post first.
+template <typename ActT, int kMix>
+Status launch_collapse_any(const char* op, bool post_first, void* x, int64_t tokens, int64_t dim,
+                           const DeviceWeightView& fn, const DeviceWeightView& scale, const DeviceWeightView& base,
+                           int iters, float hc_eps, float norm_eps, float* mixes, float* pre, float* post, float* comb,
+                           void* y, const HcPostFirst& p, cudaStream_t s) {
+    const HcPostInput in{p.a, p.residual, p.post, p.comb};
+    if (post_first)
+        return launch_collapse<ActT, kMix, true>(op, x, tokens, dim, fn, scale, base, iters, hc_eps, norm_eps, mixes,
+                                                 pre, post, comb, y, in, s);
+    return launch_collapse<ActT, kMix, false>(op, x, tokens, dim, fn, scale, base, iters, hc_eps, norm_eps, mixes, pre,
+                                              post, comb, y, in, s);
 }
 
 }  // namespace
@@ -75,35 +102,42 @@ Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream)
     if (!a.x || !a.pre || !a.post || !a.comb || !a.x_out || a.iters < 1)
         return invalid_argument(op + ": null pointer or iters < 1");
     DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
+    DSV4_ASSIGN_OR_RETURN(const bool post_first, check_post_first(op, a.post_first, a.x));
     DSV4_RETURN_IF_ERROR(check_f32(a.fn, 24, 4 * a.dim, op + ": fn"));
     DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 3, op + ": scale"));
     DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 24, op + ": base"));
     if (!is_aligned(a.x, 16) || !is_aligned(a.x_out, 16) || !is_aligned(a.fn.data, 16))
         return invalid_argument(op + ": x, x_out and fn must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
+    void* x = const_cast<void*>(a.x);  // written only with post_first (HcPreArgs)
     if (precision == Precision::kReference)
-        return launch_collapse<__nv_bfloat16, 24>(op.c_str(), a.x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters,
-                                                  a.hc_eps, a.norm_eps, a.mixes, a.pre, a.post, a.comb, a.x_out,
-                                                  stream);
-    return launch_collapse<float, 24>(op.c_str(), a.x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters, a.hc_eps,
-                                      a.norm_eps, a.mixes, a.pre, a.post, a.comb, a.x_out, stream);
+        return launch_collapse_any<__nv_bfloat16, 24>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale,
+                                                      a.base, a.iters, a.hc_eps, a.norm_eps, a.mixes, a.pre, a.post,
+                                                      a.comb, a.x_out, a.post_first, stream);
+    return launch_collapse_any<float, 24>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters,
+                                          a.hc_eps, a.norm_eps, a.mixes, a.pre, a.post, a.comb, a.x_out, a.post_first,
+                                          stream);
 }
 
 Status sm90_hc_head(Precision precision, const HcHeadArgs& a, StreamHandle stream) {
     const std::string op = "sm90_hc_head";
     if (!a.x || !a.y) return invalid_argument(op + ": null pointer");
     DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
+    DSV4_ASSIGN_OR_RETURN(const bool post_first, check_post_first(op, a.post_first, a.x));
     DSV4_RETURN_IF_ERROR(check_f32(a.fn, 4, 4 * a.dim, op + ": fn"));
     DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 1, op + ": scale"));
     DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 4, op + ": base"));
     if (!is_aligned(a.x, 16) || !is_aligned(a.y, 16) || !is_aligned(a.fn.data, 16))
         return invalid_argument(op + ": x, y and fn must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
+    void* x = const_cast<void*>(a.x);  // written only with post_first (HcHeadArgs)
     if (precision == Precision::kReference)
-        return launch_collapse<__nv_bfloat16, 4>(op.c_str(), a.x, a.tokens, a.dim, a.fn, a.scale, a.base, 1,
-                                                 a.hc_eps, a.norm_eps, nullptr, a.pre, nullptr, nullptr, a.y, stream);
-    return launch_collapse<float, 4>(op.c_str(), a.x, a.tokens, a.dim, a.fn, a.scale, a.base, 1, a.hc_eps,
-                                     a.norm_eps, nullptr, a.pre, nullptr, nullptr, a.y, stream);
+        return launch_collapse_any<__nv_bfloat16, 4>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base,
+                                                     1, a.hc_eps, a.norm_eps, nullptr, a.pre, nullptr, nullptr, a.y,
+                                                     a.post_first, stream);
+    return launch_collapse_any<float, 4>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base, 1,
+                                         a.hc_eps, a.norm_eps, nullptr, a.pre, nullptr, nullptr, a.y, a.post_first,
+                                         stream);
 }
 
 Status sm90_hc_post(Precision precision, const HcPostArgs& a, StreamHandle stream) {

@@ -69,16 +69,47 @@ __device__ __forceinline__ void hc_split_sinkhorn_warp(float m, const float* __r
     comb = c;
 }
 
+// The previous sub-block's hc_post, for a collapse that runs it first (HcPostInput): its output chunk of stream k,
+// channels ch .. ch+7 of token t, out = post[k]·a + Σ_j comb[j][k]·R[j] with sm90_hc_post_kernel's arithmetic.
+struct HcPostInput {
+    const void* a;         // [T, D]
+    const void* residual;  // [T, 4, D]
+    const float* post;     // [T, 4]
+    const float* comb;     // [T, 4, 4]
+};
+template <typename ActT>
+__device__ __forceinline__ void hc_post_chunk(const HcPostInput& in, int64_t t, int k, int ch, int dim,
+                                              float (&o)[8]) {
+    constexpr int kHc = MhcConfig::kHc;
+    float av[8], r[kHc][8];
+    load8(static_cast<const ActT*>(in.a) + t * dim + ch, av);
+#pragma unroll
+    for (int j = 0; j < kHc; ++j) load8(static_cast<const ActT*>(in.residual) + (t * kHc + j) * dim + ch, r[j]);
+    const float* cm = in.comb + t * kHc * kHc;
+    const float pk = in.post[t * kHc + k];
+    const float c0 = cm[k], c1 = cm[kHc + k], c2 = cm[2 * kHc + k], c3 = cm[3 * kHc + k];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        float s = __fmul_rn(c0, r[0][i]);
+        s = __fadd_rn(s, __fmul_rn(c1, r[1][i]));
+        s = __fadd_rn(s, __fmul_rn(c2, r[2][i]));
+        s = __fadd_rn(s, __fmul_rn(c3, r[3][i]));
+        o[i] = __fadd_rn(__fmul_rn(pk, av[i]), s);
+    }
+}
+
 // grid: S·tokens blocks in clusters of S (block rank r of cluster t works on token t); block: kThreads.
 // kMix = 24 (hc_pre: split + Sinkhorn) or 4 (hc_head: pre only). kCluster false: S = 1 at compile time (prefill; a
 // plain launch, the chunk stride a constant as in the one-block kernel, so its loads batch the same way).
-template <typename ActT, int kMix, bool kCluster>
+// kPostFirst: the streams x are first computed from the previous sub-block (post_in: hc_post fused in) and stored;
+// post_in's post and comb may be this launch's post and comb (each token's are read before its block 0 writes them).
+template <typename ActT, int kMix, bool kCluster, bool kPostFirst>
 __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at prefill: <= 128 registers
-    sm90_hc_collapse_kernel(const ActT* __restrict__ x, int dim, const float* __restrict__ fn,
+    sm90_hc_collapse_kernel(ActT* __restrict__ x, int dim, const float* __restrict__ fn,
                             const float* __restrict__ scale, const float* __restrict__ base, int iters, float hc_eps,
-                            float norm_eps, float* __restrict__ mixes, float* __restrict__ pre,
-                            float* __restrict__ post, float* __restrict__ comb, ActT* __restrict__ y) {
-    pdl_enter();
+                            float norm_eps, float* __restrict__ mixes, float* __restrict__ pre, float* post,
+                            float* comb, ActT* __restrict__ y, HcPostInput post_in) {
+    pdl_enter(false);
     namespace cg = cooperative_groups;
     constexpr int kT = MhcConfig::kThreads, kHc = MhcConfig::kHc, kWarps = kT / 32;
     static_assert(kMix + 1 <= 32, "one lane per mix and one for the sum of squares");
@@ -86,13 +117,30 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
     const int S = kCluster ? int(cluster.num_blocks()) : 1, rank = kCluster ? int(cluster.block_rank()) : 0;
     const int64_t t = blockIdx.x / S;
     const int n = kHc * dim;
-    const ActT* xt = x + t * n;
+    // Decode (clusters): this block's slices of fn — a weight, written only at load, so allowed before the wait
+    // (pdl.cuh) — are requested into L2 while the previous kernel finishes; a decode token's fn read (1.6 MB) is
+    // most of this kernel's DRAM time. Prefill blocks share fn through L2 anyway.
+    if (kCluster && threadIdx.x < kMix)
+        for (int c = rank * kT * 8; c < n; c += S * kT * 8)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(fn + int64_t(threadIdx.x) * n + c),
+                         "r"(uint32_t(min(kT * 8, n - c)) * 4u)
+                         : "memory");
+    pdl_wait();
+    ActT* xt = x + t * n;
     double acc[kMix + 1];  // [0, kMix): fn rows · x; kMix: Σ x²
 #pragma unroll
     for (int r = 0; r <= kMix; ++r) acc[r] = 0;
     for (int c = (rank * kT + threadIdx.x) * 8; c < n; c += S * kT * 8) {
         float v[8];
-        load8(xt + c, v);
+        if constexpr (kPostFirst) {
+            const int k = c / dim;  // dim % 8 == 0: a chunk never straddles two streams
+            hc_post_chunk<ActT>(post_in, t, k, c - k * dim, dim, v);
+            store8(xt + c, v);  // the stream as sm90_hc_post stores it (bf16 RNE in kReference) ...
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = to_f32(from_f32<ActT>(v[i]));  // ... and its stored values are used
+        } else {
+            load8(xt + c, v);
+        }
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[kMix] += double(v[i]) * double(v[i]);
 #pragma unroll

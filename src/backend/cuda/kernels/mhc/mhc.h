@@ -14,6 +14,17 @@
 
 namespace dsv4::cuda {
 
+// Optional for hc_pre / hc_head: the previous sub-block's hc_post run first in the same launch. The streams x are then
+// an output: x[t, k] = post[t, k]·a[t] + Σ_j comb[t, j, k]·residual[t, j], exactly as sm90_hc_post would store them
+// into x, and the collapse reads those stored values. post / comb may be the same buffers as HcPreArgs' post / comb
+// (each token's are read before they are overwritten). residual must not alias x. All four set, or none.
+struct HcPostFirst {
+    const void* a = nullptr;         // [T, D]
+    const void* residual = nullptr;  // [T, 4, D]
+    const float* post = nullptr;     // [T, 4]
+    const float* comb = nullptr;     // [T, 4, 4]
+};
+
 // m = (fn @ flat(X)) · rsqrt(mean(flat(X)²) + norm_eps) (f64 dot products and sum of squares, as the CPU);
 // pre = σ(m[0:4]·s0 + b) + eps; post = 2σ(m[4:8]·s1 + b); comb = Sinkhorn(softmax_rows(m[8:24]·s2 + b) + eps);
 // x_out = Σ_j pre[j]·X[j] (bf16 in kReference).
@@ -30,6 +41,7 @@ struct HcPreArgs {
     float* post = nullptr;   // [T, 4]
     float* comb = nullptr;   // [T, 4, 4], comb[j][k]
     void* x_out = nullptr;   // [T, D]
+    HcPostFirst post_first;  // optional: x is then written (above)
 };
 Status sm90_hc_pre(backend::Precision precision, const HcPreArgs& a, StreamHandle stream);
 
@@ -54,6 +66,7 @@ struct HcHeadArgs {
     float hc_eps = 1e-6f, norm_eps = 1e-6f;
     float* pre = nullptr;  // [T, 4] (may be null)
     void* y = nullptr;     // [T, D]
+    HcPostFirst post_first;  // optional: x is then written (above)
 };
 Status sm90_hc_head(backend::Precision precision, const HcHeadArgs& a, StreamHandle stream);
 

@@ -165,37 +165,44 @@ __device__ __forceinline__ GlobalWeights global_weights() {
     return src;
 }
 
-// One gate/up block of slot `slot`, expert e of `table` in format Fmt.
-template <class Fmt>
-__device__ __forceinline__ void gate_up_block(const MoeKernelParams& p, const void* table, int e, int slot,
+// One gate/up block of slot `slot`, expert e of `table` in format Fmt: rows row0 .. row0 + 16·RT − 1 of I, as RT row
+// tiles x KS K splits of the block's warps.
+template <class Fmt, int RT = Cfg::kUpRT, int KS = Cfg::kUpKS>
+__device__ __forceinline__ void gate_up_block(const MoeKernelParams& p, const void* table, int e, int slot, int row0,
                                               float* red, int* flag) {
-    constexpr int RT = Cfg::kUpRT, KS = Cfg::kUpKS;
+    static_assert(RT * KS == Cfg::kUpRT * Cfg::kUpKS, "the kernel's warps");
     const uint8_t* w[1][2];
     const uint8_t* ws[1][2];
     float wg[1][2];
     expert_operands<Fmt, 2>(table, e, w, ws, wg);
-    const int row0 = blockIdx.x * Cfg::kUpRows;
     moe_gate_up_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, row0, w, ws, wg, row0, red, flag, [](int) {},
                                 [](int) {});
 }
 
 // Slots 0 .. n_active − 1 are the active routed experts (format Fmt); slot n_active, when p.shared_expert is set,
-// the shared expert (FP8 blocks). The grid has room for both (p.slots + 1 rows); the rest return.
+// the shared expert (FP8 blocks). The grids have room for both (the launcher's rows); the rest return.
 __device__ __forceinline__ bool is_shared_slot(const MoeKernelParams& p, int slot, int n_active) {
     return slot == n_active && p.shared_expert != nullptr;
 }
 
-// Launch 2: block (64 rows of I, slot): Cfg::kUpRT row tiles x kUpKS K splits.
+// Launch 2: block (64 rows of I, slot): Cfg::kUpRT row tiles x kUpKS K splits. The shared expert's FP8 rows carry
+// twice the bytes of an MXFP4 row, and at the batches that run it here (<= kFusedSharedExpertMaxRows tokens) its
+// blocks were the launch's last to finish; so its blocks take 32 rows (2 row tiles x 4 K splits, the same warps) over
+// two grid rows: row n_active covers rows 0 .. I/2 − 1 of I, row n_active + 1 the rest, both as slot n_active.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
     pdl_enter();
     __shared__ __align__(16) float red[Cfg::kUpKS * Cfg::kUpRT * 2 * 128];
     __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
-    if (is_shared_slot(p, slot, n_active))
-        gate_up_block<Fp8BlockWeights>(p, p.shared_expert, 0, slot, red, &flag);
-    else if (slot < n_active)
-        gate_up_block<Fmt>(p, p.experts, p.active_expert[slot], slot, red, &flag);
+    if (p.shared_expert && (slot == n_active || slot == n_active + 1)) {
+        constexpr int kRows = 32;
+        const int row0 = (slot - n_active) * (p.I / 2) + int(blockIdx.x) * kRows;
+        gate_up_block<Fp8BlockWeights, kRows / 16, Cfg::kUpRT * Cfg::kUpKS * 16 / kRows>(p, p.shared_expert, 0,
+                                                                                        n_active, row0, red, &flag);
+    } else if (slot < n_active) {
+        gate_up_block<Fmt>(p, p.experts, p.active_expert[slot], slot, int(blockIdx.x) * Cfg::kUpRows, red, &flag);
+    }
 }
 
 // One down block of slot `slot` (expert e of `table`, format Fmt); `items` = blocks per row range that combine.
@@ -237,11 +244,13 @@ Status dynamic_smem_for(Kernel kernel, int64_t K, size_t& bytes) {
 
 template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
+    // grid rows: the routed slots, then the shared expert's (two for gate/up, one for down: the kernels above)
     const unsigned slots = unsigned(p.slots + (p.shared_expert ? 1 : 0));
+    const unsigned up_slots = slots + (p.shared_expert ? 1u : 0u);
     size_t up_smem = 0, down_smem = 0;
     DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_gate_up_kernel<Fmt>, p.D, up_smem));
     DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_down_kernel<Fmt>, p.I, down_smem));
-    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), slots);
+    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), up_slots);
     sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, up_smem, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
     const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), slots);

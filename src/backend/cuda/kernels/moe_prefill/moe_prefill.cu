@@ -166,7 +166,9 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int g,
 
 // Launches 2 (kGateUp) and 3: the grouped GEMMs. tmap_a: xg [T·K, D] (gate/up) or hq [T·K, I] (down), e4m3, box 128
 // rows x 128 bytes, 128-byte swizzle, rows past T·K zero-filled.
-template <bool kGateUp>
+// kRepacked: the experts are in the repacked layout (mxfp4_repacked.h: bits permuted inside each word, scale words
+// (e_max, deltas)); the converter's output is the same e4m3 tile.
+template <bool kGateUp, bool kRepacked>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     moe_prefill_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const MoePrefillParams p) {
     pdl_enter();
@@ -228,16 +230,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             const uint8_t* slot = raw + (g % Cfg::kRaw) * Cfg::kRawStageBytes;
             const uint32_t sw = *reinterpret_cast<const uint32_t*>(slot + Cfg::kRawNibBytes + r * 4);
-            const int e[4] = {int(sw & 0xff), int((sw >> 8) & 0xff), int((sw >> 16) & 0xff), int(sw >> 24)};
-            const int e_max = max(max(e[0], e[1]), max(e[2], e[3]));
+            // the four 32-blocks' spreads below the row's largest exponent (the repacked word holds them already)
+            int e_max, delta[4];
+            if constexpr (kRepacked) {
+                e_max = int(sw & 0xff);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) delta[q] = int((sw >> (8 + 4 * q)) & 15);
+            } else {
+                const int e[4] = {int(sw & 0xff), int((sw >> 8) & 0xff), int((sw >> 16) & 0xff), int(sw >> 24)};
+                e_max = max(max(e[0], e[1]), max(e[2], e[3]));
+#pragma unroll
+                for (int q = 0; q < 4; ++q) delta[q] = e_max - e[q];
+            }
             wscale[stage * Cfg::kBN + r] = pow2_f32(e_max - 133);
             uint8_t* row_base = sB + r * Cfg::kBK;
+            auto to_e4m3 = [](uint32_t w, const uint2& t) {
+                return kRepacked ? repacked_x8_to_e4m3(w, t.x, t.y) : e2m1x8_to_e4m3(w, t.x, t.y);
+            };
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const uint4 nib = *reinterpret_cast<const uint4*>(slot + (q * 128 + r) * 16);
-                const uint2 t = *reinterpret_cast<const uint2*>(tables + 8 * min(e_max - e[q], Cfg::kDeltas - 1));
-                const uint2 o0 = e2m1x8_to_e4m3(nib.x, t.x, t.y), o1 = e2m1x8_to_e4m3(nib.y, t.x, t.y);
-                const uint2 o2 = e2m1x8_to_e4m3(nib.z, t.x, t.y), o3 = e2m1x8_to_e4m3(nib.w, t.x, t.y);
+                const uint2 t = *reinterpret_cast<const uint2*>(tables + 8 * min(delta[q], Cfg::kDeltas - 1));
+                const uint2 o0 = to_e4m3(nib.x, t), o1 = to_e4m3(nib.y, t);
+                const uint2 o2 = to_e4m3(nib.z, t), o3 = to_e4m3(nib.w, t);
                 // elements 32q..32q+15 = 16-byte chunk 2q, 32q+16..32q+31 = chunk 2q+1, swizzled by row % 8
                 *reinterpret_cast<uint4*>(row_base + ((2 * q) ^ (r & 7)) * 16) = make_uint4(o0.x, o0.y, o1.x, o1.y);
                 *reinterpret_cast<uint4*>(row_base + ((2 * q + 1) ^ (r & 7)) * 16) =
@@ -434,8 +449,10 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     const std::string op = "sm90_mxfp4_moe_prefill";
     if (!a.x || !a.idx || !a.route_w || !a.experts || !a.y || !a.workspace)
         return invalid_argument(op + ": null pointer (x, idx, route_w, experts, y and workspace are required)");
-    if (a.format != MoeWeightFormat::kMXFP4 || a.nvfp4_experts || a.fp8_experts)
-        return invalid_argument(op + ": MXFP4 experts only (format " + moe_weight_format_name(a.format) +
+    if ((a.format != MoeWeightFormat::kMXFP4 && a.format != MoeWeightFormat::kMXFP4Repacked) || a.nvfp4_experts ||
+        a.fp8_experts)
+        return invalid_argument(op + ": MXFP4 experts only, shipped or repacked (format " +
+                                moe_weight_format_name(a.format) +
                                 "); NVFP4 and FP8-block experts run through sm90_mxfp4_moe_decode");
     if (a.shared_expert)
         return invalid_argument(op + ": the shared expert runs inside sm90_mxfp4_moe_decode only; pass its output in "
@@ -483,22 +500,28 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     DSV4_ASSIGN_OR_RETURN(CUtensorMap map_h, e4m3_kmajor_tensor_map(p.hq, picks, a.inter, Cfg::kBM, Cfg::kBK,
                                                                      op.c_str(), "hidden activations"));
 
-    static const cudaError_t attr_up = cudaFuncSetAttribute(
-        moe_prefill_gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    DSV4_CUDA_TRY(attr_up, "cudaFuncSetAttribute(moe_prefill gate/up shared memory)");
-    static const cudaError_t attr_down = cudaFuncSetAttribute(
-        moe_prefill_gemm_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    DSV4_CUDA_TRY(attr_down, "cudaFuncSetAttribute(moe_prefill down shared memory)");
+    const bool repacked = a.format == MoeWeightFormat::kMXFP4Repacked;
+    auto* gate_up = repacked ? moe_prefill_gemm_kernel<true, true> : moe_prefill_gemm_kernel<true, false>;
+    auto* down = repacked ? moe_prefill_gemm_kernel<false, true> : moe_prefill_gemm_kernel<false, false>;
+    static const cudaError_t attr = [] {
+        for (auto* k : {moe_prefill_gemm_kernel<true, false>, moe_prefill_gemm_kernel<false, false>,
+                        moe_prefill_gemm_kernel<true, true>, moe_prefill_gemm_kernel<false, true>}) {
+            const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }();
+    DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(moe_prefill shared memory)");
 
     const int64_t sms = current_sm_count();
     const unsigned prep_grid = unsigned((a.tokens + Cfg::kPrepTokens - 1) / Cfg::kPrepTokens);
     moe_prefill_prepare_kernel<<<prep_grid, Cfg::kPrepThreads, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_prepare"));
     const unsigned up_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.inter / Cfg::kUpRows)));
-    moe_prefill_gemm_kernel<true><<<up_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_x, p);
+    gate_up<<<up_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_x, p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_gate_up"));
     const unsigned down_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.dim / Cfg::kBN)));
-    moe_prefill_gemm_kernel<false><<<down_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_h, p);
+    down<<<down_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_h, p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_down"));
     moe_prefill_combine_kernel<<<unsigned(a.tokens), Cfg::kCombineThreads, 0, stream>>>(p);
     return launch_status("moe_prefill_combine");

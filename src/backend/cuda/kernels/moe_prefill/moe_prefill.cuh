@@ -152,6 +152,15 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t w, uint32_t tl, uint32_
     return make_uint2(lo | (~(pos_lo << 7) & 0x80808080u), hi | (~(pos_hi << 7) & 0x80808080u));
 }
 
+// The same for a word of the repacked layout (mxfp4_repacked.h): its table conversion yields the bytes in the order
+// (v0, v4, v1, v5 | v2, v6, v3, v7); two byte permutations put them back in element order, so the B tile (and its K
+// order against the activations) is the shipped layout's, bit for bit. (tl, th): the table of the block's delta.
+__device__ __forceinline__ uint2 repacked_x8_to_e4m3(uint32_t r, uint32_t tl, uint32_t th) {
+    uint32_t lo, hi;
+    mxfp4_repacked_to_e4m3(r, tl, th, lo, hi);
+    return make_uint2(prmt_b32(lo, hi, 0x6420u), prmt_b32(lo, hi, 0x7531u));
+}
+
 // 2^e as f32 for e >= -149 (subnormal below -126), e <= 127.
 __device__ __forceinline__ float pow2_f32(int e) {
     return e >= -126 ? __uint_as_float(uint32_t(e + 127) << 23) : (e >= -149 ? __uint_as_float(1u << (e + 149)) : 0.f);

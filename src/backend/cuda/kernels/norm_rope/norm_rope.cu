@@ -55,16 +55,18 @@ Status sm90_q_head_norm_rope(Precision precision, const QHeadNormRopeArgs& a, St
                                 " must be a multiple of 8 in [64, 1024]");
     if (a.rope && !a.positions) return invalid_argument(op + ": rope needs positions");
     if (!is_aligned(a.q, 16)) return invalid_argument(op + ": q not 16-byte aligned");
-    const int64_t warps = a.tokens * ((a.heads + Cfg::kHeadsPerWarp - 1) / Cfg::kHeadsPerWarp);
+    const int hpw = a.tokens * a.heads >= Cfg::kHeadsPerWarpFrom ? Cfg::kHeadsPerWarp : 1;
+    const int64_t warps = a.tokens * ((a.heads + hpw - 1) / hpw);
     if (warps == 0) return Status::ok();
     const int64_t n = a.tokens;
     const unsigned grid = unsigned((warps + Cfg::kWarpsPerBlock - 1) / Cfg::kWarpsPerBlock);
     if (precision == Precision::kReference)
         sm90_q_head_norm_rope_kernel<__nv_bfloat16><<<grid, Cfg::kWarpsPerBlock * 32, 0, stream>>>(
-            static_cast<__nv_bfloat16*>(a.q), n, int(a.heads), int(a.head_dim), a.eps, a.rope, a.positions, a.freqs);
+            static_cast<__nv_bfloat16*>(a.q), n, int(a.heads), int(a.head_dim), hpw, a.eps, a.rope, a.positions,
+            a.freqs);
     else
         sm90_q_head_norm_rope_kernel<float><<<grid, Cfg::kWarpsPerBlock * 32, 0, stream>>>(
-            static_cast<float*>(a.q), n, int(a.heads), int(a.head_dim), a.eps, a.rope, a.positions, a.freqs);
+            static_cast<float*>(a.q), n, int(a.heads), int(a.head_dim), hpw, a.eps, a.rope, a.positions, a.freqs);
     return launch_status(op.c_str());
 }
 

@@ -15,7 +15,10 @@ struct NormRopeConfig {
     static constexpr int kNormMaxChunks = 4;   // 8-value chunks per thread: dim <= 256·8·4 = 8192
     static constexpr int kWarpsPerBlock = 4;   // q norm / rope blocks
     static constexpr int kHeadMaxChunks = 4;   // q head: head_dim <= 32·8·4 = 1024
-    static constexpr int kHeadsPerWarp = 4;    // q heads per warp: one f64 sincos per 4 head vectors
+    // q heads per warp when the launch has warps to spare (prefill): one f64 sincos per 4 head vectors; small launches
+    // (decode) take one head per warp, so a token's heads run side by side instead of 4 in a row per warp
+    static constexpr int kHeadsPerWarp = 4;
+    static constexpr int kHeadsPerWarpFrom = 4096;  // warps a one-head-per-warp launch would have
 };
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -95,21 +98,21 @@ __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
     }
 }
 
-// grid: ceil(tokens·ceil(heads/kHeadsPerWarp) / kWarpsPerBlock); one warp per kHeadsPerWarp head vectors of one
-// token (the f64 cos/sin is computed once per warp and reused); lane L holds chunks L, L+32, ... of a vector.
+// grid: ceil(tokens·ceil(heads/hpw) / kWarpsPerBlock); one warp per hpw head vectors of one token (the f64 cos/sin
+// is computed once per warp and reused); lane L holds chunks L, L+32, ... of a vector.
 template <typename ActT>
 __global__ void __launch_bounds__(NormRopeConfig::kWarpsPerBlock * 32)
-    sm90_q_head_norm_rope_kernel(ActT* __restrict__ q, int64_t tokens, int heads, int head_dim, float eps,
+    sm90_q_head_norm_rope_kernel(ActT* __restrict__ q, int64_t tokens, int heads, int head_dim, int hpw, float eps,
                                  bool rope, const int64_t* __restrict__ positions, backend::RopeFreqs freqs) {
     pdl_enter();
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
-    constexpr int kC = NormRopeConfig::kHeadMaxChunks, kHpw = NormRopeConfig::kHeadsPerWarp;
+    constexpr int kC = NormRopeConfig::kHeadMaxChunks;
     const int lane = threadIdx.x & 31;
-    const int64_t groups = (heads + kHpw - 1) / kHpw;
+    const int64_t groups = (heads + hpw - 1) / hpw;
     const int64_t wid = int64_t(blockIdx.x) * NormRopeConfig::kWarpsPerBlock + (threadIdx.x >> 5);
     if (wid >= tokens * groups) return;  // whole warps leave together
     const int64_t t = wid / groups;
-    const int h0 = int(wid % groups) * kHpw, h1 = min(h0 + kHpw, heads);
+    const int h0 = int(wid % groups) * hpw, h1 = min(h0 + hpw, heads);
     float cs = 1, sn = 0;
     if (rope) rope_cos_sin(positions[t], freqs.f[lane], false, cs, sn);
     const int chunks = head_dim / 8;

@@ -26,4 +26,16 @@ struct RouterSelectArgs {
 };
 Status sm90_router_select(const RouterSelectArgs& a, StreamHandle stream);
 
+// The gate and the selection in one launch, for decode batches (reference numerics): logits = x · gateᵀ with bf16 x
+// and gate and f32 sums (the order differs from the GEMM's: the last bits of a logit may), then as
+// sm90_router_select (whose `logits` field it ignores). One cluster of 16 CTAs per token.
+struct RouterGateArgs {
+    const void* x = nullptr;  // bf16 [T, D], 16-byte aligned
+    int64_t dim = 0;          // D, a multiple of 256
+    DeviceWeightView gate;    // bf16 [E, D]
+    float* logits = nullptr;  // [T, E] the gate's output, or null (not stored)
+};
+bool router_gate_select_fits(int64_t dim, const DeviceWeightView& gate);
+Status sm90_router_gate_select(const RouterGateArgs& g, const RouterSelectArgs& a, StreamHandle stream);
+
 }  // namespace dsv4::cuda
