@@ -27,8 +27,6 @@ namespace {
 // chunk region of the KV pools at 512 KiB while amortising each weight read over many tokens.
 constexpr int64_t kMaxChunkRows = 256;
 constexpr int64_t kDefaultMaxContext = 4096;
-// The GPU pass: the fused MoE decode kernel serves up to 256 rows, and 256 rows already fill the tensor cores.
-constexpr int64_t kGpuMaxPassRows = 256;
 // The batched head writes through a staging buffer of this many bytes at most (whole logits rows): a real
 // vocabulary's 129K f32 logits are 0.5 MB a row, so a 512-row staging would be 256 MB.
 constexpr int64_t kHeadStagingBytes = int64_t(64) << 20;
@@ -128,7 +126,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
         cache.tokens = options.cuda_cache_tokens > 0 ? options.cuda_cache_tokens
                                                      : std::max(options.cuda_sessions * 4096, cache.max_context);
         DSV4_ASSIGN_OR_RETURN(impl->gpu, engine::load_gpu_model(impl->config, impl->views, precision,
-                                                                std::min(options.max_batch_rows, kGpuMaxPassRows),
+                                                                std::min(options.max_batch_rows, engine::kGpuMaxPassRows),
                                                                 cache));
         engine::set_gpu_graphs(*impl->gpu, options.cuda_graphs);
         impl->gpu_pass.reserve(size_t(options.max_batch_rows));

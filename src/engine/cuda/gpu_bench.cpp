@@ -204,6 +204,12 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
     return Status::ok();
 }
 
+// The model's largest pass: the decode batches (up to 256 sequences) and the prefill's passes (the engine's).
+int64_t bench_pass_rows(const GpuBenchOptions& o, int64_t max_batch) {
+    const int64_t decode = std::min<int64_t>(max_batch, 256);
+    return o.prefill_tokens > 0 ? std::max(decode, std::min(o.prefill_tokens, engine::kGpuMaxPassRows)) : decode;
+}
+
 }  // namespace
 
 Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
@@ -218,7 +224,7 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                  dev.driver_version.c_str());
     const auto t0 = std::chrono::steady_clock::now();
     DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m,
-                          engine::make_synthetic_gpu_model(cfg, precision, std::min<int64_t>(max_batch, 256)));
+                          engine::make_synthetic_gpu_model(cfg, precision, bench_pass_rows(o, max_batch)));
     DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, 4096, 4096));
     engine::set_gpu_graphs(*m, o.graphs);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

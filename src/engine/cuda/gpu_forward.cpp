@@ -11,6 +11,7 @@
 #include "backend/cuda/kernels/linear/linear.h"
 #include "backend/cuda/kernels/mhc/mhc.h"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 #include "backend/cuda/kernels/router/router.h"
 #include "engine/cuda/gpu_internal.h"
@@ -103,10 +104,11 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
     return cuda::sm90_rmsnorm(m.precision, np, m.stream.handle());
 }
 
-// The fused W4A8 decode kernel serves reference numerics with MXFP4 experts at the shapes it supports; everything
-// else (f32 mode, bf16 experts, tiny widths, long passes) runs the generic routed-experts path.
-bool fused_moe_fits(const GpuModel& m, const GpuMoe& w, int64_t rows) {
-    return m.precision == Precision::kReference && w.mxfp4 && rows <= 256 && fused_moe_shapes(m.cfg);
+// The fused W4A8 kernels (decode up to kMoeDecodeKernelMaxRows rows, prefill above) serve reference numerics with
+// MXFP4 experts at the shapes they support; everything else (f32 mode, bf16 experts, tiny widths) runs the generic
+// routed-experts path.
+bool fused_moe_fits(const GpuModel& m, const GpuMoe& w) {
+    return m.precision == Precision::kReference && w.mxfp4 && fused_moe_shapes(m.cfg);
 }
 
 // MoE sub-block (§5.5): pass.normed → pass.block_out.
@@ -146,9 +148,10 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         DSV4_RETURN_IF_ERROR(cuda::sm90_router_select(rp, st));
     }
 
-    const bool fused = fused_moe_fits(m, w, rows);
+    const bool fused = fused_moe_fits(m, w);
+    const bool prefill_kernel = fused && rows > kMoeDecodeKernelMaxRows;
     const bool has_shared = !w.shared_w1.empty();
-    const bool shared_fused = fused && w.shared_fp8 && rows <= kFusedSharedExpertMaxRows;
+    const bool shared_fused = fused && !prefill_kernel && w.shared_fp8 && rows <= kFusedSharedExpertMaxRows;
     if (has_shared && !shared_fused) {
         cuda::ExpertArgs ea;
         ea.x = s.normed.data();
@@ -163,8 +166,8 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         DSV4_RETURN_IF_ERROR(cuda::sm90_expert(m.precision, ea, st));
     }
     if (w.mxfp4_repacked && !fused)
-        return internal_error("moe_block: the layer's experts are in the decode kernel's repacked layout, which only "
-                              "the fused kernel reads, but a pass of " + std::to_string(rows) + " rows cannot use it");
+        return internal_error("moe_block: the layer's experts are in the repacked layout, which only the fused "
+                              "kernels read, but this model's precision or shapes do not take them");
     if (fused) {
         cuda::MoeDecodeArgs md;
         md.x = s.normed.data();
@@ -183,7 +186,7 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         md.limit = float(c.swiglu_limit);
         md.workspace = s.workspace.data();
         md.workspace_bytes = s.workspace.bytes();
-        return cuda::sm90_mxfp4_moe_decode(md, st);
+        return prefill_kernel ? cuda::sm90_mxfp4_moe_prefill(md, st) : cuda::sm90_mxfp4_moe_decode(md, st);
     }
     cuda::RoutedExpertsArgs ra;
     ra.x = s.normed.data();
@@ -223,7 +226,8 @@ Status block_forward(GpuModel& m, const GpuLayer& layer, int slot, std::span<Gpu
     return Status::ok();
 }
 
-// The head (§5.6): [the last layer's hc_post +] hc_head collapse, RMSNorm, f32 logits [rows, vocab] into pass.logits.
+// The head (§5.6): [the last layer's hc_post +] hc_head collapse, RMSNorm into pass.normed; then, for a pass of at
+// most kHeadChunkRows rows, the f32 logits [rows, vocab] into pass.logits (longer passes: head_logits per chunk).
 Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost& pending) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
@@ -247,7 +251,28 @@ Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost&
     np.eps = float(c.rms_norm_eps);
     np.y = s.normed.data();
     DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(m.precision, np, m.stream.handle()));
+    if (rows > kHeadChunkRows) return Status::ok();
     return gpu_linear(m, s.normed.data(), rows, m.head, LinearOut::kF32, s.logits.data());
+}
+
+// The logits of a long pass, kHeadChunkRows rows at a time through pass.logits, each chunk copied into the host
+// buffers of the sequences it covers (stream order keeps a chunk's copies ahead of the next chunk's GEMM).
+Status head_logits_in_chunks(GpuModel& m, std::span<const GpuBatchSeq> seqs, int64_t rows) {
+    GpuPass& s = m.pass;
+    const int64_t vocab = m.cfg.vocab_size, D = m.cfg.hidden_size;
+    const cuda::StreamHandle st = m.stream.handle();
+    for (int64_t r0 = 0; r0 < rows; r0 += kHeadChunkRows) {
+        const int64_t n = std::min(kHeadChunkRows, rows - r0);
+        DSV4_RETURN_IF_ERROR(gpu_linear(m, at(s.normed, r0 * D * int64_t(m.act_bytes)), n, m.head, LinearOut::kF32,
+                                        s.logits.data()));
+        for (const GpuBatchSeq& q : seqs) {
+            const int64_t lo = std::max(r0, q.row0), hi = std::min(r0 + n, q.row0 + q.n);
+            if (lo >= hi) continue;
+            DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits + (lo - q.row0) * vocab, at(s.logits, (lo - r0) * vocab * 4),
+                                                  size_t((hi - lo) * vocab) * 4, st));
+        }
+    }
+    return Status::ok();
 }
 
 }  // namespace
@@ -360,9 +385,13 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     } else {
         DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, rows, decode));
     }
-    for (const GpuBatchSeq& q : seqs)
-        DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits, at(s.logits, q.row0 * c.vocab_size * 4),
-                                              size_t(q.n * c.vocab_size) * 4, st));
+    if (rows > kHeadChunkRows) {
+        DSV4_RETURN_IF_ERROR(head_logits_in_chunks(m, seqs, rows));
+    } else {
+        for (const GpuBatchSeq& q : seqs)
+            DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits, at(s.logits, q.row0 * c.vocab_size * 4),
+                                                  size_t(q.n * c.vocab_size) * 4, st));
+    }
     DSV4_RETURN_IF_ERROR(m.stream.synchronize());
     for (GpuBatchSeq& q : seqs) q.seq->position += q.n;
     return Status::ok();

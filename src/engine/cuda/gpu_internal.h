@@ -83,7 +83,7 @@ struct GpuPass {
     DeviceBuffer route_idx, route_w; // int32 / f32 [R, K]
     DeviceBuffer expert_out;         // f32 [R, K, D]
     DeviceBuffer shared_out;         // act [R, D]
-    DeviceBuffer logits;             // f32 [R, vocab]
+    DeviceBuffer logits;             // f32 [min(R, kHeadChunkRows), vocab]
     DeviceBuffer bad_token;          // int32, the embedding's out-of-range report
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
     // attention's per-sequence work (one sequence at a time, or every row at once in a decode step)
@@ -205,9 +205,17 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
 // Keeps a weight in m.owned and returns its view.
 Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d);
 Status make_gpu_pass(GpuModel& m, int64_t rows);
-// The model shapes the fused MoE decode kernel takes (sm90_mxfp4_moe_decode: D, I multiples of 512, E <= 1024,
-// K <= 16); the rows of a pass must also be <= 256.
+// The model shapes the fused MoE kernels take (sm90_mxfp4_moe_decode: D, I multiples of 512, E <= 1024, K <= 16;
+// sm90_mxfp4_moe_prefill takes these too).
 bool fused_moe_shapes(const model::ModelConfig& c);
+// Passes of up to this many rows run the routed experts in the decode kernel (bandwidth-shaped, one sweep of the
+// touched experts); longer ones in the prefill kernel (FP8 wgmma grouped GEMMs). docs/kernels/moe_prefill.md: at
+// 256 tokens the decode kernel takes 2.1 ms per V4-Flash layer and the prefill kernel 4.2; at 1,024 it is 8.3
+// (4 passes) against 4.4.
+constexpr int64_t kMoeDecodeKernelMaxRows = 256;
+// The head's logits are computed (and copied out) this many rows at a time: a real vocabulary's f32 logits are
+// 0.5 MB a row, so a 2,048-row pass would otherwise hold 1 GB of them.
+constexpr int64_t kHeadChunkRows = 256;
 
 // The fused kernel runs the shared expert as one more slot up to this many rows. Its slot holds every row, so past
 // a few rows it is the launches' longest item while the routed slots hold 1-3 rows each: dsv4 bench 4K on the

@@ -7,6 +7,7 @@
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/linear/linear.h"
 #include "backend/cuda/kernels/moe/mxfp4_repack.h"
+#include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 #include "core/formats.h"
 #include "engine/cuda/gpu_internal.h"
 
@@ -112,13 +113,14 @@ Result<const T*> put_table(GpuModel& m, const std::vector<T>& host, const std::s
     return m.tables.back().as<const T>();
 }
 
-// Routed MXFP4 experts that only the fused decode kernel will read — reference numerics, passes of at most 256 rows,
-// its shapes — go into its repacked layout (docs/kernels/moe.md, "Repacked MXFP4": the same values, converted in fewer
-// instructions) when every matrix of the layer can be repacked exactly; otherwise the layer keeps the shipped layout,
-// which the same kernel reads. Returns whether the layer was repacked. In place on the uploaded weights.
+// Routed MXFP4 experts that only the fused kernels will read — reference numerics, their shapes; the decode kernel
+// below kMoeDecodeKernelMaxRows rows, the prefill kernel above, both read either layout — go into the repacked
+// layout (docs/kernels/moe.md, "Repacked MXFP4": the same values, converted in fewer instructions) when every
+// matrix of the layer can be repacked exactly; otherwise the layer keeps the shipped layout. Returns whether the
+// layer was repacked. In place on the uploaded weights.
 Result<bool> repack_layer_experts(GpuModel& m, const std::vector<cuda::Mxfp4ExpertPtrs>& experts) {
     const model::ModelConfig& c = m.cfg;
-    if (m.precision != Precision::kReference || m.max_rows > 256 || !fused_moe_shapes(c)) return false;
+    if (m.precision != Precision::kReference || !fused_moe_shapes(c)) return false;
     const int64_t D = c.hidden_size, I = c.moe_inter_dim;
     const cuda::StreamHandle st = m.stream.handle();
     DSV4_ASSIGN_OR_RETURN(DeviceBuffer bad, DeviceBuffer::allocate(sizeof(int), "expert repack check"));
@@ -253,7 +255,8 @@ size_t workspace_bytes(const GpuModel& m, int64_t rows) {
     auto lin = [&](const DeviceWeightView& w, LinearOut out) {
         if (!w.empty()) n = std::max(n, cuda::sm90_linear_workspace_bytes(p, rows, w, out));
     };
-    lin(m.head, LinearOut::kF32);
+    if (!m.head.empty()) n = std::max(n, cuda::sm90_linear_workspace_bytes(p, std::min(rows, kHeadChunkRows), m.head,
+                                                                           LinearOut::kF32));
     for (const GpuLayer& l : m.layers) {
         const GpuAttention& a = l.attn;
         for (const DeviceWeightView* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b, &a.index_wq_b, &a.index_weights_proj})
@@ -266,9 +269,13 @@ size_t workspace_bytes(const GpuModel& m, int64_t rows) {
     }
     const int64_t k = c.n_experts_per_token;
     n = std::max(n, cuda::sm90_routed_experts_workspace_bytes(p, rows, k, c.hidden_size, c.moe_inter_dim));
-    if (p == Precision::kReference && rows <= 256)
-        n = std::max(n, cuda::sm90_mxfp4_moe_decode_workspace_bytes(rows, k, c.n_routed_experts, c.hidden_size,
+    if (p == Precision::kReference)
+        n = std::max(n, cuda::sm90_mxfp4_moe_decode_workspace_bytes(std::min(rows, kMoeDecodeKernelMaxRows), k,
+                                                                    c.n_routed_experts, c.hidden_size,
                                                                     c.moe_inter_dim));
+    if (p == Precision::kReference && rows > kMoeDecodeKernelMaxRows)
+        n = std::max(n, cuda::sm90_mxfp4_moe_prefill_workspace_bytes(rows, k, c.n_routed_experts, c.hidden_size,
+                                                                     c.moe_inter_dim));
     return n;
 }
 
@@ -360,7 +367,7 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_RETURN_IF_ERROR(alloc(s.route_w, R * c.n_experts_per_token * 4, "routes"));
     DSV4_RETURN_IF_ERROR(alloc(s.expert_out, R * c.n_experts_per_token * D * 4, "expert outputs"));
     DSV4_RETURN_IF_ERROR(alloc(s.shared_out, R * D * a, "shared expert output"));
-    DSV4_RETURN_IF_ERROR(alloc(s.logits, R * c.vocab_size * 4, "logits"));
+    DSV4_RETURN_IF_ERROR(alloc(s.logits, std::min(R, kHeadChunkRows) * c.vocab_size * 4, "logits"));
     DSV4_RETURN_IF_ERROR(alloc(s.bad_token, 4, "token check"));
     DSV4_RETURN_IF_ERROR(alloc(s.workspace, int64_t(workspace_bytes(m, R)), "op workspace"));
     return Status::ok();

@@ -51,6 +51,9 @@ Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, 
                                                  const GpuCacheOptions& cache);
 // Rows of the largest pass (the pass buffers' size).
 int64_t gpu_max_rows(const GpuModel& m);
+// The largest GPU pass: 2,048 rows, so that a long prompt's passes read each routed expert's weights once per 2,048
+// tokens (the prefill MoE kernel, above 256 rows: docs/kernels/moe_prefill.md).
+constexpr int64_t kGpuMaxPassRows = 2048;
 // Bytes of weights resident on the GPU.
 uint64_t gpu_weight_bytes(const GpuModel& m);
 
