@@ -149,7 +149,7 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     }
 
     const bool fused = fused_moe_fits(m, w);
-    const bool prefill_kernel = fused && rows > kMoeDecodeKernelMaxRows;
+    const bool prefill_kernel = fused && rows > m.moe_prefill_above;
     const bool has_shared = !w.shared_w1.empty();
     const bool shared_fused = fused && !prefill_kernel && w.shared_fp8 && rows <= kFusedSharedExpertMaxRows;
     if (has_shared && !shared_fused) {

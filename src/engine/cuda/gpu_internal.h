@@ -159,11 +159,20 @@ struct GpuWeightSource {
     Result<DeviceWeightView> (*norm)(GpuModel& m, const WeightView& w, const std::string& name);    // bf16
 };
 
+// Passes of up to this many rows run the routed experts in the decode kernel (bandwidth-shaped, one sweep of the
+// touched experts); longer ones in the prefill kernel (FP8 wgmma grouped GEMMs). docs/kernels/moe_prefill.md: at
+// 256 tokens the decode kernel takes 2.1 ms per V4-Flash layer and the prefill kernel 4.2; at 1,024 it is 8.3
+// (4 passes) against 4.4.
+constexpr int64_t kMoeDecodeKernelMaxRows = 256;
+
 struct GpuModel {
     model::ModelConfig cfg;
     const GpuWeightSource* source = nullptr;
     int64_t max_rows = 0;  // the largest pass, known before the weights are uploaded
     bool use_graphs = true;
+    // Passes of more rows than this run the routed experts in the prefill kernel. Tests lower it, on a model whose
+    // pass exceeds kMoeDecodeKernelMaxRows (so the workspace holds the prefill kernel's), to compare the kernels.
+    int64_t moe_prefill_above = kMoeDecodeKernelMaxRows;
     backend::Precision precision = backend::Precision::kReference;
     size_t act_bytes = 2;            // bytes of one activation value
     cuda::Stream stream;
@@ -208,11 +217,6 @@ Status make_gpu_pass(GpuModel& m, int64_t rows);
 // The model shapes the fused MoE kernels take (sm90_mxfp4_moe_decode: D, I multiples of 512, E <= 1024, K <= 16;
 // sm90_mxfp4_moe_prefill takes these too).
 bool fused_moe_shapes(const model::ModelConfig& c);
-// Passes of up to this many rows run the routed experts in the decode kernel (bandwidth-shaped, one sweep of the
-// touched experts); longer ones in the prefill kernel (FP8 wgmma grouped GEMMs). docs/kernels/moe_prefill.md: at
-// 256 tokens the decode kernel takes 2.1 ms per V4-Flash layer and the prefill kernel 4.2; at 1,024 it is 8.3
-// (4 passes) against 4.4.
-constexpr int64_t kMoeDecodeKernelMaxRows = 256;
 // The head's logits are computed (and copied out) this many rows at a time: a real vocabulary's f32 logits are
 // 0.5 MB a row, so a 2,048-row pass would otherwise hold 1 GB of them.
 constexpr int64_t kHeadChunkRows = 256;
