@@ -1,16 +1,19 @@
 // Long GPU passes (label gpu): a prompt fed in one pass of more than 256 rows runs its routed experts in the prefill
 // MoE kernel (sm90_mxfp4_moe_prefill, FP8 wgmma) and computes the head's logits in chunks; fed in passes of 256 it
-// runs them in the decode kernel. On a V4-Flash-shaped model (4 layers, 3 hash-routed and 1 score-routed, random
-// weights generated on the GPU in the shipped formats, experts in the repacked layout) both must give the same
-// logits up to the two kernels' rounding.
-//
-// Bound: each MoE kernel is within rel_l2 ~5e-3 of the CPU composition (docs/kernels/moe_prefill.md), and the two
-// feeds also differ in the attention's chunking (reference numerics round per pass). 4 layers carry that into the
-// logits; a wrong expert, scale, row or logits chunk gives an error of the logits' own size (rel_l2 ~1).
+// runs them in the decode kernel. On a one-layer V4-Flash-shaped model (random weights generated on the GPU in the
+// shipped formats, experts in the repacked layout; a hash-routed CSA layer, a score-routed HCA layer) three distances are measured:
+//   chunking: decode kernel, passes of 256 vs 128 (reference numerics round per pass; the scale of the noise),
+//   kernel:   passes of 256, prefill vs decode kernel (the MoE kernels alone),
+//   pass:     prefill kernel, one pass of 1024 vs passes of 256 (the long pass and the chunked head).
+// Measured on the H200 (2026-11-30): chunking 0.035, kernel 0.0072, pass 0.037 (rel_l2 of the logits). A wrong
+// expert, scale, row or logits chunk gives an error of the logits' own size (~1). More layers amplify every
+// difference alike (4 layers: 0.19 for all three), so they would test nothing more.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device.h"
@@ -22,13 +25,22 @@
 namespace dsv4::model_tests {
 namespace {
 
-Result<model::ModelConfig> flash_layers(int64_t layers) {
+struct LayerKind {
+    bool hash_routed = false;
+    int compress_ratio = 4;  // 4: CSA (with the indexer), 128: HCA
+};
+
+void PrintTo(const LayerKind& k, std::ostream* os) {
+    *os << (k.hash_routed ? "hash-routed" : "score-routed") << ", compress ratio " << k.compress_ratio;
+}
+
+// V4-Flash's shapes, one layer of the given kind.
+Result<model::ModelConfig> one_layer_flash(LayerKind kind) {
     DSV4_ASSIGN_OR_RETURN(model::ModelConfig c, model::preset_config("flash"));
     const int mtp_ratio = c.compress_ratios.back();
-    c.compress_ratios.resize(size_t(layers));
-    c.compress_ratios.push_back(mtp_ratio);
-    c.num_layers = layers;
-    c.num_hash_layers = std::min<int64_t>(c.num_hash_layers, layers);
+    c.compress_ratios = {kind.compress_ratio, mtp_ratio};
+    c.num_layers = 1;
+    c.num_hash_layers = kind.hash_routed ? 1 : 0;
     c.num_mtp_layers = 0;
     return c;
 }
@@ -60,12 +72,12 @@ Distance distance(const std::vector<float>& a, const std::vector<float>& b, int6
     return {rel_l2(a, b), top1_agreement(a, b, vocab)};
 }
 
-class GpuLongPass : public ::testing::TestWithParam<int64_t> {};
+class GpuLongPass : public ::testing::TestWithParam<LayerKind> {};
 
 TEST_P(GpuLongPass, PrefillMoeKernelMatchesDecodeKernelPasses) {
     auto count = cuda::device_count();
     if (!count.is_ok() || *count == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
-    auto cfg = flash_layers(GetParam());
+    auto cfg = one_layer_flash(GetParam());
     ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
     const int64_t n = 1024, vocab = cfg->vocab_size;
     auto made = engine::make_synthetic_gpu_model(*cfg, backend::Precision::kReference, n);
@@ -90,11 +102,16 @@ TEST_P(GpuLongPass, PrefillMoeKernelMatchesDecodeKernelPasses) {
                 kernel.top1);
     std::printf("prefill kernel, one pass of 1024 vs passes of 256 (chunking, head in chunks): rel_l2 %.4g, top-1 "
                 "%.3f\n", pass.rel, pass.top1);
-    EXPECT_LE(kernel.rel, 3e-2);
-    EXPECT_LE(pass.rel, 3e-2);
+    EXPECT_LE(chunking.rel, 0.1);
+    EXPECT_LE(kernel.rel, 2e-2);
+    EXPECT_LE(pass.rel, 2 * chunking.rel);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layers, GpuLongPass, ::testing::Values(int64_t(1), int64_t(4)));
+INSTANTIATE_TEST_SUITE_P(Layer, GpuLongPass, ::testing::Values(LayerKind{true, 4}, LayerKind{false, 128}),
+                         [](const ::testing::TestParamInfo<LayerKind>& i) {
+                             return std::string(i.param.hash_routed ? "hash_" : "scores_") +
+                                    (i.param.compress_ratio == 4 ? "csa" : "hca");
+                         });
 
 }  // namespace
 }  // namespace dsv4::model_tests
