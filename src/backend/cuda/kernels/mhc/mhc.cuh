@@ -69,6 +69,22 @@ __device__ __forceinline__ void hc_split_sinkhorn_warp(float m, const float* __r
     comb = c;
 }
 
+// hc_post's arithmetic for stream k of 8 channels of one token: post_k·a + Σ_j comb[j][k]·r_j, each product rounded
+// and the sum taken left to right (the CPU reference's order); `cm` is the token's comb [4, 4].
+__device__ __forceinline__ void hc_post_mix8(const float* cm, float pk, int k, const float (&av)[8],
+                                             const float (&r)[MhcConfig::kHc][8], float (&o)[8]) {
+    constexpr int kHc = MhcConfig::kHc;
+    const float c0 = cm[k], c1 = cm[kHc + k], c2 = cm[2 * kHc + k], c3 = cm[3 * kHc + k];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        float s = __fmul_rn(c0, r[0][i]);
+        s = __fadd_rn(s, __fmul_rn(c1, r[1][i]));
+        s = __fadd_rn(s, __fmul_rn(c2, r[2][i]));
+        s = __fadd_rn(s, __fmul_rn(c3, r[3][i]));
+        o[i] = __fadd_rn(__fmul_rn(pk, av[i]), s);
+    }
+}
+
 // The previous sub-block's hc_post, for a collapse that runs it first (HcPostInput): its output chunk of stream k,
 // channels ch .. ch+7 of token t, out = post[k]·a + Σ_j comb[j][k]·R[j] with sm90_hc_post_kernel's arithmetic.
 struct HcPostInput {
@@ -85,17 +101,7 @@ __device__ __forceinline__ void hc_post_chunk(const HcPostInput& in, int64_t t, 
     load8(static_cast<const ActT*>(in.a) + t * dim + ch, av);
 #pragma unroll
     for (int j = 0; j < kHc; ++j) load8(static_cast<const ActT*>(in.residual) + (t * kHc + j) * dim + ch, r[j]);
-    const float* cm = in.comb + t * kHc * kHc;
-    const float pk = in.post[t * kHc + k];
-    const float c0 = cm[k], c1 = cm[kHc + k], c2 = cm[2 * kHc + k], c3 = cm[3 * kHc + k];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        float s = __fmul_rn(c0, r[0][i]);
-        s = __fadd_rn(s, __fmul_rn(c1, r[1][i]));
-        s = __fadd_rn(s, __fmul_rn(c2, r[2][i]));
-        s = __fadd_rn(s, __fmul_rn(c3, r[3][i]));
-        o[i] = __fadd_rn(__fmul_rn(pk, av[i]), s);
-    }
+    hc_post_mix8(in.comb + t * kHc * kHc, in.post[t * kHc + k], k, av, r, o);
 }
 
 // grid: S·tokens blocks in clusters of S (block rank r of cluster t works on token t); block: kThreads.
@@ -242,17 +248,8 @@ __global__ void __launch_bounds__(MhcConfig::kThreads)
         const float* cm = comb + t * kHc * kHc;
 #pragma unroll
         for (int k = 0; k < kHc; ++k) {
-            const float pk = post[t * kHc + k];
-            const float c0 = cm[k], c1 = cm[kHc + k], c2 = cm[2 * kHc + k], c3 = cm[3 * kHc + k];
             float o[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                float s = __fmul_rn(c0, r[0][i]);
-                s = __fadd_rn(s, __fmul_rn(c1, r[1][i]));
-                s = __fadd_rn(s, __fmul_rn(c2, r[2][i]));
-                s = __fadd_rn(s, __fmul_rn(c3, r[3][i]));
-                o[i] = __fadd_rn(__fmul_rn(pk, av[i]), s);
-            }
+            hc_post_mix8(cm, post[t * kHc + k], k, av, r, o);
             store8(out + (t * kHc + k) * dim + c, o);
         }
     }
