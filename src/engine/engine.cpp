@@ -27,6 +27,8 @@ namespace {
 // chunk region of the KV pools at 512 KiB while amortising each weight read over many tokens.
 constexpr int64_t kMaxChunkRows = 256;
 constexpr int64_t kDefaultMaxContext = 4096;
+// Rows of a CPU batched pass by default (EngineOptions::max_batch_rows = 0); its scratch and workspace grow with it.
+constexpr int64_t kCpuDefaultBatchRows = 512;
 // The batched head writes through a staging buffer of this many bytes at most (whole logits rows): a real
 // vocabulary's 129K f32 logits are 0.5 MB a row, so a 512-row staging would be 256 MB.
 constexpr int64_t kHeadStagingBytes = int64_t(64) << 20;
@@ -113,11 +115,16 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
     DSV4_ASSIGN_OR_RETURN(impl->weights, model::map_weights(*impl->checkpoint, impl->config));
     DSV4_ASSIGN_OR_RETURN(impl->views, engine::make_model_views(impl->weights, impl->config, impl->weight_copies));
     impl->pool = std::make_unique<ThreadPool>(options.threads);
-    if (options.max_batch_rows < 1)
-        return invalid_argument("max_batch_rows is " + std::to_string(options.max_batch_rows) + "; it must be >= 1");
+    if (options.max_batch_rows < 0)
+        return invalid_argument("max_batch_rows is " + std::to_string(options.max_batch_rows) +
+                                "; it must be >= 1, or 0 for the backend's default");
+    const bool cuda = options.backend == EngineBackend::kCuda;
+    const int64_t batch_rows =
+        options.max_batch_rows > 0 ? options.max_batch_rows : cuda ? engine::kGpuMaxPassRows : kCpuDefaultBatchRows;
+    impl->options.max_batch_rows = batch_rows;
     const backend::Precision precision =
         options.precision == EnginePrecision::kF32 ? backend::Precision::kF32 : backend::Precision::kReference;
-    if (options.backend == EngineBackend::kCuda) {
+    if (cuda) {
         engine::GpuCacheOptions cache;
         cache.sessions = options.cuda_sessions;
         cache.max_context = options.cuda_max_context > 0
@@ -126,15 +133,15 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
         cache.tokens = options.cuda_cache_tokens > 0 ? options.cuda_cache_tokens
                                                      : std::max(options.cuda_sessions * 4096, cache.max_context);
         DSV4_ASSIGN_OR_RETURN(impl->gpu, engine::load_gpu_model(impl->config, impl->views, precision,
-                                                                std::min(options.max_batch_rows, engine::kGpuMaxPassRows),
+                                                                std::min(batch_rows, engine::kGpuMaxPassRows),
                                                                 cache));
         engine::set_gpu_graphs(*impl->gpu, options.cuda_graphs);
-        impl->gpu_pass.reserve(size_t(options.max_batch_rows));
-        impl->done.reserve(size_t(options.max_batch_rows));
-        impl->pass_item.reserve(size_t(options.max_batch_rows));
+        impl->gpu_pass.reserve(size_t(batch_rows));
+        impl->done.reserve(size_t(batch_rows));
+        impl->pass_item.reserve(size_t(batch_rows));
     } else {
         const model::ModelConfig& cfg = impl->config;
-        const int64_t rows = options.max_batch_rows;
+        const int64_t rows = batch_rows;
         backend::Exec exec;
         exec.precision = precision;
         exec.pool = impl->pool.get();

@@ -227,6 +227,27 @@ TEST_P(BatchedStepTiming, DecodeStepTiming) {
                 1e3 * feed_s / kSteps, 1e3 * step_s / kSteps);
 }
 
+// max_batch_rows: 0 takes the backend's default (a 300-token feed runs on it); a negative
+// count is refused with a message naming the option.
+TEST_P(BatchedStep, ZeroBatchRowsTakesTheDefaultAndNegativeIsRefused) {
+    auto engine = load(0);
+    ASSERT_NE(engine, nullptr);
+    auto s = session(*engine);
+    ASSERT_NE(s, nullptr);
+    std::vector<int32_t> tokens(300);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = base_[i % base_.size()];
+    Logits out;
+    const Status fed = s->feed(tokens, &out);
+    ASSERT_TRUE(fed.is_ok()) << fed.to_string();
+    EXPECT_EQ(out.rows, 300);
+    EngineOptions o;
+    o.max_batch_rows = -1;
+    auto bad = Engine::load(dir_ / GetParam().layout, o);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("max_batch_rows"), std::string::npos) << bad.status().message();
+}
+
 std::string case_name(const ::testing::TestParamInfo<BatchCase>& info) {
     return info.param.name + "_" + info.param.layout + "_" + engine_precision_name(info.param.precision);
 }
