@@ -15,18 +15,11 @@
 #include "dsv4/engine.h"
 #include "dsv4/session.h"
 #include "model/model_test_util.h"
+#include "ops/gpu_testing.h"
 #include "testing/testing.h"
 
 namespace dsv4::model_tests {
 namespace {
-
-// Skips when no usable GPU is present, with the reason in the output.
-#define DSV4_REQUIRE_GPU()                                                                              \
-    do {                                                                                                \
-        auto dsv4_n_ = ::dsv4::cuda::device_count();                                                   \
-        if (!dsv4_n_.is_ok()) GTEST_SKIP() << "no usable CUDA driver: " << dsv4_n_.status().to_string(); \
-        if (*dsv4_n_ == 0) GTEST_SKIP() << "no CUDA GPU on this machine";                               \
-    } while (0)
 
 bool gpu_present() {
     auto n = cuda::device_count();

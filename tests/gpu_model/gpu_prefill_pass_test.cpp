@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/device.h"
 #include "engine/cuda/gpu_internal.h"
 #include "engine/cuda/gpu_synthetic.h"
 #include "model/config.h"
 #include "model/model_test_util.h"
+#include "ops/gpu_testing.h"
 
 namespace dsv4::model_tests {
 namespace {
@@ -76,8 +76,7 @@ Distance distance(const std::vector<float>& a, const std::vector<float>& b, int6
 class GpuLongPass : public ::testing::TestWithParam<LayerKind> {};
 
 TEST_P(GpuLongPass, PrefillMoeKernelMatchesDecodeKernelPasses) {
-    auto count = cuda::device_count();
-    if (!count.is_ok() || *count == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+    DSV4_REQUIRE_GPU();
     auto cfg = one_layer_flash(GetParam());
     ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
     const int64_t n = 1024, vocab = cfg->vocab_size;
