@@ -282,8 +282,11 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
         for (int64_t off = 0; off < o.prefill_tokens; off += chunk) {
             engine::GpuBatchSeq q{.seq = s.get(), .tokens = tokens.data() + off,
                                   .n = std::min(chunk, o.prefill_tokens - off), .logits = logits.data()};
+            nvtxRangePushA("dsv4_prefill_pass");  // selects the pass's kernels (scripts/profile-decode --prefill)
             DSV4_RETURN_IF_ERROR(timer.start(m->stream.handle()));
-            DSV4_RETURN_IF_ERROR(engine::gpu_forward_batch(*m, std::span<engine::GpuBatchSeq>(&q, 1)));
+            const Status pass = engine::gpu_forward_batch(*m, std::span<engine::GpuBatchSeq>(&q, 1));
+            nvtxRangePop();
+            DSV4_RETURN_IF_ERROR(pass);
             DSV4_RETURN_IF_ERROR(timer.stop(m->stream.handle()));
             DSV4_ASSIGN_OR_RETURN(float e, timer.elapsed_ms());
             total_ms += e;
