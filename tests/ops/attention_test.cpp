@@ -135,7 +135,8 @@ TEST_P(WoATest, MatchesCpu) {
         bool fp8;
     };
     // Up to 32 tokens run the decode kernel (8-token tiles: 1, 5, 7, 8 one tile; 9 a full and a 1-token tile; 16,
-    // 32 several), above it the staged one (33, 64, 70, 300)
+    // 32 several), above it the staged one (33, 64, 70, 256), from kWoAGemmMinTokens (257) in kReference the batched
+    // cuBLASLt GEMM on the dequantised weight (257, 300; FP8 and bf16 weights; the kF32 cases stay on the kernel)
     const Case cases[] = {{1, 64, 8, 1024, true},  {5, 64, 8, 1024, true},   {33, 128, 16, 1024, true},
                           {1, 128, 16, 1024, true}, {70, 16, 2, 128, false}, {3, 32, 4, 64, true},
                           // the test models: 4 heads, 2 groups, rank 128 (FP8 as shipped), 1 and 300 tokens
@@ -144,7 +145,10 @@ TEST_P(WoATest, MatchesCpu) {
                           {8, 64, 8, 1024, true},   {9, 64, 8, 1024, true},  {32, 64, 8, 1024, true},
                           {64, 64, 8, 1024, true},  {8, 128, 16, 1024, true},
                           // bf16 weights at decode; one head per group (width 512: fewer K-steps than warps)
-                          {16, 16, 2, 128, false},  {2, 8, 8, 64, true},     {3, 8, 8, 64, false}};
+                          {16, 16, 2, 128, false},  {2, 8, 8, 64, true},     {3, 8, 8, 64, false},
+                          // around the prefill GEMM's boundary, V4-Flash and V4-Pro groups
+                          {256, 64, 8, 1024, true}, {257, 64, 8, 1024, true}, {300, 128, 16, 1024, true},
+                          {300, 16, 2, 128, false}};
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads) + " groups " +
                      std::to_string(c.groups) + (c.fp8 ? " fp8" : " bf16"));
@@ -158,7 +162,17 @@ TEST_P(WoATest, MatchesCpu) {
         auto dox = act_to_device(prec, o);
         auto dz = act_poisoned(prec, want.size());
         ASSERT_TRUE(dw.is_ok() && dox.is_ok() && dz.is_ok());
-        DSV4_ASSERT_OK(sm90_wo_a(prec, {dox->data(), T, c.heads, c.groups, c.rank, dw->view(), dz->data()}, nullptr));
+        WoAArgs args{dox->data(), T, c.heads, c.groups, c.rank, dw->view(), dz->data()};
+        const size_t ws_bytes = sm90_wo_a_workspace_bytes(prec, args);
+        EXPECT_EQ(ws_bytes > 0, prec == Precision::kReference && T >= kWoAGemmMinTokens);
+        auto ws = DeviceBuffer::allocate(std::max<size_t>(ws_bytes, 256), "wo_a workspace");
+        ASSERT_TRUE(ws.is_ok());
+        if (ws_bytes > 0) {  // the GEMM path refuses a missing workspace with a clear error
+            const Status missing = sm90_wo_a(prec, args, nullptr);
+            EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument) << missing.to_string();
+        }
+        args.workspace = ws->data(), args.workspace_bytes = ws_bytes;
+        DSV4_ASSERT_OK(sm90_wo_a(prec, args, nullptr));
         auto got = act_to_host(prec, *dz, want.size());
         // f32: the bf16 x three-term products are exact, but tensor-core f32 accumulation aligns addends without
         // round-to-nearest (measured 1.2e-5 over 4096-term sums, against the CPU's sequential f32 sum)

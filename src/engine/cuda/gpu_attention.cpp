@@ -484,6 +484,8 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     oa.rank = c.o_lora_rank;
     oa.wo_a = w.wo_a;
     oa.z = s.z.data();
+    oa.workspace = m.pass.workspace.data();
+    oa.workspace_bytes = m.pass.workspace.bytes();
     DSV4_RETURN_IF_ERROR(cuda::sm90_wo_a(m.precision, oa, st));
     return gpu_linear(m, s.z.data(), rows, w.wo_b, LinearOut::kBF16, s.block_out.data());
 }

@@ -264,6 +264,13 @@ size_t workspace_bytes(const GpuModel& m, int64_t rows) {
         for (const DeviceWeightView* w : {&a.compressor.wkv, &a.compressor.wgate, &a.index_compressor.wkv,
                                           &a.index_compressor.wgate, &l.ffn.gate})
             lin(*w, LinearOut::kF32);
+        cuda::WoAArgs wo_a;
+        wo_a.tokens = rows;
+        wo_a.heads = c.num_heads;
+        wo_a.groups = c.o_groups;
+        wo_a.rank = c.o_lora_rank;
+        wo_a.wo_a = a.wo_a;
+        n = std::max(n, cuda::sm90_wo_a_workspace_bytes(p, wo_a));
         if (!l.ffn.shared_w1.empty())
             n = std::max(n, cuda::sm90_expert_workspace_bytes(p, rows, l.ffn.shared_w1, l.ffn.shared_w2));
     }

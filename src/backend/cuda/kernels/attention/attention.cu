@@ -2,10 +2,12 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/common/cublaslt.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/attention/attention.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/common/workspace.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -38,6 +40,31 @@ Status launch_wo_a(const WoAArgs& a, int64_t width, cudaStream_t s) {
     sm90_wo_a_kernel<ActT, kFp8, kSplit><<<grid, Cfg::kThreads, 0, s>>>(o, a.tokens, a.heads * 512, width, a.rank,
                                                                         a.wo_a.data, a.wo_a.scale, a.wo_a.rows, z);
     return launch_status("sm90_wo_a");
+}
+
+bool wo_a_as_gemm(Precision precision, const WoAArgs& a) {
+    return precision == Precision::kReference && a.tokens >= kWoAGemmMinTokens;
+}
+
+// Group g: z[:, g·R .. +R] = o[:, g·W .. +W] · wo_a[g·R .. +R, :]^T, all G in one strided batch.
+Status launch_wo_a_gemm(const WoAArgs& a, int64_t width, cudaStream_t s) {
+    const void* w = a.wo_a.data;
+    if (a.wo_a.format == WeightFormat::kFP8Block) {
+        auto* bf = static_cast<__nv_bfloat16*>(a.workspace);
+        const int64_t chunks = a.wo_a.rows * width / 8;
+        sm90_wo_a_dequant_kernel<<<grid_stride_blocks(chunks, 256), 256, 0, s>>>(
+            static_cast<const uint8_t*>(a.wo_a.data), a.wo_a.scale, a.wo_a.rows, width, bf);
+        DSV4_RETURN_IF_ERROR(launch_status("sm90_wo_a_dequant"));
+        w = bf;
+    }
+    LtBf16Gemm g;
+    g.a = w, g.b = a.o, g.d = a.z, g.d_bf16 = true;
+    g.m = a.rank, g.n = a.tokens, g.k = width;
+    g.lda = width, g.ldb = a.heads * 512, g.ldd = a.wo_a.rows;
+    g.batch = a.groups, g.stride_a = a.rank * width, g.stride_b = width, g.stride_d = a.rank;
+    const size_t bf16_weight = a.wo_a.format == WeightFormat::kFP8Block ? size_t(a.wo_a.rows * width) * 2 : 0;
+    void* lt_ws = static_cast<uint8_t*>(a.workspace) + align256(bf16_weight);  // layout: sm90_wo_a_workspace_bytes
+    return lt_bf16_gemm(g, lt_ws, s, "sm90_wo_a");
 }
 
 }  // namespace
@@ -73,6 +100,12 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
     return launch_status(op.c_str());
 }
 
+size_t sm90_wo_a_workspace_bytes(Precision precision, const WoAArgs& a) {
+    if (!wo_a_as_gemm(precision, a)) return 0;
+    const size_t bf16_weight = a.wo_a.format == WeightFormat::kFP8Block ? size_t(a.wo_a.rows * a.wo_a.cols) * 2 : 0;
+    return align256(bf16_weight) + kCublasLtWorkspaceBytes;
+}
+
 Status sm90_wo_a(Precision precision, const WoAArgs& a, StreamHandle stream) {
     const std::string op = "sm90_wo_a";
     if (!a.o || !a.z || a.tokens < 0 || a.groups <= 0 || a.heads % a.groups != 0)
@@ -89,6 +122,14 @@ Status sm90_wo_a(Precision precision, const WoAArgs& a, StreamHandle stream) {
     if (!is_aligned(a.o, 16) || !is_aligned(a.wo_a.data, 16))
         return invalid_argument(op + ": o and wo_a must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
+    if (wo_a_as_gemm(precision, a)) {
+        const size_t need = sm90_wo_a_workspace_bytes(precision, a);
+        if (!a.workspace || a.workspace_bytes < need || !is_aligned(a.workspace, 256))
+            return invalid_argument(op + ": " + std::to_string(a.tokens) + " tokens need a 256-byte aligned workspace of " +
+                                    std::to_string(need) + " bytes");
+        if (!is_aligned(a.z, 16)) return invalid_argument(op + ": z must be 16-byte aligned");
+        return launch_wo_a_gemm(a, width, stream);
+    }
     if ((a.tokens + Cfg::kWoTokens - 1) / Cfg::kWoTokens > 65535) return invalid_argument(op + ": too many tokens");
     if (precision == Precision::kReference)
         return fp8 ? launch_wo_a<__nv_bfloat16, true, 1>(a, width, stream)

@@ -63,7 +63,16 @@ struct WoAArgs {
     DeviceWeightView wo_a;    // [G·R, (H/G)·512] kFP8Block or kBF16; a model weight: the decode kernel reads its
                               // first step before the programmatic wait (common/pdl.cuh)
     void* z = nullptr;        // [T, G·R]
+    // Needed above kWoAGemmMinTokens tokens in kReference: sm90_wo_a_workspace_bytes() bytes, 256-byte aligned.
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
 };
+// From this many tokens (the prefill passes; decode batches are at most 256 rows) kReference runs wo_a as one batched
+// cuBLASLt bf16 GEMM over the G groups, the FP8 weight first dequantised to bf16 in the workspace (the exact values
+// the kernels use): the same products, f32 sums in another order, about 10x the staged kernel's 57 TFLOP/s at
+// V4-Flash's 2,048-row passes. Below it (and in kF32) the kernels run and no workspace is needed.
+inline constexpr int64_t kWoAGemmMinTokens = 257;
+size_t sm90_wo_a_workspace_bytes(backend::Precision precision, const WoAArgs& a);
 Status sm90_wo_a(backend::Precision precision, const WoAArgs& a, StreamHandle stream);
 
 }  // namespace dsv4::cuda

@@ -1,12 +1,10 @@
 // Embedding gather (one thread per 8 channels of a token) and the bf16-weight f32-output GEMM through cuBLASLt:
 // A = W [N, K] row-major read as K x N column-major with op T, B = x [T, K] as K x T column-major, D = y [T, N] as
 // N x T column-major. The f32 mode splits x into three bf16 terms first (split kernel below).
-#include <cublasLt.h>
-
 #include <algorithm>
-#include <mutex>
 #include <string>
 
+#include "backend/cuda/common/cublaslt.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/mma_bf16.cuh"
@@ -19,8 +17,6 @@ namespace {
 
 using backend::Precision;
 using backend::WeightFormat;
-
-constexpr size_t kCublasWorkspace = size_t(32) << 20;  // cuBLASLt's recommendation for Hopper
 
 template <typename ActT>
 __global__ void sm90_embedding_kernel(const int32_t* __restrict__ tokens, int64_t n, int64_t vocab, int dim,
@@ -54,64 +50,15 @@ __global__ void sm90_split_bf16x3_kernel(const float* __restrict__ x, int64_t n,
     }
 }
 
-Status cublas_status(cublasStatus_t s, const std::string& what) {
-    if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
-    return internal_error(what + ": cuBLASLt status " + std::to_string(int(s)));
-}
-
-// One cuBLASLt handle per process (the handle is thread-safe; descriptors are made per call).
-Result<cublasLtHandle_t> lt_handle() {
-    static cublasLtHandle_t h = nullptr;
-    static cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    static std::once_flag once;
-    std::call_once(once, [] { st = cublasLtCreate(&h); });
-    if (st != CUBLAS_STATUS_SUCCESS) return cublas_status(st, "cublasLtCreate");
-    return h;
-}
-
-// y (N x T col-major) = beta·y + W^T-view · x, bf16 inputs, f32 compute and output.
-Status lt_matmul(cublasLtHandle_t h, const void* w, const void* x, float* y, int64_t n, int64_t k, int64_t t,
-                 float beta, void* ws, size_t ws_bytes, cudaStream_t s) {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublasStatus_t failed = CUBLAS_STATUS_SUCCESS;
-    const char* failed_step = "";
-    auto step = [&](cublasStatus_t r, const char* what) {
-        if (failed == CUBLAS_STATUS_SUCCESS && r != CUBLAS_STATUS_SUCCESS) failed = r, failed_step = what;
-        return failed == CUBLAS_STATUS_SUCCESS;
-    };
-    bool no_algo = false;
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    if (step(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor") &&
-        step(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa") &&
-        step(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb") &&
-        step(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(k), uint64_t(n), k), "A layout") &&
-        step(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(k), uint64_t(t), k), "B layout") &&
-        step(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(n), uint64_t(t), n), "C layout") &&
-        step(cublasLtMatmulPreferenceCreate(&pref), "preference") &&
-        step(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                  sizeof(ws_bytes)),
-             "workspace preference")) {
-        cublasLtMatmulHeuristicResult_t heur{};
-        int found = 0;
-        if (step(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 1, &heur, &found), "heuristic")) {
-            no_algo = found == 0;
-            const float alpha = 1.0f;
-            if (!no_algo)
-                step(cublasLtMatmul(h, desc, &alpha, w, la, x, lb, &beta, y, lc, y, lc, &heur.algo, ws, ws_bytes, s),
-                     "matmul");
-        }
-    }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    if (no_algo)
-        return unsupported("sm90_bf16_gemm_f32: cuBLASLt has no algorithm for bf16 x bf16 -> f32 at N " +
-                           std::to_string(n) + " K " + std::to_string(k) + " T " + std::to_string(t));
-    return cublas_status(failed, std::string("sm90_bf16_gemm_f32: ") + failed_step);
+// y [T, N] (f32) = beta·y + x [T, K] · W [N, K]^T, bf16 inputs, f32 accumulation.
+Status bf16_gemm_f32(const void* w, const void* x, float* y, int64_t n, int64_t k, int64_t t, float beta, void* ws,
+                     cudaStream_t s) {
+    LtBf16Gemm g;
+    g.a = w, g.b = x, g.d = y;
+    g.m = n, g.n = t, g.k = k;
+    g.lda = k, g.ldb = k, g.ldd = n;
+    g.beta = beta;
+    return lt_bf16_gemm(g, ws, s, "sm90_bf16_gemm_f32");
 }
 
 }  // namespace
@@ -139,7 +86,7 @@ Status sm90_embedding(Precision precision, const EmbeddingArgs& a, StreamHandle 
 
 size_t sm90_bf16_gemm_f32_workspace_bytes(Precision precision, int64_t tokens, int64_t k) {
     const size_t split = precision == Precision::kF32 ? (size_t(3 * tokens * k) * 2 + 255) / 256 * 256 : 0;
-    return kCublasWorkspace + split;
+    return kCublasLtWorkspaceBytes + split;
 }
 
 Status sm90_bf16_gemm_f32(Precision precision, const Bf16GemmF32Args& a, StreamHandle stream) {
@@ -154,18 +101,16 @@ Status sm90_bf16_gemm_f32(Precision precision, const Bf16GemmF32Args& a, StreamH
     if (!is_aligned(a.x, 16) || !is_aligned(a.y, 16) || !is_aligned(a.w.data, 16))
         return invalid_argument(op + ": x, y and weight must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
-    DSV4_ASSIGN_OR_RETURN(cublasLtHandle_t h, lt_handle());
-    if (precision == Precision::kReference)
-        return lt_matmul(h, a.w.data, a.x, a.y, n, k, a.tokens, 0.0f, a.workspace, kCublasWorkspace, stream);
-    auto* split = reinterpret_cast<__nv_bfloat16*>(static_cast<uint8_t*>(a.workspace) + kCublasWorkspace);
+    if (precision == Precision::kReference) return bf16_gemm_f32(a.w.data, a.x, a.y, n, k, a.tokens, 0.0f, a.workspace, stream);
+    auto* split = reinterpret_cast<__nv_bfloat16*>(static_cast<uint8_t*>(a.workspace) + kCublasLtWorkspaceBytes);
     const int64_t elems = a.tokens * k;
     sm90_split_bf16x3_kernel<<<grid_stride_blocks(elems, 256), 256, 0, stream>>>(static_cast<const float*>(a.x), elems,
                                                                                 split);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_split_bf16x3"));
     // lo first, hi last: the small terms are summed before they meet the large one.
     for (int part = 2; part >= 0; --part)
-        DSV4_RETURN_IF_ERROR(lt_matmul(h, a.w.data, split + part * elems, a.y, n, k, a.tokens, part == 2 ? 0.0f : 1.0f,
-                                       a.workspace, kCublasWorkspace, stream));
+        DSV4_RETURN_IF_ERROR(bf16_gemm_f32(a.w.data, split + part * elems, a.y, n, k, a.tokens, part == 2 ? 0.0f : 1.0f,
+                                           a.workspace, stream));
     return Status::ok();
 }
 
