@@ -58,8 +58,9 @@ struct EngineOptions {
     int threads = 0;  // CPU worker threads; 0 = hardware concurrency
     // Token rows of one batched forward pass of Engine::step (all items together); its buffers are allocated at
     // load. A step with more rows runs as several passes, each item keeping the chunking Session::feed uses.
-    // 0: the backend's default, 512 rows on the CPU and 2,048 on CUDA (a long prompt is fed 2,048 tokens at a time,
-    // the routed experts of such a pass on the prefill MoE kernel); CUDA passes are at most 2,048 rows.
+    // 0: the backend's default, 512 rows on the CPU and 8,192 on CUDA (a long prompt is fed 8,192 tokens at a time,
+    // the routed experts of such a pass on the prefill MoE kernel); CUDA passes are at most 8,192 rows. Lower it on
+    // CUDA to give the pass buffers' memory (~0.4 MB per row at V4-Flash, more at long contexts) to the caches.
     int64_t max_batch_rows = 0;
     // CUDA backend: capture decode steps (one token per sequence) as CUDA graphs and replay them. Off: every step
     // is queued op by op (the same arithmetic; for comparisons).

@@ -51,9 +51,12 @@ Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, 
                                                  const GpuCacheOptions& cache);
 // Rows of the largest pass (the pass buffers' size).
 int64_t gpu_max_rows(const GpuModel& m);
-// The largest GPU pass: 2,048 rows, so that a long prompt's passes read each routed expert's weights once per 2,048
-// tokens (the prefill MoE kernel, above 256 rows: docs/kernels/moe_prefill.md).
-constexpr int64_t kGpuMaxPassRows = 2048;
+// The largest GPU pass: 8,192 rows. The prefill MoE kernel (above 256 rows: docs/kernels/moe_prefill.md) fills its
+// 128-row expert tiles only with enough tokens per pass (2,048 rows give ~48 per expert at V4-Flash): an 8K prompt
+// took 1,673 ms in passes of 2,048, 1,513 in passes of 4,096, 1,413 in one pass (H200, docs/perf.md). The pass
+// buffers cost ~0.4 MB per row at V4-Flash plus the indexer scores (2 bytes per row and cached CSA entry: 0.5 MB
+// per row at 1M context); EngineOptions::max_batch_rows lowers it.
+constexpr int64_t kGpuMaxPassRows = 8192;
 // Bytes of weights resident on the GPU.
 uint64_t gpu_weight_bytes(const GpuModel& m);
 
