@@ -86,8 +86,10 @@ void add_model_flags(CLI::App& cmd, ModelFlags& f) {
                             "context in tokens, prompt and reply together (default: min(model limit, 4096))")
                  ->check(CLI::NonNegativeNumber),
              "DSV4_CTX_SIZE");
-    with_env(cmd.add_option("-b,--batch-size", f.batch, "prompt tokens per forward pass (default 256)")
-                 ->check(CLI::PositiveNumber),
+    with_env(cmd.add_option("-b,--batch-size", f.batch,
+                            "prompt tokens per forward call (default 0: the whole prompt, run in the backend's "
+                            "passes: up to 8192 rows on CUDA, 256 on the CPU)")
+                 ->check(CLI::NonNegativeNumber),
              "DSV4_BATCH_SIZE");
 }
 

@@ -24,7 +24,7 @@ struct ModelFlags {
     std::string backend = "auto";  // cpu, cuda, or auto (cuda when a supported GPU is present)
     int threads = 0;
     int64_t context = 0;  // 0: min(model limit, 4096)
-    int64_t batch = 256;  // prompt tokens per forward pass
+    int64_t batch = 0;  // prompt tokens per feed; 0: the whole prompt (the engine splits it into its passes)
 };
 
 struct SamplingFlags {
