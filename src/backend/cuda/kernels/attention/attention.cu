@@ -5,9 +5,9 @@
 #include "backend/cuda/common/cublaslt.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/attention/attention.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
-#include "backend/cuda/common/workspace.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -46,6 +46,11 @@ bool wo_a_as_gemm(Precision precision, const WoAArgs& a) {
     return precision == Precision::kReference && a.tokens >= kWoAGemmMinTokens;
 }
 
+// The GEMM path's workspace: the bf16 copy of an FP8 weight (none for a bf16 weight), then cuBLASLt's.
+size_t wo_a_bf16_copy_bytes(const WoAArgs& a) {
+    return a.wo_a.format == WeightFormat::kFP8Block ? align256(size_t(a.wo_a.rows * a.wo_a.cols) * 2) : 0;
+}
+
 // Group g: z[:, g·R .. +R] = o[:, g·W .. +W] · wo_a[g·R .. +R, :]^T, all G in one strided batch.
 Status launch_wo_a_gemm(const WoAArgs& a, int64_t width, cudaStream_t s) {
     const void* w = a.wo_a.data;
@@ -62,8 +67,7 @@ Status launch_wo_a_gemm(const WoAArgs& a, int64_t width, cudaStream_t s) {
     g.m = a.rank, g.n = a.tokens, g.k = width;
     g.lda = width, g.ldb = a.heads * 512, g.ldd = a.wo_a.rows;
     g.batch = a.groups, g.stride_a = a.rank * width, g.stride_b = width, g.stride_d = a.rank;
-    const size_t bf16_weight = a.wo_a.format == WeightFormat::kFP8Block ? size_t(a.wo_a.rows * width) * 2 : 0;
-    void* lt_ws = static_cast<uint8_t*>(a.workspace) + align256(bf16_weight);  // layout: sm90_wo_a_workspace_bytes
+    void* lt_ws = static_cast<uint8_t*>(a.workspace) + wo_a_bf16_copy_bytes(a);
     return lt_bf16_gemm(g, lt_ws, s, "sm90_wo_a");
 }
 
@@ -101,9 +105,7 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
 }
 
 size_t sm90_wo_a_workspace_bytes(Precision precision, const WoAArgs& a) {
-    if (!wo_a_as_gemm(precision, a)) return 0;
-    const size_t bf16_weight = a.wo_a.format == WeightFormat::kFP8Block ? size_t(a.wo_a.rows * a.wo_a.cols) * 2 : 0;
-    return align256(bf16_weight) + kCublasLtWorkspaceBytes;
+    return wo_a_as_gemm(precision, a) ? wo_a_bf16_copy_bytes(a) + kCublasLtWorkspaceBytes : 0;
 }
 
 Status sm90_wo_a(Precision precision, const WoAArgs& a, StreamHandle stream) {
