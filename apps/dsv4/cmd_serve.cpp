@@ -88,11 +88,13 @@ const CommandRegistration kRegistration("serve", [](CLI::App& app, int& exit_cod
                  ->check(CLI::Range(0, 1 << 20)),
              "DSV4_QUEUE");
     with_env(cmd->add_option("-b,--batch-tokens", o->step_tokens,
-                             "token budget of one scheduler step: decode tokens + prefill chunks (default 512)")
-                 ->check(CLI::Range(int64_t(1), int64_t(1) << 20)),
+                             "token budget of one scheduler step: decode tokens + prefill chunks (default 0: "
+                             "max(512, chunk + slots))")
+                 ->check(CLI::Range(int64_t(0), int64_t(1) << 20)),
              "DSV4_BATCH_TOKENS");
-    with_env(cmd->add_option("--chunk", o->chunk, "prefill chunk in tokens (default 256); also -ub N")
-                 ->check(CLI::Range(int64_t(1), int64_t(1) << 20)),
+    with_env(cmd->add_option("--chunk", o->chunk,
+                             "prefill chunk in tokens (default 0: 256 on the CPU, 2048 on CUDA); also -ub N")
+                 ->check(CLI::Range(int64_t(0), int64_t(1) << 20)),
              "DSV4_CHUNK");
     with_env(cmd->add_option("--keepalive", o->keepalive_s,
                              "seconds between SSE keep-alive comments while no token arrives (default 5)")

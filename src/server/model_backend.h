@@ -30,11 +30,20 @@ struct RunnerFeed {
     Status status;
 };
 
+// Default prefill chunks (ServerOptions::chunk = 0). CPU: the engine's per-session pass. CUDA: 2,048 rows — the GPU
+// runs longer passes faster (an 8K prompt in passes of 256 rows took ~3.5 s on an H200, of 2,048 ~1.7 s, of
+// 8,192 ~1.4 s: docs/perf.md), but a pass also delays every decoding slot's next token by its whole duration
+// (~0.4 s at 2,048 rows on 32 V4-Flash layers); --chunk 8192 suits a server with one slot.
+inline constexpr int64_t kCpuPrefillChunk = 256;
+inline constexpr int64_t kCudaPrefillChunk = 2048;
+
 class ModelBackend {
 public:
     virtual ~ModelBackend() = default;
     virtual int32_t vocab_size() const = 0;   // logits per row
     virtual int64_t max_context() const = 0;  // the model's own limit
+    // The prefill chunk the server uses when --chunk is left at 0: what this backend runs well per pass.
+    virtual int64_t default_prefill_chunk() const { return kCpuPrefillChunk; }
     // Called once per slot at startup: every buffer of the runner is sized here, never per request.
     virtual Result<std::unique_ptr<SequenceRunner>> create_runner(int64_t context) = 0;
     // Feeds several runners (each at most once) in one step; every feed's result is exactly its runner's feed().
@@ -53,6 +62,7 @@ public:
     EngineModelBackend(std::unique_ptr<Engine> engine, bool fold_vocab);
     int32_t vocab_size() const override;
     int64_t max_context() const override;
+    int64_t default_prefill_chunk() const override;
     Result<std::unique_ptr<SequenceRunner>> create_runner(int64_t context) override;
     // One Engine::step over the runners' sessions; if the step refuses its items (nothing ran), each runner feeds
     // alone so every item gets its own error.

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
@@ -14,9 +15,18 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
-#include "server/scheduler.h"
 
 namespace dsv4::server {
+
+SchedulerOptions scheduler_options(const ServerOptions& o, const ModelBackend& model) {
+    SchedulerOptions so;
+    so.slots = o.slots;
+    so.context = o.context;
+    so.max_queue = o.max_queue;
+    so.chunk = o.chunk > 0 ? o.chunk : model.default_prefill_chunk();
+    so.step_tokens = o.step_tokens > 0 ? o.step_tokens : std::max<int64_t>(512, so.chunk + so.slots);
+    return so;
+}
 
 Result<LoadedModel> load_engine_model(const ServerOptions& o) {
     LoadedModel m;
@@ -377,12 +387,7 @@ Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, Mode
         Status st = m.status();
         if (st) {
             raw->model = std::move(m).value();
-            SchedulerOptions so;
-            so.slots = raw->options.slots;
-            so.context = raw->options.context;
-            so.max_queue = raw->options.max_queue;
-            so.step_tokens = raw->options.step_tokens;
-            so.chunk = raw->options.chunk;
+            const SchedulerOptions so = scheduler_options(raw->options, *raw->model.backend);
             if (raw->options.context > raw->model.backend->max_context())
                 st = invalid_argument("-c " + std::to_string(raw->options.context) + " exceeds the model's limit of " +
                                       std::to_string(raw->model.backend->max_context()) + " tokens");

@@ -11,6 +11,7 @@
 #include "dsv4/status.h"
 #include "dsv4/tokenizer.h"
 #include "server/model_backend.h"
+#include "server/scheduler.h"
 
 namespace dsv4::server {
 
@@ -25,8 +26,8 @@ struct ServerOptions {
     size_t max_body = 8u << 20;  // bytes
     double timeout_s = 600;      // whole request (queue + generation); also the socket read/write timeout
     int max_queue = 64;          // requests waiting for a slot before 503
-    int64_t step_tokens = 512;   // token budget per scheduler step
-    int64_t chunk = 256;         // prefill chunk
+    int64_t step_tokens = 0;     // token budget per scheduler step; 0: max(512, chunk + slots)
+    int64_t chunk = 0;           // prefill chunk; 0: the backend's (ModelBackend::default_prefill_chunk)
     double keepalive_s = 5;      // SSE comment interval while no token arrives (long prefill)
     int http_threads = 0;        // 0 = slots + queue + 4
     // Model loading (the engine loader only).
@@ -44,6 +45,9 @@ using ModelLoader = std::function<Result<LoadedModel>()>;
 
 // Loads <model_dir>/tokenizer.json and the checkpoint through dsv4::Engine.
 Result<LoadedModel> load_engine_model(const ServerOptions& options);
+
+// The scheduler's options from the server's, 0s resolved: chunk from the backend, step budget max(512, chunk + slots).
+SchedulerOptions scheduler_options(const ServerOptions& options, const ModelBackend& model);
 
 class Server {
 public:
