@@ -8,6 +8,7 @@
 #include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/attention/attention.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/linear/linear.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -55,12 +56,8 @@ size_t wo_a_bf16_copy_bytes(const WoAArgs& a) {
 Status launch_wo_a_gemm(const WoAArgs& a, int64_t width, cudaStream_t s) {
     const void* w = a.wo_a.data;
     if (a.wo_a.format == WeightFormat::kFP8Block) {
-        auto* bf = static_cast<__nv_bfloat16*>(a.workspace);
-        const int64_t chunks = a.wo_a.rows * width / 8;
-        sm90_wo_a_dequant_kernel<<<grid_stride_blocks(chunks, 256), 256, 0, s>>>(
-            static_cast<const uint8_t*>(a.wo_a.data), a.wo_a.scale, a.wo_a.rows, width, bf);
-        DSV4_RETURN_IF_ERROR(launch_status("sm90_wo_a_dequant"));
-        w = bf;
+        DSV4_RETURN_IF_ERROR(sm90_fp8_block_to_bf16(a.wo_a, a.workspace, s));
+        w = a.workspace;
     }
     LtBf16Gemm g;
     g.a = w, g.b = a.o, g.d = a.z, g.d_bf16 = true;

@@ -21,7 +21,8 @@
 // fragment order (K permuted inside each k16 step, identically for both operands), one step ahead, and converts
 // two e4m3 per cvt. The 16 warp partials are summed in warp order through shared memory (deterministic).
 // wo_a, prefill passes (kReference, more than kWoAGemmMinTokens tokens): the FP8 weight is dequantised to a bf16
-// copy in the workspace (same exact values the kernels stage) and one batched cuBLASLt GEMM runs the G groups.
+// copy in the workspace (sm90_fp8_block_to_bf16: the same exact values the kernels stage) and one batched cuBLASLt
+// GEMM runs the G groups.
 #pragma once
 
 #include "backend/cuda/common/cp_async.cuh"
@@ -589,24 +590,6 @@ __global__ void __launch_bounds__(AttnConfig::kWoDecThreads, 1)
 #pragma unroll
         for (int v = 1; v < kWarps; ++v) sum += part[(v * kBN + tok) * Cfg::kWoDecPartLd + row];
         z[(t0 + tok) * w_rows + row0 + row] = from_f32<ActT>(sum);
-    }
-}
-
-// FP8 wo_a [rows, width] (e4m3 + UE8M0 per 128 x 128) -> bf16, 8 entries per thread: bf16(e4m3 · 2^k), exact, the
-// values the wo_a kernels stage. Grid-stride.
-__global__ void sm90_wo_a_dequant_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_scale,
-                                         int64_t rows, int64_t width, __nv_bfloat16* __restrict__ out) {
-    pdl_enter();
-    const int64_t chunks = rows * width / 8;
-    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks; c += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t row = c * 8 / width, col = c * 8 % width;
-        const float s = e8m0_to_f32(w_scale[(row / 128) * (width / 128) + col / 128]);
-        const uint2 bytes = *reinterpret_cast<const uint2*>(w + c * 8);
-        float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-            v[e] = __fmul_rn(e4m3_to_f32(uint8_t((e < 4 ? bytes.x : bytes.y) >> (8 * (e % 4)))), s);
-        store8(out + c * 8, v);
     }
 }
 

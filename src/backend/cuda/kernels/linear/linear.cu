@@ -4,6 +4,7 @@
 #include <climits>
 #include <string>
 
+#include "backend/cuda/common/cublaslt.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/workspace.h"
@@ -92,6 +93,45 @@ bool quantized(Precision p, WeightFormat f) {
     return p == Precision::kReference && (f == WeightFormat::kFP8Block || f == WeightFormat::kMXFP4);
 }
 
+// W8A8 on cuBLASLt (linear.h): the prefill passes' row counts, output rows of whole 16-byte units.
+bool fp8_as_lt_gemm(Precision p, const DeviceWeightView& w, int64_t tokens) {
+    return p == Precision::kReference && w.format == WeightFormat::kFP8Block && tokens >= kFp8LinearGemmMinTokens &&
+           w.rows % 8 == 0;
+}
+
+// Its workspace, in the order sm90_linear carves it: the quantised input as bf16 values, the weight's bf16 copy,
+// cuBLASLt's, and the bf16 result before widening (LinearOut::kF32).
+size_t fp8_lt_gemm_workspace_bytes(int64_t tokens, const DeviceWeightView& w, LinearOut out) {
+    const size_t T = size_t(tokens), N = size_t(w.rows), K = size_t(w.cols);
+    return align256(T * K * 2) + align256(N * K * 2) + kCublasLtWorkspaceBytes +
+           (out == LinearOut::kF32 ? align256(T * N * 2) : 0);
+}
+
+// The W8A8 product through cuBLASLt: x quantised and dequantised by act_quant (x_sim: q·s, exact in bf16; any
+// pre-quantised codes are the same function of x), the weight dequantised, f32 accumulation, one bf16 rounding.
+// Unsupported when cuBLASLt has no algorithm for the shapes (the caller then runs the W8A8 kernel).
+Status launch_fp8_lt_gemm(const LinearArgs& a, cudaStream_t s) {
+    const int64_t T = a.tokens, N = a.w.rows, K = a.w.cols;
+    Carver ws{static_cast<uint8_t*>(a.workspace)};
+    auto* x_sim = ws.take<__nv_bfloat16>(size_t(T * K) * 2);
+    auto* w_bf16 = ws.take<__nv_bfloat16>(size_t(N * K) * 2);
+    void* lt_ws = ws.take<void>(kCublasLtWorkspaceBytes);
+    void* y_bf16 = a.out == LinearOut::kBF16 ? a.y : ws.take<void>(size_t(T * N) * 2);
+    ActQuantArgs q;
+    q.x = a.x, q.rows = T, q.cols = K, q.block = 128, q.x_sim = x_sim;
+    DSV4_RETURN_IF_ERROR(sm90_act_quant_e4m3(q, s));
+    DSV4_RETURN_IF_ERROR(sm90_fp8_block_to_bf16(a.w, w_bf16, s));
+    LtBf16Gemm g;
+    g.a = w_bf16, g.b = x_sim, g.d = y_bf16, g.d_bf16 = true;
+    g.m = N, g.n = T, g.k = K;
+    g.lda = K, g.ldb = K, g.ldd = N;
+    DSV4_RETURN_IF_ERROR(lt_bf16_gemm(g, lt_ws, s, "sm90_linear"));
+    if (a.out == LinearOut::kBF16) return Status::ok();
+    sm90_linear_bf16_to_f32_kernel<<<grid_stride_blocks(T * N, 256), 256, 0, s>>>(
+        static_cast<const __nv_bfloat16*>(y_bf16), T * N, static_cast<float*>(a.y));
+    return launch_status("sm90_linear_bf16_to_f32");
+}
+
 }  // namespace
 
 size_t sm90_linear_workspace_bytes(Precision p, int64_t tokens, const DeviceWeightView& w, LinearOut out) {
@@ -102,6 +142,8 @@ size_t sm90_linear_workspace_bytes(Precision p, int64_t tokens, const DeviceWeig
         if (w.format == WeightFormat::kFP8Block) {
             b += align256(sm90_fp8_gemm_workspace_bytes(tokens, w.rows, w.cols));
             if (out == LinearOut::kF32) b += align256(T * N * 2);  // bf16 GEMM result before widening
+            // either path may run (the cuBLASLt one needs 16-byte aligned output and an algorithm)
+            if (fp8_as_lt_gemm(p, w, tokens)) b = std::max(b, fp8_lt_gemm_workspace_bytes(tokens, w, out));
         }
         return b;
     }
@@ -137,6 +179,10 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
     const int64_t T = a.tokens, N = w.rows, K = w.cols;
     Carver ws{static_cast<uint8_t*>(a.workspace)};
 
+    if (quant && fp8_as_lt_gemm(p, w, T) && is_aligned(a.y, 16)) {
+        const Status st = launch_fp8_lt_gemm(a, stream);
+        if (st.code() != StatusCode::kUnsupported) return st;
+    }
     if (quant) {
         const uint8_t* codes = a.x_codes;
         const float* scales = a.x_scales;

@@ -4,6 +4,12 @@
 // kReference (activations bf16 on the GPU):
 //   FP8 weight   W8A8: sm90_act_quant_e4m3 (128) then sm90_fp8_gemm_block128; bf16 result (also for
 //                LinearOut::kF32, as the CPU: its quantised path always rounds; then written as f32 values).
+//                From kFp8LinearGemmMinTokens rows (the prefill passes) the same products through cuBLASLt: the
+//                quantised input as bf16 values (q·s, act_quant's simulation output) times a bf16 copy of the
+//                weight (e4m3·2^k) made per call in the workspace. Every product is exact in both, so only the f32
+//                summation order differs from the CPU's (as cuBLASLt's bf16 linears); the FP8 wgmma GEMM, faster
+//                still, sums inside a 128-block with a narrower accumulator and misses the official FP8 bars
+//                (docs/kernels/gemm_fp8_wgmma.md).
 //   MXFP4 weight W4A8: act_quant (128) then per 32-K block acc_b = Σ qa·e2m1 (f32, in the CPU's order),
 //                y = Σ_b acc_b·(sa·sw), bf16 result (f32 array for LinearOut::kF32).
 //   BF16 weight: f32 accumulation of bf16 x and W (cuBLASLt), kBF16 → bf16(y), kF32 → f32 y.
@@ -38,8 +44,16 @@ struct LinearArgs {
     const float* x_scales = nullptr;
 };
 
+// From this many rows (the prefill passes; decode batches are at most 256 rows) kReference FP8-block linears run on
+// cuBLASLt (header comment), when the output rows are 16-byte aligned.
+inline constexpr int64_t kFp8LinearGemmMinTokens = 257;
+
 size_t sm90_linear_workspace_bytes(backend::Precision p, int64_t tokens, const DeviceWeightView& w,
                                    backend::LinearOut out);
 Status sm90_linear(backend::Precision p, const LinearArgs& a, StreamHandle stream);
+
+// The bf16 copy of an FP8-block weight [rows, cols] (cols % 8 == 0): bf16(e4m3 · 2^k), exact. out: rows·cols bf16,
+// 16-byte aligned.
+Status sm90_fp8_block_to_bf16(const DeviceWeightView& w, void* out, StreamHandle stream);
 
 }  // namespace dsv4::cuda
