@@ -303,8 +303,10 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
         bool derotate;
         int padding;  // every padding-th candidate is -1
     };
+    // the last case is a prefill pass (>= kSparseAttnGroupedMinTokens tokens): 4 head tiles per block share the gathered rows
     const Case cases[] = {{3, 64, 2000, 640, true, 7}, {2, 128, 3000, 1152, false, 5}, {2, 128, 700, 1152, true, 0},
-                          {5, 4, 300, 144, true, 3},   {1, 4, 20, 16, false, 0},      {3, 20, 500, 100, true, 4}};
+                          {5, 4, 300, 144, true, 3},   {1, 4, 20, 16, false, 0},      {3, 20, 500, 100, true, 4},
+                          {300, 64, 2000, 640, true, 7}};
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads) + " topk " +
@@ -367,6 +369,62 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
             DSV4_ASSERT_OK(backend::cpu::rope(ex, {want.data(), T, H, D, 448, pos.data(), &freqs, true}));
         }
         DSV4_EXPECT_CLOSE(act_to_host(prec, *out_p, want.size()), want, prec == Precision::kReference ? 2e-3 : 1e-5);
+    }
+}
+
+// Calls of at least kSparseAttnGroupedMinTokens tokens run 4 head tiles per block on one gathered candidate tile; each head's
+// arithmetic is that of the one-tile blocks, so one such call must give the bits of the same tokens in calls of at
+// most 256 (one tile per block). Reference numerics (the f32 mode has its own kernel); Flash (64 heads, 128 + 512)
+// and Pro (128 heads, 128 + 1024) widths, -1 candidates, de-rotation.
+TEST(SparseAttnGrouped, ManyTokenCallsMatchSmallCallsBitForBit) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = Precision::kReference;
+    std::mt19937_64 rng(fresh_seed());
+    struct Case {
+        int64_t tokens, heads, n_kv, topk;
+    };
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    for (const Case c : {Case{300, 64, 2000, 640}, Case{260, 128, 3000, 1152}}) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads));
+        ASSERT_GE(c.tokens, kSparseAttnGroupedMinTokens);
+        const int64_t T = c.tokens, H = c.heads, D = 512, first = 200;  // the small calls: first, then T − first
+        auto q = random_act(prec, rng, size_t(T * H * D), 1.0f);
+        auto kv = random_act(prec, rng, size_t(c.n_kv * D), 1.0f);
+        std::normal_distribution<float> ds(0.0f, 1.0f);
+        std::vector<float> sink(static_cast<size_t>(H));
+        for (auto& v : sink) v = ds(rng);
+        std::uniform_int_distribution<int32_t> pick(0, int32_t(c.n_kv - 1));
+        std::vector<int32_t> idx(size_t(T * c.topk));
+        for (size_t i = 0; i < idx.size(); ++i) idx[i] = i % 9 == 4 ? -1 : pick(rng);
+        std::vector<int64_t> pos(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 3000 + 61 * t;
+        auto dq = act_to_device(prec, q);
+        auto dkv = act_to_device(prec, kv);
+        auto didx = to_device(idx);
+        auto dsink = to_device(sink);
+        auto dpos = to_device(pos);
+        auto one = poisoned<uint16_t>(size_t(T * H * D));
+        auto parts = poisoned<uint16_t>(size_t(T * H * D));
+        ASSERT_TRUE(dq.is_ok() && dkv.is_ok() && didx.is_ok() && dsink.is_ok() && dpos.is_ok() && one.is_ok() &&
+                    parts.is_ok());
+        const float scale = 1.0f / std::sqrt(512.0f);
+        SparseAttnArgs a{dq->data(), dkv->data(), didx->as<int32_t>(), T, H, c.n_kv, c.topk, dsink->as<float>(),
+                         scale, true, dpos->as<int64_t>(), freqs, one->data()};
+        DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
+        for (const int64_t t0 : {int64_t(0), first}) {
+            SparseAttnArgs b = a;
+            b.tokens = t0 == 0 ? first : T - first;
+            b.q = dq->as<uint16_t>() + t0 * H * D;
+            b.idx = didx->as<int32_t>() + t0 * c.topk;
+            b.positions = dpos->as<int64_t>() + t0;
+            b.out = parts->as<uint16_t>() + t0 * H * D;
+            DSV4_ASSERT_OK(sm90_sparse_attn(prec, b, nullptr));
+        }
+        const auto got_one = to_host<uint16_t>(*one, size_t(T * H * D));
+        const auto got_parts = to_host<uint16_t>(*parts, size_t(T * H * D));
+        size_t diff = 0;
+        for (size_t i = 0; i < got_one.size(); ++i) diff += got_one[i] != got_parts[i];
+        EXPECT_EQ(diff, 0u) << "grouped head tiles changed " << diff << " of " << got_one.size() << " outputs";
     }
 }
 

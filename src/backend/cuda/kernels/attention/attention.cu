@@ -83,14 +83,20 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
     if (a.topk > 0x7fffffff || a.tokens > 65535) return invalid_argument(op + ": too many tokens or candidates");
     if (a.tokens == 0) return Status::ok();
     if (precision == Precision::kReference) {
-        constexpr size_t smem = Cfg::smem_bytes();
-        auto* kernel = packed ? sm90_sparse_attn_ref_kernel<true> : sm90_sparse_attn_ref_kernel<false>;
+        // many tokens: 4 head tiles per block share each gathered candidate tile (AttnConfig::kGroupedTiles)
+        const bool grouped = a.tokens >= kSparseAttnGroupedMinTokens && a.heads % (Cfg::kHeads * Cfg::kGroupedTiles) == 0;
+        const int tiles = grouped ? Cfg::kGroupedTiles : 1;
+        const size_t smem = Cfg::smem_bytes(tiles);
+        auto* kernel = grouped ? (packed ? sm90_sparse_attn_ref_kernel<true, Cfg::kGroupedTiles>
+                                         : sm90_sparse_attn_ref_kernel<false, Cfg::kGroupedTiles>)
+                               : (packed ? sm90_sparse_attn_ref_kernel<true, 1> : sm90_sparse_attn_ref_kernel<false, 1>);
         DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                       op + ": shared memory opt-in");
-        const dim3 grid(unsigned((a.heads + Cfg::kHeads - 1) / Cfg::kHeads), unsigned(a.tokens));
-        kernel<<<grid, Cfg::kThreads, smem, stream>>>(static_cast<const __nv_bfloat16*>(a.q), a.kv, a.idx,
-                                                      int(a.heads), a.n_kv, int(a.topk), a.sink, a.scale, a.derotate,
-                                                      a.positions, a.freqs, static_cast<__nv_bfloat16*>(a.out));
+        const int heads_per_block = Cfg::kHeads * tiles;
+        const dim3 grid(unsigned((a.heads + heads_per_block - 1) / heads_per_block), unsigned(a.tokens));
+        kernel<<<grid, Cfg::kThreads * tiles, smem, stream>>>(
+            static_cast<const __nv_bfloat16*>(a.q), a.kv, a.idx, int(a.heads), a.n_kv, int(a.topk), a.sink, a.scale,
+            a.derotate, a.positions, a.freqs, static_cast<__nv_bfloat16*>(a.out));
     } else {
         const int64_t warps = a.tokens * a.heads;
         sm90_sparse_attn_f32_kernel<<<unsigned((warps + Cfg::kF32Warps - 1) / Cfg::kF32Warps), Cfg::kF32Warps * 32, 0,

@@ -42,9 +42,13 @@ struct AttnConfig {
     static constexpr int kBlock = 64;     // candidates per online-softmax block (the reference's)
     static constexpr int kThreads = 128;
     static constexpr int kPLd = kBlock + 8;
-    static constexpr size_t smem_bytes() {
-        return size_t(kHeads + kBlock) * kLd * 2 + size_t(kHeads) * kBlock * 4 + size_t(kHeads) * kPLd * 2 +
-               kBlock * 4 + 4 * kHeads * 4;
+    // Calls of kSparseAttnGroupedMinTokens tokens or more (attention.h) give a block kGroupedTiles head tiles of 16
+    // (4 warps each) sharing one gathered candidate tile: the rows are gathered and decoded once per token instead of
+    // once per 16 heads, and the per-block barrier chain is paid for 4x the work. Each head's arithmetic is unchanged.
+    static constexpr int kGroupedTiles = 4;
+    static constexpr size_t smem_bytes(int tiles = 1) {
+        const size_t h = size_t(kHeads) * size_t(tiles);
+        return (h + kBlock) * kLd * 2 + h * kBlock * 4 + h * kPLd * 2 + kBlock * 4 + 4 * h * 4;
     }
     static constexpr int kF32Warps = 4;
     // wo_a, staged (more than kWoDecMaxTokens tokens)
@@ -67,12 +71,13 @@ struct AttnConfig {
 // the bf16 tile kv_s [64][kLd] (-1: zeros): exactly the bf16 values of the unpacked rows. Thread = channel chunk
 // tid % 64 (8 channels) of rows tid / 64 + 2k; a warp reads 256 consecutive bytes of one row. The loads of 16 rows
 // are issued before any is decoded so that they are in flight together.
+template <int kThreads = AttnConfig::kThreads>
 __device__ __forceinline__ void gather_packed_kv_block(const uint8_t* __restrict__ pool, const int32_t* idx_s,
                                                        __nv_bfloat16* kv_s, int tid) {
     using Cfg = AttnConfig;
-    constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = Cfg::kThreads / kChunks;  // 64, 2
-    constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                           // 56
-    constexpr int kBatch = 16;
+    constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = kThreads / kChunks;  // 64, 2 (8 for 512 threads)
+    constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                   // 56
+    constexpr int kBatch = Cfg::kBlock / kRowsPerPass < 16 ? Cfg::kBlock / kRowsPerPass : 16;
     const int c = tid % kChunks, r0 = tid / kChunks;
     const bool codes = c < kCodeChunks;
     // byte offsets inside a row: the 8 codes (or the first 8 rope bytes), the second 8 rope bytes, the scale
@@ -106,10 +111,12 @@ __device__ __forceinline__ void gather_packed_kv_block(const uint8_t* __restrict
     }
 }
 
-// grid: (ceil(heads / 16), tokens); dynamic shared memory AttnConfig::smem_bytes(). Rows h0 + r >= heads of the
-// last head tile are padding: q zero-filled (logits 0, a finite softmax), sink not read, output not stored.
-template <bool kPacked>
-__global__ void __launch_bounds__(AttnConfig::kThreads)
+// grid: (ceil(heads / (16·kTiles)), tokens), 128·kTiles threads; dynamic shared memory AttnConfig::smem_bytes(kTiles).
+// Warps 4·tile .. 4·tile + 3 hold head tile `tile` (16 heads; channel quarter warp % 4), and every tile reads the same
+// gathered candidate rows. Rows h0 + r >= heads are padding: q zero-filled (logits 0, a finite softmax), sink not
+// read, output not stored.
+template <bool kPacked, int kTiles>
+__global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
     sm90_sparse_attn_ref_kernel(const __nv_bfloat16* __restrict__ q, const void* __restrict__ kv,
                                 const int32_t* __restrict__ idx, int heads, int64_t n_kv, int topk,
                                 const float* __restrict__ sink, float scale, bool derotate,
@@ -117,28 +124,31 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
                                 __nv_bfloat16* __restrict__ out) {
     pdl_enter();
     using Cfg = AttnConfig;
+    constexpr int kH = Cfg::kHeads * kTiles, kT = Cfg::kThreads * kTiles;  // heads and threads of the block
     extern __shared__ __align__(16) uint8_t smem[];
-    auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                             // [16][kLd]
-    auto* kv_s = q_s + Cfg::kHeads * Cfg::kLd;                                      // [64][kLd]
-    auto* l_s = reinterpret_cast<float*>(kv_s + Cfg::kBlock * Cfg::kLd);            // [16][64] logits, then p
-    auto* p_s = reinterpret_cast<__nv_bfloat16*>(l_s + Cfg::kHeads * Cfg::kBlock);  // [16][kPLd] bf16(p)
-    auto* idx_s = reinterpret_cast<int32_t*>(p_s + Cfg::kHeads * Cfg::kPLd);        // [64]
-    float* m_s = reinterpret_cast<float*>(idx_s + Cfg::kBlock);                     // [16] running max
-    float* sum_s = m_s + Cfg::kHeads;                                               // [16] running sum
-    float* mnew_s = sum_s + Cfg::kHeads;                                            // [16] this block's max
-    float* resc_s = mnew_s + Cfg::kHeads;                                           // [16] rescale of the accumulators
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                   // [kH][kLd]
+    auto* kv_s = q_s + kH * Cfg::kLd;                                     // [64][kLd]
+    auto* l_s = reinterpret_cast<float*>(kv_s + Cfg::kBlock * Cfg::kLd);  // [kH][64] logits, then p
+    auto* p_s = reinterpret_cast<__nv_bfloat16*>(l_s + kH * Cfg::kBlock);  // [kH][kPLd] bf16(p)
+    auto* idx_s = reinterpret_cast<int32_t*>(p_s + kH * Cfg::kPLd);       // [64]
+    float* m_s = reinterpret_cast<float*>(idx_s + Cfg::kBlock);           // [kH] running max
+    float* sum_s = m_s + kH;                                              // [kH] running sum
+    float* mnew_s = sum_s + kH;                                           // [kH] this block's max
+    float* resc_s = mnew_s + kH;                                          // [kH] rescale of the accumulators
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int tile = (tid >> 5) / 4, warp = (tid >> 5) % 4;  // head tile, channel quarter
+    const int tr = Cfg::kHeads * tile;                       // the tile's first row in the block
     const int64_t t = blockIdx.y;
-    const int h0 = blockIdx.x * Cfg::kHeads;
-    const int h_valid = min(Cfg::kHeads, heads - h0);  // rows of this tile that are real heads
+    const int h0 = blockIdx.x * kH;
+    const int h_valid = min(kH, heads - h0);  // rows of this block that are real heads
     const __nv_bfloat16* qt = q + (t * heads + h0) * Cfg::kDim;
-    for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += Cfg::kThreads) {
+    for (int i = tid; i < kH * Cfg::kDim / 8; i += kT) {
         const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
         const bool valid = r < h_valid;
         cp_async16_zfill(q_s + r * Cfg::kLd + c, qt + (valid ? r : 0) * Cfg::kDim + c, valid);
     }
-    if (tid < Cfg::kHeads) m_s[tid] = -INFINITY, sum_s[tid] = 0;
-    float acc[16][4] = {};  // O rows g, g+8 x channels 128·warp + 8·nt + 2qd (+1)
+    if (tid < kH) m_s[tid] = -INFINITY, sum_s[tid] = 0;
+    float acc[16][4] = {};  // O rows tr + g, tr + g + 8 x channels 128·warp + 8·nt + 2qd (+1)
     const int32_t* it = idx + t * topk;
     for (int b0 = 0; b0 < topk; b0 += Cfg::kBlock) {
         if (tid < Cfg::kBlock) {
@@ -152,10 +162,10 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
         // costs only this index read.
         if (!__syncthreads_or(tid < Cfg::kBlock && idx_s[tid] >= 0)) continue;
         if constexpr (kPacked) {
-            gather_packed_kv_block(static_cast<const uint8_t*>(kv), idx_s, kv_s, tid);
+            gather_packed_kv_block<kT>(static_cast<const uint8_t*>(kv), idx_s, kv_s, tid);
         } else {
             const auto* kv_rows = static_cast<const __nv_bfloat16*>(kv);
-            for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += Cfg::kThreads) {
+            for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += kT) {
                 const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
                 const int32_t s = idx_s[r];
                 cp_async16_zfill(kv_s + r * Cfg::kLd + c, kv_rows + int64_t(s < 0 ? 0 : s) * Cfg::kDim + c, s >= 0);
@@ -163,25 +173,25 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
         }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
         __syncthreads();
-        // S = Q·Kᵀ for keys 16·warp .. +15
+        // S = Q·Kᵀ for the tile's 16 heads and keys 16·warp .. +15
         float sacc[2][4] = {};
-        block_qk<Cfg::kDim, Cfg::kLd>(sacc, q_s, kv_s, warp);
+        block_qk<Cfg::kDim, Cfg::kLd>(sacc, q_s + tr * Cfg::kLd, kv_s, warp);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int h = g + 8 * (e >> 1), key = warp * 16 + nt * 8 + 2 * qd + (e & 1);
+                const int h = tr + g + 8 * (e >> 1), key = warp * 16 + nt * 8 + 2 * qd + (e & 1);
                 l_s[h * Cfg::kBlock + key] = idx_s[key] >= 0 ? __fmul_rn(sacc[nt][e], scale) : -INFINITY;
             }
         __syncthreads();
-        if (tid < Cfg::kHeads) {
+        if (tid < kH) {
             float mx = m_s[tid];
             for (int j = 0; j < Cfg::kBlock; ++j) mx = fmaxf(mx, l_s[tid * Cfg::kBlock + j]);
             mnew_s[tid] = mx;
             resc_s[tid] = mx == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m_s[tid], mx));  // e^{-inf} = 0 first time
         }
         __syncthreads();
-        for (int i = tid; i < Cfg::kHeads * Cfg::kBlock; i += Cfg::kThreads) {
+        for (int i = tid; i < kH * Cfg::kBlock; i += kT) {
             const int h = i / Cfg::kBlock, j = i % Cfg::kBlock;
             const float l = l_s[i], mx = mnew_s[h];
             const float p = (l == -INFINITY || mx == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(l, mx));
@@ -189,18 +199,19 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
             p_s[h * Cfg::kPLd + j] = __float2bfloat16_rn(p);
         }
         __syncthreads();
-        if (tid < Cfg::kHeads && mnew_s[tid] != -INFINITY) {
+        if (tid < kH && mnew_s[tid] != -INFINITY) {
             float block_sum = 0;
             for (int j = 0; j < Cfg::kBlock; ++j) block_sum = __fadd_rn(block_sum, l_s[tid * Cfg::kBlock + j]);
             sum_s[tid] = __fadd_rn(__fmul_rn(sum_s[tid], resc_s[tid]), block_sum);
             m_s[tid] = mnew_s[tid];
         }
         // O = O·rescale + P·V (P 16 x 64 keys, V 64 keys x channels 128·warp ..)
-        rescale_add_pv<Cfg::kBlock, Cfg::kPLd, Cfg::kLd>(acc, resc_s[g], resc_s[g + 8], p_s, kv_s, warp);
+        rescale_add_pv<Cfg::kBlock, Cfg::kPLd, Cfg::kLd>(acc, resc_s[tr + g], resc_s[tr + g + 8],
+                                                         p_s + tr * Cfg::kPLd, kv_s, warp);
         __syncthreads();  // kv_s, p_s and the softmax state are rewritten by the next block
     }
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);  // the q copies when topk == 0
-    if (tid < Cfg::kHeads) {
+    if (tid < kH) {
         // final denominator (0 marks "no valid candidate": the output is 0)
         const float mx = m_s[tid];
         const float sk = tid < h_valid ? sink[h0 + tid] : 0.0f;
@@ -216,7 +227,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
         if (rot) rope_cos_sin(pos, freqs.f[(ch - (Cfg::kDim - 64)) / 2], true, cs, sn);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int h = g + 8 * half;
+            const int h = tr + g + 8 * half;
             if (h >= h_valid) continue;
             const float den = sum_s[h];
             float a = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[nt][2 * half], den));

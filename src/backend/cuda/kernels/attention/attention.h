@@ -33,6 +33,10 @@ struct SparseAttnArgs {
     bool kv_packed = false;
 };
 Status sm90_sparse_attn(backend::Precision precision, const SparseAttnArgs& a, StreamHandle stream);
+// From this many tokens (the prefill passes; decode batches are at most 256 rows), when heads is a multiple of 64,
+// kReference runs 4 tiles of 16 heads per block on each gathered candidate tile (rows read and decoded once per token
+// instead of once per 16 heads); every head's arithmetic is the one-tile kernel's, so the bits are the same.
+inline constexpr int64_t kSparseAttnGroupedMinTokens = 257;
 
 // The same op for decode with the candidate axis split over CTAs (flash-decoding; attention_split.cuh): each list is
 // cut into chunks of `chunk` candidates; a CTA computes the partial (running max, sum, unnormalised o) of one
