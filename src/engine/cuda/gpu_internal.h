@@ -10,6 +10,7 @@
 #include "backend/cuda/common/buffer.h"
 #include "backend/cuda/common/copy.h"
 #include "backend/cuda/common/graph.h"
+#include "backend/cuda/common/regimes.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
 #include "backend/cuda/kernels/experts/experts.h"
@@ -163,7 +164,7 @@ struct GpuWeightSource {
 // touched experts); longer ones in the prefill kernel (FP8 wgmma grouped GEMMs). docs/kernels/moe_prefill.md: at
 // 256 tokens the decode kernel takes 2.1 ms per V4-Flash layer and the prefill kernel 4.2; at 1,024 it is 8.3
 // (4 passes) against 4.4.
-constexpr int64_t kMoeDecodeKernelMaxRows = 256;
+constexpr int64_t kMoeDecodeKernelMaxRows = cuda::kDecodeMaxRows;
 
 struct GpuModel {
     model::ModelConfig cfg;

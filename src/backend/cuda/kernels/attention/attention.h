@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/common/regimes.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
 #include "backend/ops.h"
@@ -36,7 +37,7 @@ Status sm90_sparse_attn(backend::Precision precision, const SparseAttnArgs& a, S
 // From this many tokens (the prefill passes; decode batches are at most 256 rows), when heads is a multiple of 64,
 // kReference runs 4 tiles of 16 heads per block on each gathered candidate tile (rows read and decoded once per token
 // instead of once per 16 heads); every head's arithmetic is the one-tile kernel's, so the bits are the same.
-inline constexpr int64_t kSparseAttnGroupedMinTokens = 257;
+inline constexpr int64_t kSparseAttnGroupedMinTokens = kPrefillMinRows;
 
 // The same op for decode with the candidate axis split over CTAs (flash-decoding; attention_split.cuh): each list is
 // cut into chunks of `chunk` candidates; a CTA computes the partial (running max, sum, unnormalised o) of one
@@ -75,7 +76,7 @@ struct WoAArgs {
 // cuBLASLt bf16 GEMM over the G groups, the FP8 weight first dequantised to bf16 in the workspace (the exact values
 // the kernels use): the same products, f32 sums in another order, about 10x the staged kernel's 57 TFLOP/s at
 // V4-Flash's 2,048-row passes. Below it (and in kF32) the kernels run and no workspace is needed.
-inline constexpr int64_t kWoAGemmMinTokens = 257;
+inline constexpr int64_t kWoAGemmMinTokens = kPrefillMinRows;
 size_t sm90_wo_a_workspace_bytes(backend::Precision precision, const WoAArgs& a);
 Status sm90_wo_a(backend::Precision precision, const WoAArgs& a, StreamHandle stream);
 

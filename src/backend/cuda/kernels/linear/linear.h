@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/common/regimes.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
 #include "backend/ops.h"
@@ -46,7 +47,7 @@ struct LinearArgs {
 
 // From this many rows (the prefill passes; decode batches are at most 256 rows) kReference FP8-block linears run on
 // cuBLASLt (header comment), when the output rows are 16-byte aligned.
-inline constexpr int64_t kFp8LinearGemmMinTokens = 257;
+inline constexpr int64_t kFp8LinearGemmMinTokens = kPrefillMinRows;
 
 size_t sm90_linear_workspace_bytes(backend::Precision p, int64_t tokens, const DeviceWeightView& w,
                                    backend::LinearOut out);

@@ -56,6 +56,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/regimes.h"
 #include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/moe/moe.h"
 #include "backend/cuda/kernels/moe/mxfp4_repacked.h"
@@ -66,7 +67,7 @@ struct MoeDecodeConfig {
     static constexpr int kPrepThreads = 256;
     static constexpr int kMaxExperts = 1024;
     static constexpr int kMaxK = 16;
-    static constexpr int kMaxTokens = 256;
+    static constexpr int kMaxTokens = int(kDecodeMaxRows);
     static constexpr int kTokTile = 8;      // MMA N
     static constexpr int kStepK = 256;      // K per load step: 2 blocks of 128
     // The register-streaming kernels' blocks (256 threads each): gate/up 4 row tiles x 2 K-splits (64 rows of I,
