@@ -303,7 +303,8 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
         bool derotate;
         int padding;  // every padding-th candidate is -1
     };
-    // the last case is a prefill pass (>= kSparseAttnGroupedMinTokens tokens): 4 head tiles per block share the gathered rows
+    // the last case is a prefill pass (>= kSparseAttnGroupedMinTokens tokens): 4 head tiles per block share the
+    // gathered rows
     const Case cases[] = {{3, 64, 2000, 640, true, 7}, {2, 128, 3000, 1152, false, 5}, {2, 128, 700, 1152, true, 0},
                           {5, 4, 300, 144, true, 3},   {1, 4, 20, 16, false, 0},      {3, 20, 500, 100, true, 4},
                           {300, 64, 2000, 640, true, 7}};
@@ -372,10 +373,10 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
     }
 }
 
-// Calls of at least kSparseAttnGroupedMinTokens tokens run 4 head tiles per block on one gathered candidate tile; each head's
-// arithmetic is that of the one-tile blocks, so one such call must give the bits of the same tokens in calls of at
-// most 256 (one tile per block). Reference numerics (the f32 mode has its own kernel); Flash (64 heads, 128 + 512)
-// and Pro (128 heads, 128 + 1024) widths, -1 candidates, de-rotation.
+// Calls of at least kSparseAttnGroupedMinTokens tokens run 4 head tiles per block on one gathered candidate tile;
+// each head's arithmetic is that of the one-tile blocks, so one such call must give the bits of the same tokens in
+// calls of at most 256 (one tile per block). Reference numerics (the f32 mode has its own kernel); Flash (64 heads,
+// 128 + 512) and Pro (128 heads, 128 + 1024) widths, -1 candidates, de-rotation.
 TEST(SparseAttnGrouped, ManyTokenCallsMatchSmallCallsBitForBit) {
     DSV4_REQUIRE_GPU();
     const Precision prec = Precision::kReference;

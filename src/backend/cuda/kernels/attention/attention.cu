@@ -84,12 +84,14 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
     if (a.tokens == 0) return Status::ok();
     if (precision == Precision::kReference) {
         // many tokens: 4 head tiles per block share each gathered candidate tile (AttnConfig::kGroupedTiles)
-        const bool grouped = a.tokens >= kSparseAttnGroupedMinTokens && a.heads % (Cfg::kHeads * Cfg::kGroupedTiles) == 0;
-        const int tiles = grouped ? Cfg::kGroupedTiles : 1;
+        constexpr int kG = Cfg::kGroupedTiles;
+        const bool grouped = a.tokens >= kSparseAttnGroupedMinTokens && a.heads % (Cfg::kHeads * kG) == 0;
+        const int tiles = grouped ? kG : 1;
         const size_t smem = Cfg::smem_bytes(tiles);
-        auto* kernel = grouped ? (packed ? sm90_sparse_attn_ref_kernel<true, Cfg::kGroupedTiles>
-                                         : sm90_sparse_attn_ref_kernel<false, Cfg::kGroupedTiles>)
-                               : (packed ? sm90_sparse_attn_ref_kernel<true, 1> : sm90_sparse_attn_ref_kernel<false, 1>);
+        using Kernel = decltype(&sm90_sparse_attn_ref_kernel<true, 1>);
+        const Kernel by_tiles[2][2] = {{sm90_sparse_attn_ref_kernel<false, 1>, sm90_sparse_attn_ref_kernel<true, 1>},
+                                       {sm90_sparse_attn_ref_kernel<false, kG>, sm90_sparse_attn_ref_kernel<true, kG>}};
+        const Kernel kernel = by_tiles[grouped][packed];
         DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                       op + ": shared memory opt-in");
         const int heads_per_block = Cfg::kHeads * tiles;
