@@ -25,6 +25,38 @@ using backend::Precision;
 using backend::WeightFormat;
 using namespace dsv4::cuda::testing;
 
+// Head sinks: one N(0, 1) logit per head.
+std::vector<float> random_sink(std::mt19937_64& rng, int64_t heads) {
+    std::normal_distribution<float> ds(0.0f, 1.0f);
+    std::vector<float> sink(static_cast<size_t>(heads));
+    for (auto& v : sink) v = ds(rng);
+    return sink;
+}
+
+// The CPU's result of one call (512-d heads, scale 512^-½): sparse_attn, then with derotate the inverse RoPE of
+// channels 448..511 at pos.
+std::vector<float> cpu_attention(Precision prec, const std::vector<float>& q, const std::vector<float>& kv,
+                                 const std::vector<int32_t>& idx, const std::vector<float>& sink,
+                                 const std::vector<int64_t>& pos, int64_t T, int64_t H, int64_t n_kv, int64_t topk,
+                                 bool derotate, const backend::RopeFreqs& freqs) {
+    std::vector<float> want(size_t(T * H * 512));
+    backend::WeightView sv{WeightFormat::kF32, 1, H, sink.data(), nullptr};
+    const backend::Exec ex{prec, &pool()};
+    Status st = backend::cpu::sparse_attn(ex, {q.data(), kv.data(), idx.data(), T, H, 512, n_kv, topk, sv,
+                                               1.0f / std::sqrt(512.0f), want.data()});
+    if (st.is_ok() && derotate) st = backend::cpu::rope(ex, {want.data(), T, H, 512, 448, pos.data(), &freqs, true});
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return want;
+}
+
+// Bytes that differ between the first `bytes` bytes of two device buffers.
+size_t differing_bytes(const DeviceBuffer& a, const DeviceBuffer& b, size_t bytes) {
+    const auto ha = to_host<uint8_t>(a, bytes), hb = to_host<uint8_t>(b, bytes);
+    size_t diff = 0;
+    for (size_t i = 0; i < bytes; ++i) diff += ha[i] != hb[i];
+    return diff;
+}
+
 class SparseAttnTest : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(SparseAttnTest, MatchesCpu) {
@@ -53,9 +85,7 @@ TEST_P(SparseAttnTest, MatchesCpu) {
         const int64_t T = c.tokens, H = c.heads, D = 512;
         auto q = random_act(prec, rng, size_t(T * H * D), 1.0f);
         auto kv = random_act(prec, rng, size_t(c.n_kv * D), 1.0f);
-        std::normal_distribution<float> ds(0.0f, 1.0f);
-        std::vector<float> sink(static_cast<size_t>(H));
-        for (auto& v : sink) v = ds(rng);
+        const std::vector<float> sink = random_sink(rng, H);
         std::uniform_int_distribution<int32_t> pick(0, int32_t(c.n_kv - 1));
         // at least one element: the CPU op refuses a null index pointer even when topk is 0
         std::vector<int32_t> idx(size_t(std::max<int64_t>(T * c.topk, 1)), -1);
@@ -67,15 +97,9 @@ TEST_P(SparseAttnTest, MatchesCpu) {
             std::fill(idx.begin() + c.topk, idx.begin() + 2 * c.topk, -1);
         std::vector<int64_t> pos(static_cast<size_t>(T));
         for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 5000 + 131 * t;
-        std::vector<float> want(size_t(T * H * D));
-        backend::WeightView sv{WeightFormat::kF32, 1, H, sink.data(), nullptr};
+        const std::vector<float> want =
+            cpu_attention(prec, q, kv, idx, sink, pos, T, H, c.n_kv, c.topk, c.derotate, freqs);
         const float scale = 1.0f / std::sqrt(512.0f);
-        const backend::Exec ex{prec, &pool()};
-        DSV4_ASSERT_OK(backend::cpu::sparse_attn(ex, {q.data(), kv.data(), idx.data(), T, H, D, c.n_kv, c.topk, sv,
-                                                      scale, want.data()}));
-        if (c.derotate) {
-            DSV4_ASSERT_OK(backend::cpu::rope(ex, {want.data(), T, H, D, 448, pos.data(), &freqs, true}));
-        }
         auto dq = act_to_device(prec, q);
         auto dkv = act_to_device(prec, kv);
         auto didx = to_device(idx);
@@ -235,9 +259,7 @@ TEST_P(SparseAttnPaddingTest, TrailingMinusOneBlocksChangeNoBit) {
         const int64_t T = c.tokens, H = c.heads, D = 512;
         auto q = random_act(prec, rng, size_t(T * H * D), 1.0f);
         auto kv = random_act(prec, rng, size_t(c.n_kv_padded * D), 1.0f);
-        std::normal_distribution<float> ds(0.0f, 1.0f);
-        std::vector<float> sink(static_cast<size_t>(H));
-        for (auto& v : sink) v = ds(rng);
+        const std::vector<float> sink = random_sink(rng, H);
         std::uniform_int_distribution<int32_t> pick(0, int32_t(kUsedRows - 1));
         std::vector<int32_t> unpadded(size_t(T * kUnpadded)), padded(size_t(T * kPaddedWidth), -1);
         for (int64_t t = 0; t < T; ++t)
@@ -269,20 +291,11 @@ TEST_P(SparseAttnPaddingTest, TrailingMinusOneBlocksChangeNoBit) {
         a.topk = kPaddedWidth;
         a.out = out_p->data();
         DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
-        const auto got_u = to_host<uint8_t>(*out_u, size_t(T * H * D) * act_bytes);
-        const auto got_p = to_host<uint8_t>(*out_p, size_t(T * H * D) * act_bytes);
-        size_t diff = 0;
-        for (size_t i = 0; i < got_u.size(); ++i) diff += got_u[i] != got_p[i];
+        const size_t diff = differing_bytes(*out_u, *out_p, size_t(T * H * D) * act_bytes);
         EXPECT_EQ(diff, 0u) << "padding the list with -1 blocks changed " << diff << " output bytes";
         // and the unpadded result is the CPU's (so equal outputs cannot both be wrong)
-        std::vector<float> want(size_t(T * H * D));
-        backend::WeightView sv{WeightFormat::kF32, 1, H, sink.data(), nullptr};
-        const backend::Exec ex{prec, &pool()};
-        DSV4_ASSERT_OK(backend::cpu::sparse_attn(ex, {q.data(), kv.data(), unpadded.data(), T, H, D, kUsedRows,
-                                                      kUnpadded, sv, scale, want.data()}));
-        if (c.derotate) {
-            DSV4_ASSERT_OK(backend::cpu::rope(ex, {want.data(), T, H, D, 448, pos.data(), &freqs, true}));
-        }
+        const std::vector<float> want =
+            cpu_attention(prec, q, kv, unpadded, sink, pos, T, H, kUsedRows, kUnpadded, c.derotate, freqs);
         DSV4_EXPECT_CLOSE(act_to_host(prec, *out_p, want.size()), want, prec == Precision::kReference ? 2e-3 : 1e-5);
     }
 }
@@ -317,9 +330,7 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
         auto kv = random_act(prec, rng, size_t(c.n_kv * D), 1.0f);
         if (prec == Precision::kReference)  // the values a cached K=V row holds
             DSV4_ASSERT_OK(backend::cpu::kv_fp8_sim({prec, &pool()}, {kv.data(), c.n_kv, D, 64}));
-        std::normal_distribution<float> ds(0.0f, 1.0f);
-        std::vector<float> sink(static_cast<size_t>(H));
-        for (auto& v : sink) v = ds(rng);
+        const std::vector<float> sink = random_sink(rng, H);
         std::vector<int32_t> where(static_cast<size_t>(pool_rows));  // kv row i lives at pool row where[i]
         std::iota(where.begin(), where.end(), 0);
         std::shuffle(where.begin(), where.end(), rng);
@@ -355,20 +366,11 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
         a.n_kv = pool_rows;
         a.out = out_p->data();
         DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
-        const auto got_u = to_host<uint8_t>(*out_u, size_t(T * H * D) * act_bytes);
-        const auto got_p = to_host<uint8_t>(*out_p, size_t(T * H * D) * act_bytes);
-        size_t diff = 0;
-        for (size_t i = 0; i < got_u.size(); ++i) diff += got_u[i] != got_p[i];
+        const size_t diff = differing_bytes(*out_u, *out_p, size_t(T * H * D) * act_bytes);
         EXPECT_EQ(diff, 0u) << "packed rows changed " << diff << " output bytes";
         // and the unpacked result is the CPU's (so equal outputs cannot both be wrong)
-        std::vector<float> want(size_t(T * H * D));
-        backend::WeightView sv{WeightFormat::kF32, 1, H, sink.data(), nullptr};
-        const backend::Exec ex{prec, &pool()};
-        DSV4_ASSERT_OK(backend::cpu::sparse_attn(ex, {q.data(), kv.data(), idx.data(), T, H, D, c.n_kv, c.topk, sv,
-                                                      scale, want.data()}));
-        if (c.derotate) {
-            DSV4_ASSERT_OK(backend::cpu::rope(ex, {want.data(), T, H, D, 448, pos.data(), &freqs, true}));
-        }
+        const std::vector<float> want =
+            cpu_attention(prec, q, kv, idx, sink, pos, T, H, c.n_kv, c.topk, c.derotate, freqs);
         DSV4_EXPECT_CLOSE(act_to_host(prec, *out_p, want.size()), want, prec == Precision::kReference ? 2e-3 : 1e-5);
     }
 }
@@ -391,9 +393,7 @@ TEST(SparseAttnGrouped, ManyTokenCallsMatchSmallCallsBitForBit) {
         const int64_t T = c.tokens, H = c.heads, D = 512, first = 200;  // the small calls: first, then T − first
         auto q = random_act(prec, rng, size_t(T * H * D), 1.0f);
         auto kv = random_act(prec, rng, size_t(c.n_kv * D), 1.0f);
-        std::normal_distribution<float> ds(0.0f, 1.0f);
-        std::vector<float> sink(static_cast<size_t>(H));
-        for (auto& v : sink) v = ds(rng);
+        const std::vector<float> sink = random_sink(rng, H);
         std::uniform_int_distribution<int32_t> pick(0, int32_t(c.n_kv - 1));
         std::vector<int32_t> idx(size_t(T * c.topk));
         for (size_t i = 0; i < idx.size(); ++i) idx[i] = i % 9 == 4 ? -1 : pick(rng);
@@ -421,11 +421,8 @@ TEST(SparseAttnGrouped, ManyTokenCallsMatchSmallCallsBitForBit) {
             b.out = parts->as<uint16_t>() + t0 * H * D;
             DSV4_ASSERT_OK(sm90_sparse_attn(prec, b, nullptr));
         }
-        const auto got_one = to_host<uint16_t>(*one, size_t(T * H * D));
-        const auto got_parts = to_host<uint16_t>(*parts, size_t(T * H * D));
-        size_t diff = 0;
-        for (size_t i = 0; i < got_one.size(); ++i) diff += got_one[i] != got_parts[i];
-        EXPECT_EQ(diff, 0u) << "grouped head tiles changed " << diff << " of " << got_one.size() << " outputs";
+        const size_t diff = differing_bytes(*one, *parts, size_t(T * H * D) * 2);
+        EXPECT_EQ(diff, 0u) << "grouped head tiles changed " << diff << " output bytes";
     }
 }
 
