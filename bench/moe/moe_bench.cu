@@ -21,7 +21,9 @@
 // `dsv4_bench_moe --profile T` runs a few calls of each path (ring, register, register on the repacked layout with
 // mma.sync and with wgmma) at T tokens only (for a profiler's per-kernel view; from 256 tokens on the prefill kernel
 // too);
-// `dsv4_bench_moe --decode` only the first table's T <= 256 rows.
+// `dsv4_bench_moe --decode` only the first table's T <= 256 rows;
+// `dsv4_bench_moe --prefill` only the prefill kernel, shipped and repacked layouts, at 256, 1,024, 2,048 and 8,192
+// tokens (a quick comparison of prefill variants).
 //
 // A second table times the decode kernel's weight formats (MXFP4, MXFP4 in the repacked layout through f16 mma.sync
 // and through FP8 wgmma, NVFP4, FP8 128x128 blocks) at T <= 256. The repacked columns read the same random bytes as if they were repacked (weights and scale
@@ -346,6 +348,11 @@ int main(int argc, char** argv) {
     bool decode_only = false;  // --decode: T <= 256 and no probe table (a quick comparison)
     if (argc == 3 && std::strcmp(argv[1], "--profile") == 0) profile_T = std::atoll(argv[2]);
     if (argc == 2 && std::strcmp(argv[1], "--decode") == 0) decode_only = true;
+    const bool prefill_only = argc == 2 && std::strcmp(argv[1], "--prefill") == 0;
+    if (argc > 1 && !profile_T && !decode_only && !prefill_only) {
+        std::fprintf(stderr, "usage: %s [--decode | --prefill | --profile T]\n", argv[0]);
+        return 2;
+    }
     cudaDeviceProp prop{};
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -404,10 +411,14 @@ int main(int argc, char** argv) {
     std::vector<int64_t> token_counts = {1, 4, 16, 64, 256, 1024, kMaxT};
     if (profile_T) token_counts = {profile_T};
     if (decode_only) token_counts = {1, 4, 16, 64, 256};
-    std::printf("\n| T | experts read | MB touched | ring us | ring TB/s | ring %% copy | ring TFLOP/s | register us | "
+    if (prefill_only) {
+        std::printf("\n| T | prefill us (MXFP4) | TFLOP/s | prefill us (repacked MXFP4) | TFLOP/s |\n|---|---|---|---|---|\n");
+        token_counts = {256, 1024, 2048, kMaxT};
+    }
+    if (!prefill_only)
+        std::printf("\n| T | experts read | MB touched | ring us | ring TB/s | ring %% copy | ring TFLOP/s | register us | "
                 "register TB/s | baseline us | baseline TB/s | baseline TFLOP/s | ring vs baseline | prefill us | "
-                "prefill TFLOP/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                "prefill TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int64_t T : token_counts) {
         std::vector<Routing> routings;
         for (int i = 0; i < kRoutings; ++i) routings.push_back(make_routing(rng, T));
@@ -447,6 +458,28 @@ int main(int argc, char** argv) {
         auto register_call = [&](int i) {
             for (int64_t p = 0; p < passes; ++p) CHECK(sm90_mxfp4_moe_decode(args_for(i, p, false), s));
         };
+        if (prefill_only) {
+            const size_t pws_bytes = sm90_mxfp4_moe_prefill_workspace_bytes(T, kK, kE, kD, kI);
+            auto pws = DeviceBuffer::allocate(pws_bytes, "prefill workspace");
+            CHECK(pws.status());
+            const double flops = 6.0 * double(kD) * double(kI) * double(kK) * double(T);
+            std::printf("| %lld |", (long long)T);
+            for (const MoeWeightFormat f : {MoeWeightFormat::kMXFP4, MoeWeightFormat::kMXFP4Repacked}) {
+                const float ms = median_ms_per_call(s, [&](int i) {
+                    MoeDecodeArgs a = args_for(i, 0, false);
+                    a.tokens = T;
+                    a.format = f;
+                    a.workspace = pws->data();
+                    a.workspace_bytes = pws_bytes;
+                    CHECK(sm90_mxfp4_moe_prefill(a, s));
+                }, true);
+                std::printf(" %.1f | %.1f |", ms * 1e3, flops / (ms * 1e-3) / 1e12);
+            }
+            std::printf("\n");
+            std::fflush(stdout);
+            CHECK(stream->synchronize());
+            continue;
+        }
         if (profile_T) {
             for (int i = 0; i < 8; ++i) ring_call(i);
             for (int i = 0; i < 8; ++i) register_call(i);
@@ -539,6 +572,7 @@ int main(int argc, char** argv) {
             std::printf(" - | - |\n");
     }
     CHECK_BLAS(cublasDestroy(blas));
+    if (prefill_only) return 0;
     format_table(s, table.data(), layer_table, rng, copy_tbs);
     if (!decode_only) stream_probe_table(s, base, rng, copy_tbs);
     return 0;
