@@ -1,4 +1,4 @@
-// Kernels and launcher of sm90_mxfp4_moe_prefill (moe_prefill.cuh describes the four launches, the warp roles and
+// Kernels and launcher of sm90_mxfp4_moe_prefill (moe_prefill.cuh describes the five launches, the warp roles and
 // the exact FP4 -> FP8 conversion).
 #include <algorithm>
 #include <string>
@@ -56,9 +56,6 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) moe_prefill_prepare_kernel(
     const int t0 = int(blockIdx.x) * Cfg::kPrepTokens, t1 = min(p.T, t0 + Cfg::kPrepTokens);
     const int p0 = t0 * p.K, p1 = t1 * p.K;
     for (int e = tid; e < p.E; e += Cfg::kPrepThreads) cnt[e] = 0, before[e] = 0;
-    const int n_counters = p.max_mtiles * (p.I / 128);
-    for (int i = int(blockIdx.x) * Cfg::kPrepThreads + tid; i < n_counters; i += int(gridDim.x) * Cfg::kPrepThreads)
-        p.hcnt[i] = 0;
     __syncthreads();
     // picks per expert, and those before this block's first pick
     for (int i = tid; i < picks; i += Cfg::kPrepThreads) {
@@ -130,18 +127,24 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) moe_prefill_prepare_kernel(
     }
 }
 
-// Converter thread r: cp.async of B row r's 64 nibble bytes and 4 scale bytes of step g (this block's tile
-// blockIdx.x + (g / KB) · gridDim.x, K block g % KB) into raw slot g % kRaw. One commit group per step, empty past
-// the last step, so the wait_group counts stay uniform. The row's pointers are cached per tile.
+// Converter thread r's read cursor: the step it copies next (tile blockIdx.x + i·gridDim.x, K block kb) and the
+// source rows of B row r in that tile. Advanced one step per call, so the loop needs no division by the K blocks.
+struct RawCursor {
+    int step = 0, tile = int(blockIdx.x), kb = 0;
+    const uint8_t* w_row = nullptr;
+    const uint8_t* s_row = nullptr;
+};
+
+// Converter thread r: cp.async of B row r's 64 nibble bytes and 4 scale bytes of the cursor's step into raw slot
+// step % kRaw, then the cursor moves on. One commit group per step, empty past the last step, so the wait_group
+// counts stay uniform.
 template <bool kGateUp>
-__device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int g, int n_steps, int KB, int n_tiles_n,
+__device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_steps, int KB, int n_tiles_n,
                                                size_t row_bytes, size_t srow_bytes, int r, uint8_t* raw,
-                                               int& cached_tile, const uint8_t*& w_row, const uint8_t*& s_row) {
-    if (g < n_steps) {
-        const int tile = int(blockIdx.x) + (g / KB) * int(gridDim.x), kb = g % KB;
-        if (tile != cached_tile) {
-            cached_tile = tile;
-            const int m = tile / n_tiles_n, n = tile % n_tiles_n;
+                                               RawCursor& c) {
+    if (c.step < n_steps) {
+        if (c.kb == 0) {  // a new tile: its expert and rows
+            const int m = c.tile / n_tiles_n, n = c.tile % n_tiles_n;
             const Mxfp4ExpertPtrs& ex = p.experts[p.tile_expert[m]];
             int row;
             const uint8_t *w, *ws;
@@ -153,14 +156,16 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int g,
                 w = ex.w2, ws = ex.w2s;
                 row = n * Cfg::kBN + r;
             }
-            w_row = w + size_t(row) * row_bytes;
-            s_row = ws + size_t(row) * srow_bytes;
+            c.w_row = w + size_t(row) * row_bytes;
+            c.s_row = ws + size_t(row) * srow_bytes;
         }
-        uint8_t* slot = raw + (g % Cfg::kRaw) * Cfg::kRawStageBytes;
+        uint8_t* slot = raw + (c.step % Cfg::kRaw) * Cfg::kRawStageBytes;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) cp_async16(slot + (j * 128 + r) * 16, w_row + size_t(kb) * 64 + 16 * j);
-        cp_async4(slot + Cfg::kRawNibBytes + r * 4, s_row + size_t(kb) * 4);
+        for (int j = 0; j < 4; ++j) cp_async16(slot + (j * 128 + r) * 16, c.w_row + size_t(c.kb) * 64 + 16 * j);
+        cp_async4(slot + Cfg::kRawNibBytes + r * 4, c.s_row + size_t(c.kb) * 4);
+        if (++c.kb == KB) c.kb = 0, c.tile += int(gridDim.x);
     }
+    ++c.step;
     cp_async_commit();
 }
 
@@ -174,9 +179,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     pdl_enter();
     __shared__ __align__(8) uint64_t full_bar[Cfg::kStages];
     __shared__ __align__(8) uint64_t empty_bar[Cfg::kStages];
-    __shared__ int last_flag;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    // 1024-aligned in the shared window (TMA and the 128-byte swizzle), derived from smem_raw by pointer arithmetic
+    // so that the compiler keeps every access below in the shared space (LDS / STS, not generic loads and stores)
+    uint8_t* ring = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     float* wscale = reinterpret_cast<float*>(ring + Cfg::kStages * Cfg::kStageBytes);  // [kStages][128 B rows]
     uint8_t* raw = reinterpret_cast<uint8_t*>(wscale + Cfg::kStages * Cfg::kBN);         // [kRaw][kRawStageBytes]
     uint8_t* tables = raw + Cfg::kRaw * Cfg::kRawStageBytes;                             // [kDeltas][8] e4m3 bytes
@@ -209,26 +215,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int n_steps = my_tiles * KB;
         const size_t row_bytes = size_t(Kdim) / 2, srow_bytes = size_t(Kdim) / 32;
         // the source row of step g (cached per tile)
-        int cached_tile = -1;
-        const uint8_t *w_row = nullptr, *s_row = nullptr;
+        RawCursor cursor;
         for (int g = 0; g < Cfg::kRaw - 1; ++g)
-            issue_raw_step<kGateUp>(p, g, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cached_tile, w_row,
-                                    s_row);
-        int stage = 0;
+            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cursor);
+        int stage = 0, raw_slot = 0, kb = 0, a_row0 = 0;
         uint32_t phase = 0;
-        for (int g = 0; g < n_steps; ++g) {
-            issue_raw_step<kGateUp>(p, g + Cfg::kRaw - 1, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw,
-                                    cached_tile, w_row, s_row);
+        for (int g = 0, tile = int(blockIdx.x); g < n_steps; ++g) {
+            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cursor);
             cp_async_wait<Cfg::kRaw - 1>();  // this thread's copies of step g have landed
-            const int tile = int(blockIdx.x) + (g / KB) * int(gridDim.x), kb = g % KB;
             mbar_wait(&empty_bar[stage], phase ^ 1);
             uint8_t* sA = ring + stage * Cfg::kStageBytes;
             uint8_t* sB = sA + Cfg::kTileBytes;
             if (r == 0) {
+                if (kb == 0) a_row0 = p.tile_row0[tile / n_tiles_n];
                 mbar_arrive_expect_tx(&full_bar[stage], Cfg::kTileBytes);
-                tma_load_2d(sA, &tmap_a, kb * Cfg::kBK, p.tile_row0[tile / n_tiles_n], &full_bar[stage]);
+                tma_load_2d(sA, &tmap_a, kb * Cfg::kBK, a_row0, &full_bar[stage]);
             }
-            const uint8_t* slot = raw + (g % Cfg::kRaw) * Cfg::kRawStageBytes;
+            if (++kb == KB) kb = 0, tile += int(gridDim.x);
+            const uint8_t* slot = raw + raw_slot * Cfg::kRawStageBytes;
+            if (++raw_slot == Cfg::kRaw) raw_slot = 0;
             const uint32_t sw = *reinterpret_cast<const uint32_t*>(slot + Cfg::kRawNibBytes + r * 4);
             // the four 32-blocks' spreads below the row's largest exponent (the repacked word holds them already)
             int e_max, delta[4];
@@ -268,7 +273,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // ------------------------------------------------------------------------------------ consumer warpgroups
     const int consumer = tid / 128 - 1;  // M rows 64·consumer .. +63 of the tile
-    const int ct = tid - 128;            // 0..255 over both consumers
     const int warp = (tid / 32) % 4, lane = tid % 32;
     const int row_in_tile = consumer * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
     const int TK = p.T * p.K;
@@ -286,6 +290,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // rows past the tile's valid ones read some other position's scales: their results are never stored
         const float* sa0 = a_scale + size_t(min(q0, TK - 1)) * size_t(KB);
         const float* sa1 = a_scale + size_t(min(q1, TK - 1)) * size_t(KB);
+        // the epilogue's per-row data (pick index, and for gate/up its routing weight), loaded now: two dependent
+        // global loads would otherwise sit between the last stage and the stores
+        const bool ok0 = active && row_in_tile < rows, ok1 = active && row_in_tile + 8 < rows;
+        const int pick0 = ok0 ? p.list[q0] : 0, pick1 = ok1 ? p.list[q1] : 0;
+        const float rw0 = kGateUp && ok0 ? p.route_w[pick0] : 0.0f, rw1 = kGateUp && ok1 ? p.route_w[pick1] : 0.0f;
 #pragma unroll
         for (int i = 0; i < 64; ++i) out[i] = 0.0f;
         for (int kb = 0; kb < KB; ++kb) {
@@ -329,8 +338,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int pos = half ? q1 : q0;
-                if (!active || row_in_tile + 8 * half >= rows) continue;
-                const float rw = p.route_w[p.list[pos]];
+                if (!(half ? ok1 : ok0)) continue;
+                const float rw = half ? rw1 : rw0;
                 __nv_bfloat16* dst = p.h + size_t(pos) * size_t(p.I) + size_t(n) * Cfg::kUpRows + col;
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
@@ -350,45 +359,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = __floats2bfloat162_rn(hv[0], hv[1]);
                 }
             }
-            // The second of the two tiles of a 128-wide block of I quantises it (e4m3 per 128) for the down GEMM.
-            __threadfence();
-            named_barrier_sync(1, 256);
-            const int qb = n / 2;
-            if (ct == 0) last_flag = atomicAdd(&p.hcnt[m * (p.I / 128) + qb], 1) == 1;
-            named_barrier_sync(1, 256);
-            if (last_flag) {  // read before the next tile's first barrier, which precedes the next write
-                __threadfence();
-                for (int base = 0; base < Cfg::kBM * 4; base += 256) {
-                    const int c = base + ct, tl = c / 4, part = c % 4;  // a quad of lanes per row
-                    const bool ok = tl < rows;
-                    const size_t pos = size_t(row0 + (ok ? tl : 0));
-                    const __nv_bfloat16* src = p.h + pos * size_t(p.I) + size_t(qb) * 128 + part * 32;
-                    float v[32];
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const uint4 u = __ldcg(reinterpret_cast<const uint4*>(src) + i);  // other blocks' stores
-                        const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-                        for (int k = 0; k < 4; ++k) {
-                            v[8 * i + 2 * k] = __uint_as_float(wd[k] << 16);
-                            v[8 * i + 2 * k + 1] = __uint_as_float(wd[k] & 0xffff0000u);
-                        }
-                    }
-                    uint32_t qv[8];
-                    const float s = quant32_e4m3(v, qv);
-                    if (!ok) continue;
-                    uint4* dst = reinterpret_cast<uint4*>(p.hq + pos * size_t(p.I) + size_t(qb) * 128 + part * 32);
-                    dst[0] = make_uint4(qv[0], qv[1], qv[2], qv[3]);
-                    dst[1] = make_uint4(qv[4], qv[5], qv[6], qv[7]);
-                    if (part == 0) p.hs[pos * size_t(p.I / 128) + qb] = s;
-                }
-            }
         } else if (active) {
             // each pick's bf16 expert output, by pick index
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                if (row_in_tile + 8 * half >= rows) continue;
-                const int pick = p.list[half ? q1 : q0];
+                if (!(half ? ok1 : ok0)) continue;
+                const int pick = half ? pick1 : pick0;
                 __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * Cfg::kBN + col;
 #pragma unroll
                 for (int j = 0; j < 16; ++j)
@@ -399,7 +375,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 }
 
-// Launch 4: token b's output = bf16(Σ picks in ascending expert order (f32) + shared), as backend::cpu::moe_sum.
+// Launch 3: the hidden rows h [T·K, I] to e4m3 per 128 with UE8M0 scales (hq, hs), the down GEMM's A operand. A
+// quad of lanes holds one 128-block (each lane 32 elements); rows of unused list positions are quantised too (their
+// GEMM rows are never stored).
+__global__ void __launch_bounds__(Cfg::kQuantThreads) moe_prefill_hidden_quant_kernel(MoePrefillParams p) {
+    pdl_enter();
+    const int64_t c = int64_t(blockIdx.x) * Cfg::kQuantThreads + threadIdx.x;  // 32-element chunk
+    const int64_t n_chunks = int64_t(p.T) * p.K * (p.I / 32);
+    const bool ok = c < n_chunks;
+    const int64_t cc = ok ? c : n_chunks - 1;  // every lane of a quad takes part in the shuffles
+    const __nv_bfloat16* src = p.h + cc * 32;
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float f[8];
+        load8(src + 8 * i, f);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[8 * i + j] = f[j];
+    }
+    uint32_t q[8];
+    const float s = quant32_e4m3(v, q);
+    if (!ok) return;
+    uint4* dst = reinterpret_cast<uint4*>(p.hq + cc * 32);
+    dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+    dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+    if ((cc & 3) == 0) p.hs[cc / 4] = s;  // I is a multiple of 128: chunk 4b starts 128-block b of the flat rows
+}
+
+// Launch 5: token b's output = bf16(Σ picks in ascending expert order (f32) + shared), as backend::cpu::moe_sum.
 __global__ void __launch_bounds__(Cfg::kCombineThreads) moe_prefill_combine_kernel(MoePrefillParams p) {
     pdl_enter();
     __shared__ int order[Cfg::kMaxK];
@@ -485,7 +488,6 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     p.tile_expert = reinterpret_cast<int*>(ws + wl.tile_expert);
     p.tile_row0 = reinterpret_cast<int*>(ws + wl.tile_row0);
     p.tile_rows = reinterpret_cast<int*>(ws + wl.tile_rows);
-    p.hcnt = reinterpret_cast<int*>(ws + wl.hcnt);
     p.list = reinterpret_cast<int*>(ws + wl.list);
     p.xg = reinterpret_cast<uint8_t*>(ws + wl.xg);
     p.xs = reinterpret_cast<float*>(ws + wl.xs);
@@ -520,6 +522,10 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     const unsigned up_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.inter / Cfg::kUpRows)));
     gate_up<<<up_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_x, p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_gate_up"));
+    const int64_t quant_chunks = picks * (a.inter / 32);
+    moe_prefill_hidden_quant_kernel<<<unsigned((quant_chunks + Cfg::kQuantThreads - 1) / Cfg::kQuantThreads),
+                                      Cfg::kQuantThreads, 0, stream>>>(p);
+    DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_hidden_quant"));
     const unsigned down_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.dim / Cfg::kBN)));
     down<<<down_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_h, p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_down"));

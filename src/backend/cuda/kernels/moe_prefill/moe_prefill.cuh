@@ -1,18 +1,20 @@
-// sm90_mxfp4_moe_prefill: device side. Four launches (docs/kernels/moe_prefill.md):
+// sm90_mxfp4_moe_prefill: device side. Five launches (docs/kernels/moe_prefill.md):
 //
 //  1. prepare: every block counts the T·K picks per expert (each block redundantly: a few hundred KB of L2 reads) so
 //     it knows each expert's segment of the expert-sorted pick list and how many of an expert's picks precede its own
 //     tokens; it then places its own picks in that list and quantises its tokens' rows of x (act_quant, e4m3 per 128
 //     with a UE8M0 scale) into every position the token occupies: xg [T·K, D], contiguous per expert. Block 0 writes
-//     the table of 128-row M tiles (expert, first list position, valid rows); all blocks zero the arrival counters.
+//     the table of 128-row M tiles (expert, first list position, valid rows).
 //  2. gate/up grouped GEMM: tile = (M tile, 64 rows of I): B = 64 rows of w1 stacked on the same 64 rows of w3 (128
 //     wgmma N columns), so a thread holds u1 and u3 of the same (token, row) and applies clamp, SwiGLU and the routing
-//     weight in registers; bf16 hidden h [T·K, I]. The second of the two tiles covering a 128-wide block of I
-//     (arrival counter) quantises it to e4m3 per 128 for the down GEMM: hq [T·K, I], hs [T·K, I/128].
-//  3. down grouped GEMM: tile = (M tile, 128 rows of D), A = hq, B = w2; each pick's bf16 output yp [T·K, D].
-//  4. combine: per token, Σ of its picks in ascending expert order in f32, + shared expert, one bf16 rounding.
+//     weight in registers; bf16 hidden h [T·K, I].
+//  3. hidden quantisation: h to e4m3 per 128 for the down GEMM: hq [T·K, I], hs [T·K, I/128]. Its own launch (it
+//     was the gate/up epilogue's, by the second of the two tiles of a 128-block, found by an arrival counter: the
+//     fence, barriers and L2 round trips of that handshake held the consumers ~10 % of the kernel's time).
+//  4. down grouped GEMM: tile = (M tile, 128 rows of D), A = hq, B = w2; each pick's bf16 output yp [T·K, D].
+//  5. combine: per token, Σ of its picks in ascending expert order in f32, + shared expert, one bf16 rounding.
 //
-// GEMM kernels (2, 3): 3 warpgroups, one persistent block per SM walking tiles M-major (blocks running together share
+// GEMM kernels (2, 4): 3 warpgroups, one persistent block per SM walking tiles M-major (blocks running together share
 // an expert and sweep its weight rows, which L2 then serves to the other M tiles of that expert).
 //   warpgroup 0, "converter": per 128-wide K step each thread owns one B row. It streams the row's 64 bytes of
 //     e2m1 nibbles and 4 UE8M0 bytes with cp.async into a private ring (kRaw steps ahead), converts them to e4m3 and
@@ -67,11 +69,12 @@ struct MoePrefillConfig {
     static constexpr int kSmemBytes = kStages * kStageBytes + kStages * kBN * 4 + kRaw * kRawStageBytes +
                                       kDeltas * 8 + 1024;         // + alignment slack for the 1024-aligned ring
     static constexpr int kCombineThreads = 256;
+    static constexpr int kQuantThreads = 256;  // hidden quantisation: one 32-element chunk per thread
 };
 
 // Workspace layout (byte offsets, 256-aligned); the launcher and the tests size it the same way.
 struct MoePrefillWorkspace {
-    size_t n_mtiles, tile_expert, tile_row0, tile_rows, hcnt, list, xg, xs, h, hq, hs, yp, total;
+    size_t n_mtiles, tile_expert, tile_row0, tile_rows, list, xg, xs, h, hq, hs, yp, total;
     int64_t max_mtiles;
     static MoePrefillWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
         MoePrefillWorkspace w{};
@@ -83,7 +86,6 @@ struct MoePrefillWorkspace {
         w.tile_expert = l.take(4 * size_t(w.max_mtiles));
         w.tile_row0 = l.take(4 * size_t(w.max_mtiles));
         w.tile_rows = l.take(4 * size_t(w.max_mtiles));
-        w.hcnt = l.take(4 * size_t(w.max_mtiles) * size_t(I / 128));
         w.list = l.take(4 * size_t(picks));
         w.xg = l.take(size_t(picks) * size_t(D));
         w.xs = l.take(4 * size_t(picks) * size_t(D / 128));
@@ -109,7 +111,6 @@ struct MoePrefillParams {
     int* tile_expert;              // [max_mtiles]
     int* tile_row0;                // [max_mtiles] first list position of the tile
     int* tile_rows;                // [max_mtiles] valid rows (1..128)
-    int* hcnt;                     // [max_mtiles, I/128] gate/up tiles finished per 128-block of I
     int* list;                     // [T·K] pick index t·K + k of each list position, grouped by expert
     uint8_t* xg;                   // [T·K, D] e4m3 rows of x by list position
     float* xs;                     // [T·K, D/128]
@@ -133,9 +134,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // -------------------------------------------------------------------------------------------- FP4 -> FP8

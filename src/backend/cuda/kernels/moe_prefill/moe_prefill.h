@@ -4,7 +4,7 @@
 // before w2, bf16 hidden, per-token sum of the K picks in ascending expert index in f32 plus the shared expert,
 // one bf16 rounding (backend::cpu::routed_experts + backend::cpu::moe_sum in kReference) — as compute-bound grouped
 // GEMMs on Hopper FP8 wgmma, the MXFP4 weights converted to e4m3 in shared memory inside the kernel (exactly: the
-// 32-block scales are folded into the e4m3 values, docs/kernels/moe_prefill.md). Four launches, no host sync.
+// 32-block scales are folded into the e4m3 values, docs/kernels/moe_prefill.md). Five launches, no host sync.
 //
 // Numerics: the products are exact and the per-128-K promotion is the reference's, but Hopper's FP8 wgmma sums a
 // K block with a narrower internal accumulator than f32: ~10 % of bf16 outputs one ulp away from the CPU reference
@@ -20,7 +20,7 @@
 
 namespace dsv4::cuda {
 
-// Scratch of the four launches (sorted pick list, gathered e4m3 activations, hidden activations, per-pick outputs,
+// Scratch of the five launches (sorted pick list, gathered e4m3 activations, hidden activations, per-pick outputs,
 // tile table, counters): about T·K·(D·3 + I·3.1) bytes (≈ 0.7 GB at 8192 tokens, V4-Flash).
 size_t sm90_mxfp4_moe_prefill_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
                                               int64_t inter);
