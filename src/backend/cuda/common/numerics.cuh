@@ -118,6 +118,16 @@ __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
     const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
+// One 32-element quantisation block of bf16 activations as f32 (four 16-byte loads, all issued before any use).
+__device__ __forceinline__ void load32(const __nv_bfloat16* p, float (&v)[32]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float f[8];
+        load8(p + 8 * i, f);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[8 * i + j] = f[j];
+    }
+}
 __device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[8]) {
     uint32_t w[4];
 #pragma unroll

@@ -57,13 +57,7 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(Moe
             const bool active = blk < nblk;
             float v[32];
             const __nv_bfloat16* src = p.x + size_t(tok) * p.D + size_t(active ? blk : 0) * 32;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float f[8];
-                load8(src + 8 * i, f);
-#pragma unroll
-                for (int j = 0; j < 8; ++j) v[8 * i + j] = f[j];
-            }
+            load32(src, v);
             const float s = quant_block128_to_f16(v, p.xq + size_t(tok) * p.D + size_t(blk) * 32, active);
             if (active && (blk & 3) == 0) p.xs[size_t(tok) * (p.D / 128) + blk / 4] = s;
         }

@@ -106,13 +106,7 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) moe_prefill_prepare_kernel(
         const int tl = active ? c / cpr : 0, blk = active ? c % cpr : 0;
         const __nv_bfloat16* src = p.x + size_t(t0 + tl) * size_t(p.D) + size_t(blk) * 32;
         float v[32];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float f[8];
-            load8(src + 8 * i, f);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[8 * i + j] = f[j];
-        }
+        load32(src, v);
         uint32_t q[8];
         const float s = quant32_e4m3(v, q);
         if (!active) continue;
@@ -386,13 +380,7 @@ __global__ void __launch_bounds__(Cfg::kQuantThreads) moe_prefill_hidden_quant_k
     const int64_t cc = ok ? c : n_chunks - 1;  // every lane of a quad takes part in the shuffles
     const __nv_bfloat16* src = p.h + cc * 32;
     float v[32];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float f[8];
-        load8(src + 8 * i, f);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[8 * i + j] = f[j];
-    }
+    load32(src, v);
     uint32_t q[8];
     const float s = quant32_e4m3(v, q);
     if (!ok) return;
