@@ -27,12 +27,13 @@
 // --prefill adds a prefill-shaped point first: CSA attention of 2,048 queries at 8K context (each its own window and
 // top-512), the one-pass kernel in one call (4 head tiles per block from kSparseAttnGroupedMinTokens tokens) and the
 // same queries in calls of 256 (one head tile per block), so the grouped tiles' gain is measured at kernel level.
+// --layer runs only the CSA layer at batch 1, 8K (its parts, then all of them in one graph: bench_layer_graph).
 // --split adds, at every CSA / HCA attention point, the split-candidate kernel (sm90_sparse_attn_split, automatic
 // chunks) in both modes — reference max (block-max pass + partials + combine) and plain (partials + combine) — on the
 // same packed inputs, next to the one-pass kernel (the layer point times it always); --attention-only skips the
 // indexer, compressor and layer parts. Without a usable CUDA GPU it says so and exits with status 1.
 //
-// Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill]
+// Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill] [--layer]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -162,6 +163,14 @@ struct Timing {
     bool graph = false;
 };
 
+// One timed part of the CSA layer as its bench function set it up: call(i) launches it on rotation i < rotations.
+// Handed to a caller's continuation while the function's buffers are alive, so the whole layer can be timed as one
+// graph (--layer).
+struct Part {
+    int rotations = 0;
+    std::function<Status(int)> call;
+};
+
 // Median time of one call(i) (i = rotation index < rotations).
 Timing time_op(int rotations, const std::function<Status(int)>& call) {
     auto timer = EventTimer::create();
@@ -260,7 +269,8 @@ DeviceBuffer positions_at(int64_t B, int64_t pos) { return upload(std::vector<in
 struct AttentionTimes {
     double one_pass = -1, split_ref = -1;
 };
-AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split) {
+AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
+                               const std::function<void(const Part& split_ref)>& with_part = {}) {
     const std::string cn = ctx_name(ctx);
     const char* op = csa ? "CSA attention (packed FP8 gather)" : "HCA attention (packed FP8 gather)";
     const char* base_op = csa ? "CSA baseline: unpack to bf16 + attention" : "HCA baseline: unpack to bf16 + attention";
@@ -404,6 +414,10 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split) {
     AttentionTimes times;
     times.one_pass = tp.us;
     if (split) times.split_ref = ts_ref.us;
+    if (split && with_part)
+        with_part(Part{rotations, [&](int i) {
+                           return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, {});
+                       }});
     return times;
 }
 
@@ -412,7 +426,8 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split) {
 struct IndexerTimes {
     double with_topk = -1, with_select = -1;
 };
-IndexerTimes bench_indexer(int64_t B, int64_t ctx) {
+IndexerTimes bench_indexer(int64_t B, int64_t ctx,
+                           const std::function<void(const Part& scores, const Part& select)>& with_parts = {}) {
     const std::string cn = ctx_name(ctx);
     const int64_t entries = ctx / kCsaRatio, pps = (entries + kPage - 1) / kPage;
     const int64_t copy_rows = B * pps * kPage;
@@ -496,6 +511,9 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx) {
               "fused minimum would be keys + q + w + picks");
     IndexerTimes times;
     times.with_topk = tt.us, times.with_select = tsel.us;
+    if (with_parts)
+        with_parts(Part{rotations, score},
+                   Part{1, [&](int) { return sm90_topk_select(kRef, sa, sel_ws.data(), sel_bytes, g->s); }});
     return times;
 }
 
@@ -615,7 +633,7 @@ CompressorTimes bench_compressor(int64_t B, bool indexer) {
 // Both compressors of a CSA layer's decode step back to back, as the engine launches them: the main one, then the
 // indexer-key one with CompressorDecodeArgs::independent_of_previous (it starts alongside the main one in the
 // programmatic graph and waits for it at exit) against the same pair without it. Returns the pair's time (µs).
-double bench_compressor_pair(int64_t B) {
+double bench_compressor_pair(int64_t B, const std::function<void(const Part& pair)>& with_part = {}) {
     const char* op = "compressor close, CSA main + indexer keys (fused pair, overlapped)";
     const int64_t ratio = kCsaRatio;
     struct Side {
@@ -678,7 +696,48 @@ double bench_compressor_pair(int64_t B) {
     std::snprintf(note, sizeof note, "the key compressor independent_of_previous; the same pair waiting: %.2f us "
                   "(%.2fx)", serial.us, serial.us / overlapped.us);
     print_row(B, "any", op, overlapped, 0, 0, note);
+    if (with_part)
+        with_part(Part{rotations, [&](int i) {
+                           DSV4_RETURN_IF_ERROR(launch(sides[0], i, false));
+                           return launch(sides[1], i, true);
+                       }});
     return overlapped.us;
+}
+
+// The CSA layer at batch 1, 8K context with the best kernels, as the sum of its parts timed alone and as one graph
+// of all five launches per layer (compressor pair, indexer scores, top-512 select, reference-max split attention —
+// the split's three launches count as one call) in the order a decode step runs them, with programmatic edges: the
+// launch and drain of each kernel then overlap its neighbours as in `dsv4 generate`. The parts read their own
+// rotated inputs (the attention's index lists are not the select's output), so the graph has the engine's launch
+// chain, not its data flow.
+void bench_layer_graph() {
+    constexpr int64_t B = 1, ctx = 8192;
+    bench_compressor_pair(B, [&](const Part& pair) {
+        bench_indexer(B, ctx, [&](const Part& scores, const Part& select) {
+            bench_attention(true, B, ctx, true, [&](const Part& attn) {
+                const Timing parts[4] = {time_op(pair.rotations, pair.call), time_op(scores.rotations, scores.call),
+                                         time_op(select.rotations, [&](int i) {
+                                             DSV4_RETURN_IF_ERROR(scores.call(i % scores.rotations));
+                                             return select.call(i);
+                                         }),
+                                         time_op(attn.rotations, attn.call)};
+                const int rotations = std::max({pair.rotations, scores.rotations, attn.rotations});
+                const Timing whole = time_op(rotations, [&](int i) {
+                    DSV4_RETURN_IF_ERROR(pair.call(i % pair.rotations));
+                    DSV4_RETURN_IF_ERROR(scores.call(i % scores.rotations));
+                    DSV4_RETURN_IF_ERROR(select.call(i));
+                    return attn.call(i % attn.rotations);
+                });
+                const double select_us = parts[2].us - parts[1].us;
+                const double sum = parts[0].us + parts[2].us + parts[3].us;
+                std::printf("\nCSA layer at batch 1, 8K context, best kernels: parts timed alone %.2f us = compressor "
+                            "pair %.2f + indexer scores %.2f + top-512 select %.2f + split attention %.2f; "
+                            "**one graph of the layer's launches: %.2f us** (target <= 25 us: %s)\n",
+                            sum, parts[0].us, parts[1].us, select_us, parts[3].us, whole.us,
+                            whole.us <= 25.0 ? "met" : "missed");
+            });
+        });
+    });
 }
 
 // Device-to-device copy bandwidth (bytes read + written) of a 1 GiB copy, at working clocks: an idle GPU starts at
@@ -742,7 +801,7 @@ bool gpu_usable(const char* argv0) {
 
 int main(int argc, char** argv) {
     std::string date = "undated";
-    bool split = false, attention_only = false, prefill = false;
+    bool split = false, attention_only = false, prefill = false, layer_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--date") == 0 && i + 1 < argc) {
             date = argv[++i];
@@ -752,8 +811,11 @@ int main(int argc, char** argv) {
             attention_only = true;
         } else if (std::strcmp(argv[i], "--prefill") == 0) {
             prefill = true;
+        } else if (std::strcmp(argv[i], "--layer") == 0) {
+            layer_only = true;
         } else {
-            std::fprintf(stderr, "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill] [--layer]\n",
+                         argv[0]);
             return 2;
         }
     }
@@ -788,6 +850,10 @@ int main(int argc, char** argv) {
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
 
+    if (layer_only) {
+        bench_layer_graph();
+        return 0;
+    }
     const int64_t batches[] = {1, 8, 64}, contexts[] = {4096, 65536, 1048576};
     if (prefill) bench_attention(true, 2048, 8192, false);  // 2,048 queries: a prefill pass's shape
     for (int64_t ctx : contexts)
