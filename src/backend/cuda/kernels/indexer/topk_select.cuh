@@ -159,29 +159,33 @@ __device__ __forceinline__ void warp_select_prefix(const unsigned* hist, int pas
     }
 }
 
-// Block (kThreads): sorts one value per thread descending across the first `len` threads (len a power of two
-// <= kThreads; threads >= len hold 0 and only meet each other). Strides >= 32 go through buf [2][kThreads]
-// (ping-pong: one barrier per stage), smaller ones through shuffles. Every thread calls it with the same len.
+// Threads 0 .. max(len, 32) - 1 of the block: sorts one value per thread descending across the first `len` threads
+// (len a power of two <= kThreads; threads >= len hold 0 and only meet each other). Strides >= 32 go through buf
+// [2][kThreads] (ping-pong: one barrier per stage, named barrier 1 over the len sorting threads, so the block's
+// other warps neither wait nor issue), smaller ones through shuffles. A compare-exchange takes the partner's value
+// when it belongs on this side (larger for the lower index of a descending pair): one 64-bit compare and a select,
+// not a min and a max.
 __device__ __forceinline__ unsigned long long block_sort_desc(unsigned long long v, int len, unsigned long long* buf) {
     constexpr int kT = TopKSelectConfig::kThreads;
     const int tid = int(threadIdx.x);
     int parity = 0;
-    for (int size = 2; size <= len; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            unsigned long long other;
-            if (stride >= 32) {
-                unsigned long long* b = buf + parity * kT;
-                parity ^= 1;
-                b[tid] = v;
-                __syncthreads();
-                other = b[tid ^ stride];
-            } else {
-                other = __shfl_xor_sync(0xffffffffu, v, stride);
-            }
-            // pair (i, i ^ stride), i the lower: in a descending run (i & size == 0) i keeps the larger
-            const bool keep_max = ((tid & size) == 0) == ((tid & stride) == 0);
-            v = keep_max ? (v > other ? v : other) : (v < other ? v : other);
+    // pair (i, i ^ stride), i the lower: in a descending run (i & size == 0) i keeps the larger
+    const auto exchange = [&](unsigned long long other, int size, int stride) {
+        const bool keep_max = ((tid & size) == 0) == ((tid & stride) == 0);
+        if ((other > v) == keep_max) v = other;  // equal values: either is right
+    };
+    for (int size = 2; size <= len; size <<= 1) {
+        for (int stride = size >> 1; stride >= 32; stride >>= 1) {  // len >= 64 here: a whole number of warps
+            unsigned long long* b = buf + parity * kT;
+            parity ^= 1;
+            b[tid] = v;
+            asm volatile("bar.sync 1, %0;" ::"r"(len) : "memory");
+            exchange(b[tid ^ stride], size, stride);
         }
+#pragma unroll
+        for (int stride = 16; stride > 0; stride >>= 1)
+            if (stride < size) exchange(__shfl_xor_sync(0xffffffffu, v, stride), size, stride);
+    }
     return v;
 }
 
@@ -224,14 +228,15 @@ __device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64
     }
 }
 
-// Block: sort the kk picks in buf[0..kk) (thread t reads slot t only) and write the row's k outputs.
+// Block: sort the kk picks in buf[0..kk) (thread t reads slot t only) and write the row's k outputs. Only the warps
+// that hold picks sort; every thread < k writes.
 template <typename ScoreT>
 __device__ __forceinline__ void block_sort_write(unsigned long long v, int kk, int k, unsigned long long* buf,
                                                  int32_t* __restrict__ out) {
     int len = 1;
     while (len < kk) len <<= 1;
-    v = block_sort_desc(v, len, buf);
     const int tid = int(threadIdx.x);
+    if (tid < (len > 32 ? len : 32)) v = block_sort_desc(v, len, buf);
     if (tid < k) {
         int32_t r = -1;
         if (tid < kk && uint32_t(v >> 32) > SelectKey<ScoreT>::kNegInf) r = int32_t(0xffffffffu - uint32_t(v));
