@@ -78,18 +78,42 @@ __global__ void __launch_bounds__(IndexerConfig::kThreads)
     if constexpr (kRef) {
         auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);
         auto* k_s = q_s + Cfg::kHeads * Cfg::kLd;
-        for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += Cfg::kThreads) {
-            const int r = i / (Cfg::kDim / 8), c = (i % (Cfg::kDim / 8)) * 8;
-            uint4 qv = make_uint4(0, 0, 0, 0), kv = make_uint4(0, 0, 0, 0);
-            if (r < heads) qv = *reinterpret_cast<const uint4*>(qt + r * Cfg::kDim + c);
-            if (r < key_rows) {
-                if constexpr (kPacked)
-                    kv = key_packed_chunk(static_cast<const uint8_t*>(keys) + (row0 + r) * kKeyFp4RowBytes, c / 8);
-                else
-                    kv = *reinterpret_cast<const uint4*>(static_cast<const ActT*>(keys) + (row0 + r) * Cfg::kDim + c);
+        // thread: chunk c (8 channels) of rows r0, r0 + 8, ..., every load issued before any is used (one memory
+        // round trip for the tile instead of one per row: the loop of loads-then-decode waited 8 times)
+        constexpr int kChunks = Cfg::kDim / 8, kRowStep = Cfg::kThreads / kChunks;
+        constexpr int kPerThread = Cfg::kHeads / kRowStep;
+        static_assert(Cfg::kHeads == Cfg::kKeys && Cfg::kThreads % kChunks == 0);
+        const int r0 = tid / kChunks, c = (tid % kChunks) * 8;
+        uint4 qv[kPerThread], kv[kPerThread];
+        uint32_t codes[kPerThread];
+        uint8_t scale[kPerThread];
+#pragma unroll
+        for (int u = 0; u < kPerThread; ++u) {
+            const int r = r0 + u * kRowStep;
+            qv[u] = r < heads ? *reinterpret_cast<const uint4*>(qt + r * Cfg::kDim + c) : make_uint4(0, 0, 0, 0);
+            if constexpr (kPacked) {
+                const uint8_t* key_row = static_cast<const uint8_t*>(keys) + (row0 + r) * kKeyFp4RowBytes;
+                codes[u] = r < key_rows ? *reinterpret_cast<const uint32_t*>(key_row + c / 2) : 0u;
+                scale[u] = r < key_rows ? key_row[kKeyFp4ScaleOffset + c / 32] : uint8_t(0);
+            } else {
+                kv[u] = r < key_rows
+                            ? *reinterpret_cast<const uint4*>(static_cast<const ActT*>(keys) + (row0 + r) * Cfg::kDim + c)
+                            : make_uint4(0, 0, 0, 0);
             }
-            *reinterpret_cast<uint4*>(q_s + r * Cfg::kLd + c) = qv;
-            *reinterpret_cast<uint4*>(k_s + r * Cfg::kLd + c) = kv;
+        }
+#pragma unroll
+        for (int u = 0; u < kPerThread; ++u) {
+            const int r = r0 + u * kRowStep;
+            if constexpr (kPacked) {
+                kv[u] = make_uint4(0, 0, 0, 0);
+                if (r < key_rows) {
+                    float v[8];
+                    key_decode8(codes[u], scale[u], v);
+                    kv[u] = pack_bf16x8(v);
+                }
+            }
+            *reinterpret_cast<uint4*>(q_s + r * Cfg::kLd + c) = qv[u];
+            *reinterpret_cast<uint4*>(k_s + r * Cfg::kLd + c) = kv[u];
         }
         __syncthreads();
         const int warp = tid >> 5, lane = tid & 31;
