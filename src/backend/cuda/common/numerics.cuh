@@ -56,6 +56,14 @@ __device__ __forceinline__ float e8m0_to_f32(uint8_t b) {
     return __uint_as_float(uint32_t(b) << 23);
 }
 
+// 1 / e8m0_to_f32(b) = 2^(127-b), exact for every byte b <= 254 (2^127 down to the subnormal 2^-127). A quotient
+// x / 2^k and the product x · 2^-k are the same real number, and both IEEE operations round it once: __fmul_rn(x,
+// e8m0_inverse(b)) equals __fdiv_rn(x, e8m0_to_f32(b)) bit for bit, at a fraction of the instructions.
+__device__ __forceinline__ float e8m0_inverse(uint8_t b) {
+    const int e = 127 - int(b);
+    return e >= -126 ? __uint_as_float(uint32_t(e + 127) << 23) : __uint_as_float(0x00400000u);
+}
+
 // ceil(log2(max(amax, floor) / max_code)) with the division rounded in f32 (quant_formats.cpp
 // ue8m0_exponent_for). The quotient is a positive normal f32 for every floor the quantisers use.
 __device__ __forceinline__ int ue8m0_exponent_for(float amax, float amax_floor, float max_code) {

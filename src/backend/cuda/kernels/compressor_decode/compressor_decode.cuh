@@ -3,9 +3,11 @@
 // it replaces, with the same intermediate roundings so that every byte it writes equals theirs:
 //   1. append   all threads copy the token's f32 kv/score rows into the open window row pos % ratio (16-byte words);
 //               the block leaves here unless the window closes (the condition is the same for all its threads)
-//   2. pool     after a barrier (the appended row visible block-wide), thread ch pools channel ch with
-//               compressor_pool_channel (kv_finish.cuh) into a shared-memory row of the activation type (bf16 in
-//               kReference: the pooled tensor the six-launch sequence writes)
+//   2. pool     thread ch pools channel ch with compressor_pool_values (kv_finish.cuh) into a shared-memory row of
+//               the activation type (bf16 in kReference: the pooled tensor the six-launch sequence writes). CSA
+//               (ratio 4): every input is loaded into registers before the append, the closing row from the
+//               token's projection itself, so positions → one round trip → pool; other ratios (HCA's 128 rows) read
+//               the window after a barrier that makes the appended row visible
 //   3. finish   after a barrier, warp 0 finishes that row in place with kv_row_finish_warp (kv_finish.cuh; RoPE at
 //               (pos / ratio)·ratio) and packs it with kv_pack_ref_chunk / key_pack_ref_chunk (kv_store.cuh; kF32:
 //               the row copied) into pool row entry_base + 64·table[slot·P + j/64] + j%64
@@ -14,10 +16,9 @@
 // The open and previous windows are read and written through the same pointers in one kernel, so none of their
 // loads may take the non-coherent path: they are plain (non-restrict) pointers here.
 //
-// Bounds: at decode batch sizes the block's dependent chain (positions → slot → append → window loads → pool →
-// f64 RMS and sincos → pack stores) and the one launch; bytes (≤ 112 KB per closing CSA main row, mostly the roll)
-// only start to matter at B ≈ 64. Not yet measured (prediction: docs/kernels/cuda-backend.md, "Fused decode
-// compressor").
+// Bounds: at decode batch sizes the block's dependent chain (position and slot → window and projection loads →
+// pool → f64 RMS and sincos → pack stores) and the one launch; bytes (≤ 112 KB per closing CSA main row, mostly the
+// roll) only start to matter at B ≈ 64 (docs/kernels/attention.md, "Fused compressor").
 #pragma once
 
 #include "backend/cuda/common/numerics.cuh"
@@ -55,8 +56,11 @@ struct CompressorDecodeParams {
     bool independent_of_previous;  // CompressorDecodeArgs::independent_of_previous
 };
 
-// dst[i] = src[i] for i < n4 16-byte words, thread t of `threads` taking words t, t + threads, ...
+// dst[i] = src[i] for i < n4 16-byte words, thread t of `threads` taking words t, t + threads, ... Unrolled 4 times,
+// not ptxas' 16 with remainder copies: the kernel is short and runs once per launch on a cold instruction cache, where
+// every instruction line costs a fetch (ncu: the finishing warp stalled mostly on no_inst).
 __device__ __forceinline__ void copy_words(float4* dst, const float4* src, int n4, int t, int threads) {
+#pragma unroll 4
     for (int i = t; i < n4; i += threads) dst[i] = src[i];
 }
 
@@ -71,40 +75,64 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     __shared__ __align__(16) ActT row[kDim];  // pooled, then finished in place
     const int64_t r = blockIdx.x;
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t pos = a.positions[r];
+    const int32_t slot = a.slots[r];  // issued with the position: independent loads
     if (pos < 0) return;  // padding row: the whole block leaves
     const int m = a.ratio;
     const int width = a.overlap ? 2 * kDim : kDim;
-    const int32_t slot = a.slots[r];
     const int64_t slot_off = int64_t(slot) * m * width;  // f32 elements, [sessions, m, width]
     float* okv = a.open_kv + slot_off;
     float* osc = a.open_score + slot_off;
     const int t = int(pos % m);
-
-    // 1. append (sm90_compressor_append)
-    copy_words(reinterpret_cast<float4*>(okv + int64_t(t) * width), reinterpret_cast<const float4*>(a.kv + r * width),
-               width / 4, tid, kDim);
-    copy_words(reinterpret_cast<float4*>(osc + int64_t(t) * width),
-               reinterpret_cast<const float4*>(a.score + r * width), width / 4, tid, kDim);
-    if (t != m - 1) return;  // the window stays open (uniform over the block)
-    __syncthreads();         // the appended row is visible to every thread of the block
+    const bool closes = t == m - 1;  // uniform over the block
+    const auto append = [&] {  // sm90_compressor_append
+        copy_words(reinterpret_cast<float4*>(okv + int64_t(t) * width),
+                   reinterpret_cast<const float4*>(a.kv + r * width), width / 4, tid, kDim);
+        copy_words(reinterpret_cast<float4*>(osc + int64_t(t) * width),
+                   reinterpret_cast<const float4*>(a.score + r * width), width / 4, tid, kDim);
+    };
 
     // 2. pool (sm90_compressor_pool, batched decode): the previous window iff overlap and not the first window
-    {
-        const int ch = tid;
-        const bool with_prev = a.overlap && pos / m > 0;
-        const int cur = a.overlap ? kDim + ch : ch;
-        const float* pkv = a.overlap ? a.prev_kv + slot_off : nullptr;
-        const float* psc = a.overlap ? a.prev_score + slot_off : nullptr;
-        // CSA's m = 4 as a constant lets the loops unroll (the order of operations is the same)
-        const float acc = m == 4 ? compressor_pool_channel(okv, osc, pkv, psc, 4, width, ch, cur, with_prev)
-                                 : compressor_pool_channel(okv, osc, pkv, psc, m, width, ch, cur, with_prev);
-        row[ch] = from_f32<ActT>(acc);
+    const int ch = tid;
+    const bool with_prev = a.overlap && pos / m > 0;
+    const int cur = a.overlap ? kDim + ch : ch;
+    const float* pkv = a.overlap ? a.prev_kv + slot_off : nullptr;
+    const float* psc = a.overlap ? a.prev_score + slot_off : nullptr;
+    const int64_t j = pos / m;  // the closing window's entry
+    int32_t page = 0;           // warp 0: the entry's pool page, loaded early where the pool inputs are
+    float pooled;
+    if (m == 4) {
+        // CSA: every pool input is loaded before the append, in one round trip: the previous window and rows 0..2 of
+        // the open one (earlier steps wrote them), row 3 straight from the token's projection (the append writes
+        // the same values there), so the pool needs no barrier after the append and no reload
+        if (!closes) {
+            append();
+            return;
+        }
+        float pk[4], ps[4], ok[4], os[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            pk[u] = with_prev ? pkv[int64_t(u) * width + ch] : 0.0f;
+            ps[u] = with_prev ? psc[int64_t(u) * width + ch] : 0.0f;
+            ok[u] = u < 3 ? okv[int64_t(u) * width + cur] : a.kv[r * width + cur];
+            os[u] = u < 3 ? osc[int64_t(u) * width + cur] : a.score[r * width + cur];
+        }
+        if (warp == 0) page = a.table[int64_t(slot) * a.pages_per_session + j / 64];
+        append();
+        pooled = compressor_pool_values<4>(
+            4, with_prev, [&](int u) { return pk[u]; }, [&](int u) { return ps[u]; }, [&](int u) { return ok[u]; },
+            [&](int u) { return os[u]; });
+    } else {
+        append();
+        if (!closes) return;
+        __syncthreads();  // the appended row is visible to every thread of the block
+        pooled = compressor_pool_channel(okv, osc, pkv, psc, m, width, ch, cur, with_prev);
+        if (warp == 0) page = a.table[int64_t(slot) * a.pages_per_session + j / 64];
     }
-    __syncthreads();  // the pooled row is complete and the previous window no longer read
+    row[ch] = from_f32<ActT>(pooled);
+    __syncthreads();  // the pooled row is complete, the previous window no longer read, the appended rows visible
 
-    const int warp = tid >> 5, lane = tid & 31;
     if (warp != 0) {
         // 4. roll (sm90_compressor_roll): prev[slot] = open[slot]
         if (a.overlap) {
@@ -118,10 +146,9 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
     }
     // 3. finish (sm90_compressor_finish, batched decode: in place, RoPE at the window's first position), then the
     // entry's pool row (sm90_entry_rows) and the pack (sm90_kv_pack / sm90_key_pack)
-    const int64_t j = pos / m;
     kv_row_finish_warp<ActT, kDim>(row, a.norm, a.eps, j * m, a.freqs, a.sim, nullptr, row);
     __syncwarp();  // every lane's finished channels visible to the lanes that pack them
-    const int64_t dst = a.entry_base + 64 * int64_t(a.table[int64_t(slot) * a.pages_per_session + j / 64]) + j % 64;
+    const int64_t dst = a.entry_base + 64 * int64_t(page) + j % 64;
     if constexpr (kRef) {
         if constexpr (kDim == KvStoreConfig::kKvDim) {
             uint8_t* out = a.pool + dst * kKvFp8RowBytes;

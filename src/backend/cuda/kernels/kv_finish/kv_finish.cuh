@@ -167,31 +167,54 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
 }
 
 // Pooled value (f32) of one channel of one window, backend/cpu/compressor.cpp compressor_pool's order of operations:
-// a softmax over the window's m rows of column `cur` (rows of `width` f32 at kw / sw) and, with_prev, first over
-// the previous window's m rows of column ch (pkv / psc), weighting the kv values. Two passes over the
-// (L1/L2-resident) candidates instead of a local array: max, then the sums.
-__device__ __forceinline__ float compressor_pool_channel(const float* kw, const float* sw, const float* pkv,
-                                                         const float* psc, int m, int width, int ch, int cur,
-                                                         bool with_prev) {
+// a softmax over the window's m rows (kv(t), score(t), t < m) and, with_prev, first over the previous window's m rows
+// (prev_kv(t), prev_score(t)), weighting the kv values. The accessors read memory (compressor_pool_channel) or
+// registers loaded earlier (the fused decode compressor, kM = m known at compile time: each exp is computed once and
+// kept, where a runtime m computes it in the sum pass and again in the weighting pass), with the same values either
+// way.
+template <int kM, typename PrevKv, typename PrevScore, typename Kv, typename Score>
+__device__ __forceinline__ float compressor_pool_values(int m, bool with_prev, PrevKv prev_kv, PrevScore prev_score,
+                                                        Kv kv, Score score) {
+    if constexpr (kM > 0) m = kM;
+    float ep[kM > 0 ? kM : 1], ec[kM > 0 ? kM : 1];  // kM > 0: the exps of the previous and current rows
     float mx = -INFINITY;
     if (with_prev)
-        for (int t = 0; t < m; ++t) mx = fmaxf(mx, psc[int64_t(t) * width + ch]);
-    for (int t = 0; t < m; ++t) mx = fmaxf(mx, sw[int64_t(t) * width + cur]);
+        for (int t = 0; t < m; ++t) mx = fmaxf(mx, prev_score(t));
+    for (int t = 0; t < m; ++t) mx = fmaxf(mx, score(t));
     float sum = 0;
     if (with_prev)
-        for (int t = 0; t < m; ++t) sum = __fadd_rn(sum, exp_f32(__fsub_rn(psc[int64_t(t) * width + ch], mx)));
-    for (int t = 0; t < m; ++t) sum = __fadd_rn(sum, exp_f32(__fsub_rn(sw[int64_t(t) * width + cur], mx)));
+        for (int t = 0; t < m; ++t) {
+            const float e = exp_f32(__fsub_rn(prev_score(t), mx));
+            if constexpr (kM > 0) ep[t] = e;
+            sum = __fadd_rn(sum, e);
+        }
+    for (int t = 0; t < m; ++t) {
+        const float e = exp_f32(__fsub_rn(score(t), mx));
+        if constexpr (kM > 0) ec[t] = e;
+        sum = __fadd_rn(sum, e);
+    }
     float acc = 0;
     if (with_prev)
         for (int t = 0; t < m; ++t) {
-            const float e = exp_f32(__fsub_rn(psc[int64_t(t) * width + ch], mx));
-            acc = __fadd_rn(acc, __fmul_rn(pkv[int64_t(t) * width + ch], __fdiv_rn(e, sum)));
+            const float e = kM > 0 ? ep[kM > 0 ? t : 0] : exp_f32(__fsub_rn(prev_score(t), mx));
+            acc = __fadd_rn(acc, __fmul_rn(prev_kv(t), __fdiv_rn(e, sum)));
         }
     for (int t = 0; t < m; ++t) {
-        const float e = exp_f32(__fsub_rn(sw[int64_t(t) * width + cur], mx));
-        acc = __fadd_rn(acc, __fmul_rn(kw[int64_t(t) * width + cur], __fdiv_rn(e, sum)));
+        const float e = kM > 0 ? ec[kM > 0 ? t : 0] : exp_f32(__fsub_rn(score(t), mx));
+        acc = __fadd_rn(acc, __fmul_rn(kv(t), __fdiv_rn(e, sum)));
     }
     return acc;
+}
+
+// compressor_pool_values over rows of `width` f32 in memory: column `cur` of the window's rows at kw / sw, column ch
+// of the previous window's at pkv / psc. Two passes over the (L1/L2-resident) candidates instead of a local array.
+__device__ __forceinline__ float compressor_pool_channel(const float* kw, const float* sw, const float* pkv,
+                                                         const float* psc, int m, int width, int ch, int cur,
+                                                         bool with_prev) {
+    return compressor_pool_values<0>(
+        m, with_prev, [&](int t) { return pkv[int64_t(t) * width + ch]; },
+        [&](int t) { return psc[int64_t(t) * width + ch]; }, [&](int t) { return kw[int64_t(t) * width + cur]; },
+        [&](int t) { return sw[int64_t(t) * width + cur]; });
 }
 
 // One thread per (window, channel); backend/cpu/compressor.cpp compressor_pool's order of operations. Host-driven

@@ -67,10 +67,10 @@ __device__ __forceinline__ void kv_pack_ref_chunk(uint4 raw, int c, uint8_t* out
     if (out == nullptr) return;
     if (c < KvStoreConfig::kKvCodes / 8) {
         const uint8_t sb = kv_scale_byte(amax);
-        const float s = e8m0_to_f32(sb);
+        const float inv = e8m0_inverse(sb);  // v / scale, exactly (numerics.cuh)
         uint32_t w[2] = {0, 0};
 #pragma unroll
-        for (int e = 0; e < 8; ++e) w[e / 4] |= uint32_t(f32_to_e4m3(__fdiv_rn(v[e], s))) << (8 * (e % 4));
+        for (int e = 0; e < 8; ++e) w[e / 4] |= uint32_t(f32_to_e4m3(__fmul_rn(v[e], inv))) << (8 * (e % 4));
         *reinterpret_cast<uint2*>(out + 8 * c) = make_uint2(w[0], w[1]);
         if (c % 8 == 0) out[kKvFp8ScaleOffset + c / 8] = sb;
     } else {
@@ -91,12 +91,12 @@ __device__ __forceinline__ void key_pack_ref_chunk(uint4 raw, int c, uint8_t* ou
     const float amax = group_amax<KvStoreConfig::kKeyBlock / 8>(v);
     if (out == nullptr) return;
     const uint8_t sb = key_scale_byte(amax);
-    const float s = e8m0_to_f32(sb);
+    const float inv = e8m0_inverse(sb);  // v / scale, exactly (numerics.cuh)
     uint32_t w = 0;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
         // -0 stays -0 (code 8): the quotient keeps the sign and f32_to_e2m1 takes it from the sign bit
-        w |= uint32_t(f32_to_e2m1(fminf(fmaxf(__fdiv_rn(v[e], s), -KvStoreConfig::kE2m1Max),
+        w |= uint32_t(f32_to_e2m1(fminf(fmaxf(__fmul_rn(v[e], inv), -KvStoreConfig::kE2m1Max),
                                         KvStoreConfig::kE2m1Max)))
              << (4 * e);
     }
