@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
     const float* pkv = a.overlap ? a.prev_kv + slot_off : nullptr;
     const float* psc = a.overlap ? a.prev_score + slot_off : nullptr;
     const int64_t j = pos / m;  // the closing window's entry
-    int32_t page = 0;           // warp 0: the entry's pool page, loaded early where the pool inputs are
+    // warp 0 packs the entry: its pool page, loaded with the first loads of a closing step
+    const int32_t page = closes && warp == 0 ? a.table[int64_t(slot) * a.pages_per_session + j / 64] : 0;
     float pooled;
     if (m == 4) {
         // CSA: every pool input is loaded before the append, in one round trip: the previous window and rows 0..2 of
@@ -118,7 +119,6 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
             ok[u] = u < 3 ? okv[int64_t(u) * width + cur] : a.kv[r * width + cur];
             os[u] = u < 3 ? osc[int64_t(u) * width + cur] : a.score[r * width + cur];
         }
-        if (warp == 0) page = a.table[int64_t(slot) * a.pages_per_session + j / 64];
         append();
         pooled = compressor_pool_values<4>(
             4, with_prev, [&](int u) { return pk[u]; }, [&](int u) { return ps[u]; }, [&](int u) { return ok[u]; },
@@ -128,7 +128,6 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
         if (!closes) return;
         __syncthreads();  // the appended row is visible to every thread of the block
         pooled = compressor_pool_channel(okv, osc, pkv, psc, m, width, ch, cur, with_prev);
-        if (warp == 0) page = a.table[int64_t(slot) * a.pages_per_session + j / 64];
     }
     row[ch] = from_f32<ActT>(pooled);
     __syncthreads();  // the pooled row is complete, the previous window no longer read, the appended rows visible
