@@ -25,8 +25,9 @@
 // launches. Direct launches replace the graph if capture fails (reported).
 //
 // --prefill adds a prefill-shaped point first: CSA attention of 2,048 queries at 8K context (each its own window and
-// top-512), the one-pass kernel in one call (4 head tiles per block from kSparseAttnGroupedMinTokens tokens) and the
-// same queries in calls of 256 (one head tile per block), so the grouped tiles' gain is measured at kernel level.
+// top-512), in one call (the wgmma prefill kernel from kSparseAttnPrefillMinTokens tokens) and the same queries in
+// calls of 256 (the one-pass mma.sync kernel, one 16-head tile per block), so the prefill kernel's gain is measured
+// at kernel level.
 // --layer runs only the CSA layer at batch 1, 8K (its parts, then all of them in one graph: bench_layer_graph); a
 // full run ends with the same measurement.
 // --split adds, at every CSA / HCA attention point, the split-candidate kernel (sm90_sparse_attn_split, automatic
@@ -353,7 +354,7 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     const Timing tp = time_op(rotations, [&](int i) { return sm90_sparse_attn(kRef, args(i, true), g->s); });
     // prefill-shaped calls: the same queries in calls of kDecodeMaxRows tokens, i.e. one head tile per block
     Timing t_small;
-    if (B >= kSparseAttnGroupedMinTokens)
+    if (B >= kSparseAttnPrefillMinTokens)
         t_small = time_op(rotations, [&](int i) -> Status {
             for (int64_t t0 = 0; t0 < B; t0 += kDecodeMaxRows) {
                 SparseAttnArgs a = args(i, true);
@@ -395,9 +396,9 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     std::snprintf(note, sizeof note, "%lld candidates/query; pool %.1f MB x %d copies", (long long)width,
                   copy_bytes / 1e6, pool_copies);
     print_row(B, cn, op, tp, bytes, flops, note);
-    if (B >= kSparseAttnGroupedMinTokens) {
-        std::snprintf(note, sizeof note, "the same queries in calls of %lld (one 16-head tile per block); the one "
-                      "call (4 tiles per block) is %.2fx faster", (long long)kDecodeMaxRows, t_small.us / tp.us);
+    if (B >= kSparseAttnPrefillMinTokens) {
+        std::snprintf(note, sizeof note, "the same queries in calls of %lld (one-pass mma.sync kernel); the one "
+                      "call (wgmma prefill kernel) is %.2fx faster", (long long)kDecodeMaxRows, t_small.us / tp.us);
         print_row(B, cn, csa ? "CSA attention, calls of 256" : "HCA attention, calls of 256", t_small, bytes, flops,
                   note);
     }

@@ -316,8 +316,8 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
         bool derotate;
         int padding;  // every padding-th candidate is -1
     };
-    // the last case is a prefill pass (>= kSparseAttnGroupedMinTokens tokens): 4 head tiles per block share the
-    // gathered rows
+    // the last case is a prefill pass (>= kSparseAttnPrefillMinTokens tokens): the packed call takes the wgmma prefill
+    // kernel, the unpacked one the one-pass kernel
     const Case cases[] = {{3, 64, 2000, 640, true, 7}, {2, 128, 3000, 1152, false, 5}, {2, 128, 700, 1152, true, 0},
                           {5, 4, 300, 144, true, 3},   {1, 4, 20, 16, false, 0},      {3, 20, 500, 100, true, 4},
                           {300, 64, 2000, 640, true, 7}};
@@ -375,11 +375,12 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
     }
 }
 
-// Calls of at least kSparseAttnGroupedMinTokens tokens run 4 head tiles per block on one gathered candidate tile;
-// each head's arithmetic is that of the one-tile blocks, so one such call must give the bits of the same tokens in
-// calls of at most 256 (one tile per block). Reference numerics (the f32 mode has its own kernel); Flash (64 heads,
-// 128 + 512) and Pro (128 heads, 128 + 1024) widths, -1 candidates, de-rotation.
-TEST(SparseAttnGrouped, ManyTokenCallsMatchSmallCallsBitForBit) {
+// Calls of at least kSparseAttnPrefillMinTokens tokens (packed pool, heads a multiple of 64) run the wgmma prefill
+// kernel; each head's arithmetic is the one-pass kernel's, so one such call must give the bits of the same tokens in
+// calls of at most 256 (the one-pass mma.sync kernel). Reference numerics (the f32 mode has its own kernel); Flash (64
+// heads, 128 + 512) and Pro (128 heads, 128 + 1024) widths and a list that ends inside a block (200), -1 candidates,
+// a token without any, a token whose first block is all -1 (skipped whole), de-rotation.
+TEST(SparseAttnPrefill, ManyTokenCallsMatchSmallCallsBitForBit) {
     DSV4_REQUIRE_GPU();
     const Precision prec = Precision::kReference;
     std::mt19937_64 rng(fresh_seed());
@@ -387,30 +388,40 @@ TEST(SparseAttnGrouped, ManyTokenCallsMatchSmallCallsBitForBit) {
         int64_t tokens, heads, n_kv, topk;
     };
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
-    for (const Case c : {Case{300, 64, 2000, 640}, Case{260, 128, 3000, 1152}}) {
+    for (const Case c : {Case{300, 64, 2000, 640}, Case{260, 128, 3000, 1152}, Case{270, 64, 500, 200}}) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads));
-        ASSERT_GE(c.tokens, kSparseAttnGroupedMinTokens);
+        ASSERT_GE(c.tokens, kSparseAttnPrefillMinTokens);
         const int64_t T = c.tokens, H = c.heads, D = 512, first = 200;  // the small calls: first, then T − first
         auto q = random_act(prec, rng, size_t(T * H * D), 1.0f);
         auto kv = random_act(prec, rng, size_t(c.n_kv * D), 1.0f);
+        DSV4_ASSERT_OK(backend::cpu::kv_fp8_sim({prec, &pool()}, {kv.data(), c.n_kv, D, 64}));  // cached values
         const std::vector<float> sink = random_sink(rng, H);
         std::uniform_int_distribution<int32_t> pick(0, int32_t(c.n_kv - 1));
         std::vector<int32_t> idx(size_t(T * c.topk));
         for (size_t i = 0; i < idx.size(); ++i) idx[i] = i % 9 == 4 ? -1 : pick(rng);
+        std::fill(idx.begin() + 5 * c.topk, idx.begin() + 6 * c.topk, -1);   // token 5: no candidate
+        std::fill(idx.begin() + 7 * c.topk, idx.begin() + 7 * c.topk + 64, -1);  // token 7: first block empty
         std::vector<int64_t> pos(static_cast<size_t>(T));
         for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 3000 + 61 * t;
+        std::vector<int32_t> rows(static_cast<size_t>(c.n_kv));  // pool row i holds kv row i
+        std::iota(rows.begin(), rows.end(), 0);
         auto dq = act_to_device(prec, q);
         auto dkv = act_to_device(prec, kv);
+        auto drows = to_device(rows);
+        auto dpool = poisoned<uint8_t>(size_t(c.n_kv * kv_row_bytes(prec)));
         auto didx = to_device(idx);
         auto dsink = to_device(sink);
         auto dpos = to_device(pos);
         auto one = poisoned<uint16_t>(size_t(T * H * D));
         auto parts = poisoned<uint16_t>(size_t(T * H * D));
-        ASSERT_TRUE(dq.is_ok() && dkv.is_ok() && didx.is_ok() && dsink.is_ok() && dpos.is_ok() && one.is_ok() &&
-                    parts.is_ok());
+        ASSERT_TRUE(dq.is_ok() && dkv.is_ok() && drows.is_ok() && dpool.is_ok() && didx.is_ok() && dsink.is_ok() &&
+                    dpos.is_ok() && one.is_ok() && parts.is_ok());
+        DSV4_ASSERT_OK(sm90_kv_pack(prec, {dkv->data(), c.n_kv, drows->as<int32_t>(), 0, dpool->data()}, nullptr));
         const float scale = 1.0f / std::sqrt(512.0f);
-        SparseAttnArgs a{dq->data(), dkv->data(), didx->as<int32_t>(), T, H, c.n_kv, c.topk, dsink->as<float>(),
+        SparseAttnArgs a{dq->data(), dpool->data(), didx->as<int32_t>(), T, H, c.n_kv, c.topk, dsink->as<float>(),
                          scale, true, dpos->as<int64_t>(), freqs, one->data()};
+        a.kv_packed = true;
+        ASSERT_TRUE(sparse_attn_takes_prefill_kernel(prec, a));
         DSV4_ASSERT_OK(sm90_sparse_attn(prec, a, nullptr));
         for (const int64_t t0 : {int64_t(0), first}) {
             SparseAttnArgs b = a;
@@ -419,10 +430,14 @@ TEST(SparseAttnGrouped, ManyTokenCallsMatchSmallCallsBitForBit) {
             b.idx = didx->as<int32_t>() + t0 * c.topk;
             b.positions = dpos->as<int64_t>() + t0;
             b.out = parts->as<uint16_t>() + t0 * H * D;
+            ASSERT_FALSE(sparse_attn_takes_prefill_kernel(prec, b));
             DSV4_ASSERT_OK(sm90_sparse_attn(prec, b, nullptr));
         }
         const size_t diff = differing_bytes(*one, *parts, size_t(T * H * D) * 2);
-        EXPECT_EQ(diff, 0u) << "grouped head tiles changed " << diff << " output bytes";
+        EXPECT_EQ(diff, 0u) << "the prefill kernel changed " << diff << " output bytes";
+        // and the prefill kernel's result is the CPU's (so equal outputs cannot both be wrong)
+        const std::vector<float> want = cpu_attention(prec, q, kv, idx, sink, pos, T, H, c.n_kv, c.topk, true, freqs);
+        DSV4_EXPECT_CLOSE(act_to_host(prec, *one, want.size()), want, 2e-3);
     }
 }
 

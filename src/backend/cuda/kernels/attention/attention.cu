@@ -82,21 +82,14 @@ Status sm90_sparse_attn(Precision precision, const SparseAttnArgs& a, StreamHand
         return invalid_argument(op + ": q, out (and unpacked kv) must be 16-byte aligned, a packed kv pool 8-byte");
     if (a.topk > 0x7fffffff || a.tokens > 65535) return invalid_argument(op + ": too many tokens or candidates");
     if (a.tokens == 0) return Status::ok();
+    if (sparse_attn_takes_prefill_kernel(precision, a)) return sm90_sparse_attn_prefill(a, stream);
     if (precision == Precision::kReference) {
-        // many tokens: 4 head tiles per block share each gathered candidate tile (AttnConfig::kGroupedTiles)
-        constexpr int kG = Cfg::kGroupedTiles;
-        const bool grouped = a.tokens >= kSparseAttnGroupedMinTokens && a.heads % (Cfg::kHeads * kG) == 0;
-        const int tiles = grouped ? kG : 1;
-        const size_t smem = Cfg::smem_bytes(tiles);
-        using Kernel = decltype(&sm90_sparse_attn_ref_kernel<true, 1>);
-        const Kernel by_tiles[2][2] = {{sm90_sparse_attn_ref_kernel<false, 1>, sm90_sparse_attn_ref_kernel<true, 1>},
-                                       {sm90_sparse_attn_ref_kernel<false, kG>, sm90_sparse_attn_ref_kernel<true, kG>}};
-        const Kernel kernel = by_tiles[grouped][packed];
+        const size_t smem = Cfg::smem_bytes();
+        const auto kernel = packed ? sm90_sparse_attn_ref_kernel<true> : sm90_sparse_attn_ref_kernel<false>;
         DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                       op + ": shared memory opt-in");
-        const int heads_per_block = Cfg::kHeads * tiles;
-        const dim3 grid(unsigned((a.heads + heads_per_block - 1) / heads_per_block), unsigned(a.tokens));
-        kernel<<<grid, Cfg::kThreads * tiles, smem, stream>>>(
+        const dim3 grid(unsigned((a.heads + Cfg::kHeads - 1) / Cfg::kHeads), unsigned(a.tokens));
+        kernel<<<grid, Cfg::kThreads, smem, stream>>>(
             static_cast<const __nv_bfloat16*>(a.q), a.kv, a.idx, int(a.heads), a.n_kv, int(a.topk), a.sink, a.scale,
             a.derotate, a.positions, a.freqs, static_cast<__nv_bfloat16*>(a.out));
     } else {

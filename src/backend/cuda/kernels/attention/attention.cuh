@@ -29,6 +29,7 @@
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/kernels/attention/attention_block.cuh"
+#include "backend/cuda/kernels/attention/kv_gather.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 #include "backend/cuda/common/pdl.cuh"
@@ -42,12 +43,8 @@ struct AttnConfig {
     static constexpr int kBlock = 64;     // candidates per online-softmax block (the reference's)
     static constexpr int kThreads = 128;
     static constexpr int kPLd = kBlock + 8;
-    // Calls of kSparseAttnGroupedMinTokens tokens or more (attention.h) give a block kGroupedTiles head tiles of 16
-    // (4 warps each) sharing one gathered candidate tile: the rows are gathered and decoded once per token instead of
-    // once per 16 heads, and the per-block barrier chain is paid for 4x the work. Each head's arithmetic is unchanged.
-    static constexpr int kGroupedTiles = 4;
-    static constexpr size_t smem_bytes(int tiles = 1) {
-        const size_t h = size_t(kHeads) * size_t(tiles);
+    static constexpr size_t smem_bytes() {
+        constexpr size_t h = kHeads;
         return (h + kBlock) * kLd * 2 + h * kBlock * 4 + h * kPLd * 2 + kBlock * 4 + 4 * h * 4;
     }
     static constexpr int kF32Warps = 4;
@@ -67,56 +64,11 @@ struct AttnConfig {
     }
 };
 
-// The 64 candidate rows idx_s[0..64) of a packed pool (kv_store.h: 584-byte rows, 8-byte aligned) dequantised into
-// the bf16 tile kv_s [64][kLd] (-1: zeros): exactly the bf16 values of the unpacked rows. Thread = channel chunk
-// tid % 64 (8 channels) of rows tid / 64 + 2k; a warp reads 256 consecutive bytes of one row. The loads of 16 rows
-// are issued before any is decoded so that they are in flight together.
-template <int kThreads = AttnConfig::kThreads>
-__device__ __forceinline__ void gather_packed_kv_block(const uint8_t* __restrict__ pool, const int32_t* idx_s,
-                                                       __nv_bfloat16* kv_s, int tid) {
-    using Cfg = AttnConfig;
-    constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = kThreads / kChunks;  // 64, 2 (8 for 512 threads)
-    constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                   // 56
-    constexpr int kBatch = Cfg::kBlock / kRowsPerPass < 16 ? Cfg::kBlock / kRowsPerPass : 16;
-    const int c = tid % kChunks, r0 = tid / kChunks;
-    const bool codes = c < kCodeChunks;
-    // byte offsets inside a row: the 8 codes (or the first 8 rope bytes), the second 8 rope bytes, the scale
-    const int off_a = codes ? 8 * c : int(kKvFp8RopeOffset) + 16 * (c - kCodeChunks);
-    const int off_s = int(kKvFp8ScaleOffset) + (codes ? c / 8 : 0);
-#pragma unroll 1
-    for (int k0 = 0; k0 < Cfg::kBlock / kRowsPerPass; k0 += kBatch) {
-        uint2 a[kBatch], b[kBatch];
-        uint8_t sc[kBatch];
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-            const int32_t s = idx_s[r0 + kRowsPerPass * (k0 + k)];
-            a[k] = make_uint2(0, 0), b[k] = make_uint2(0, 0), sc[k] = 0;
-            if (s >= 0) {
-                const uint8_t* row = pool + int64_t(s) * kKvFp8RowBytes;
-                a[k] = *reinterpret_cast<const uint2*>(row + off_a);
-                if (codes) sc[k] = row[off_s];
-                else b[k] = *reinterpret_cast<const uint2*>(row + off_a + 8);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-            const int r = r0 + kRowsPerPass * (k0 + k);
-            uint4 u = make_uint4(a[k].x, a[k].y, b[k].x, b[k].y);
-            if (codes) {
-                // a -1 row decodes its zero codes with scale byte 0 (2^-127): +0, as the zero-filled unpacked tile
-                u = kv_decode8_bf16(a[k], sc[k]);
-            }
-            *reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c) = u;
-        }
-    }
-}
-
-// grid: (ceil(heads / (16·kTiles)), tokens), 128·kTiles threads; dynamic shared memory AttnConfig::smem_bytes(kTiles).
-// Warps 4·tile .. 4·tile + 3 hold head tile `tile` (16 heads; channel quarter warp % 4), and every tile reads the same
-// gathered candidate rows. Rows h0 + r >= heads are padding: q zero-filled (logits 0, a finite softmax), sink not
-// read, output not stored.
-template <bool kPacked, int kTiles>
-__global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
+// grid: (ceil(heads / 16), tokens), 128 threads; dynamic shared memory AttnConfig::smem_bytes(). Warp w holds the
+// channel quarter w of the 16 heads. Rows h0 + r >= heads are padding: q zero-filled (logits 0, a finite softmax),
+// sink not read, output not stored.
+template <bool kPacked>
+__global__ void __launch_bounds__(AttnConfig::kThreads)
     sm90_sparse_attn_ref_kernel(const __nv_bfloat16* __restrict__ q, const void* __restrict__ kv,
                                 const int32_t* __restrict__ idx, int heads, int64_t n_kv, int topk,
                                 const float* __restrict__ sink, float scale, bool derotate,
@@ -124,7 +76,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
                                 __nv_bfloat16* __restrict__ out) {
     pdl_enter();
     using Cfg = AttnConfig;
-    constexpr int kH = Cfg::kHeads * kTiles, kT = Cfg::kThreads * kTiles;  // heads and threads of the block
+    constexpr int kH = Cfg::kHeads, kT = Cfg::kThreads;  // heads and threads of the block
     extern __shared__ __align__(16) uint8_t smem[];
     auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                   // [kH][kLd]
     auto* kv_s = q_s + kH * Cfg::kLd;                                     // [64][kLd]
@@ -136,8 +88,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
     float* mnew_s = sum_s + kH;                                           // [kH] this block's max
     float* resc_s = mnew_s + kH;                                          // [kH] rescale of the accumulators
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, qd = lane & 3;
-    const int tile = (tid >> 5) / 4, warp = (tid >> 5) % 4;  // head tile, channel quarter
-    const int tr = Cfg::kHeads * tile;                       // the tile's first row in the block
+    const int warp = tid >> 5;  // channel quarter
     const int64_t t = blockIdx.y;
     const int h0 = blockIdx.x * kH;
     const int h_valid = min(kH, heads - h0);  // rows of this block that are real heads
@@ -148,7 +99,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
         cp_async16_zfill(q_s + r * Cfg::kLd + c, qt + (valid ? r : 0) * Cfg::kDim + c, valid);
     }
     if (tid < kH) m_s[tid] = -INFINITY, sum_s[tid] = 0;
-    float acc[16][4] = {};  // O rows tr + g, tr + g + 8 x channels 128·warp + 8·nt + 2qd (+1)
+    float acc[16][4] = {};  // O rows g, g + 8 x channels 128·warp + 8·nt + 2qd (+1)
     const int32_t* it = idx + t * topk;
     for (int b0 = 0; b0 < topk; b0 += Cfg::kBlock) {
         if (tid < Cfg::kBlock) {
@@ -162,7 +113,9 @@ __global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
         // costs only this index read.
         if (!__syncthreads_or(tid < Cfg::kBlock && idx_s[tid] >= 0)) continue;
         if constexpr (kPacked) {
-            gather_packed_kv_block<kT>(static_cast<const uint8_t*>(kv), idx_s, kv_s, tid);
+            gather_packed_kv_block<kT>(static_cast<const uint8_t*>(kv), idx_s, [&](int r, int c) {
+                return reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c);
+            }, tid);
         } else {
             const auto* kv_rows = static_cast<const __nv_bfloat16*>(kv);
             for (int i = tid; i < Cfg::kBlock * Cfg::kDim / 8; i += kT) {
@@ -175,12 +128,12 @@ __global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
         __syncthreads();
         // S = Q·Kᵀ for the tile's 16 heads and keys 16·warp .. +15
         float sacc[2][4] = {};
-        block_qk<Cfg::kDim, Cfg::kLd>(sacc, q_s + tr * Cfg::kLd, kv_s, warp);
+        block_qk<Cfg::kDim, Cfg::kLd>(sacc, q_s, kv_s, warp);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int h = tr + g + 8 * (e >> 1), key = warp * 16 + nt * 8 + 2 * qd + (e & 1);
+                const int h = g + 8 * (e >> 1), key = warp * 16 + nt * 8 + 2 * qd + (e & 1);
                 l_s[h * Cfg::kBlock + key] = idx_s[key] >= 0 ? __fmul_rn(sacc[nt][e], scale) : -INFINITY;
             }
         __syncthreads();
@@ -206,8 +159,8 @@ __global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
             m_s[tid] = mnew_s[tid];
         }
         // O = O·rescale + P·V (P 16 x 64 keys, V 64 keys x channels 128·warp ..)
-        rescale_add_pv<Cfg::kBlock, Cfg::kPLd, Cfg::kLd>(acc, resc_s[tr + g], resc_s[tr + g + 8],
-                                                         p_s + tr * Cfg::kPLd, kv_s, warp);
+        rescale_add_pv<Cfg::kBlock, Cfg::kPLd, Cfg::kLd>(acc, resc_s[g], resc_s[g + 8],
+                                                         p_s, kv_s, warp);
         __syncthreads();  // kv_s, p_s and the softmax state are rewritten by the next block
     }
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);  // the q copies when topk == 0
@@ -227,7 +180,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads * kTiles)
         if (rot) rope_cos_sin(pos, freqs.f[(ch - (Cfg::kDim - 64)) / 2], true, cs, sn);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int h = tr + g + 8 * half;
+            const int h = g + 8 * half;
             if (h >= h_valid) continue;
             const float den = sum_s[h];
             float a = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[nt][2 * half], den));

@@ -34,10 +34,15 @@ struct SparseAttnArgs {
     bool kv_packed = false;
 };
 Status sm90_sparse_attn(backend::Precision precision, const SparseAttnArgs& a, StreamHandle stream);
-// From this many tokens (the prefill passes; decode batches are at most 256 rows), when heads is a multiple of 64,
-// kReference runs 4 tiles of 16 heads per block on each gathered candidate tile (rows read and decoded once per token
-// instead of once per 16 heads); every head's arithmetic is the one-tile kernel's, so the bits are the same.
-inline constexpr int64_t kSparseAttnGroupedMinTokens = kPrefillMinRows;
+// From this many tokens (the prefill passes; decode batches are at most 256 rows), in kReference with a packed pool
+// and heads a multiple of 64, sm90_sparse_attn runs the prefill kernel (attention_prefill.cuh): one block per token
+// and 64 heads on wgmma, each candidate tile gathered and decoded once per token and 64 heads, a producer warpgroup
+// decoding the next tile while the consumers compute. Every head's arithmetic is the one-pass kernel's.
+inline constexpr int64_t kSparseAttnPrefillMinTokens = kPrefillMinRows;
+// Whether sm90_sparse_attn takes that kernel for these arguments, and the kernel itself (arguments as validated by
+// sm90_sparse_attn; exposed for the benchmark).
+bool sparse_attn_takes_prefill_kernel(backend::Precision precision, const SparseAttnArgs& a);
+Status sm90_sparse_attn_prefill(const SparseAttnArgs& a, StreamHandle stream);
 
 // The same op for decode with the candidate axis split over CTAs (flash-decoding; attention_split.cuh): each list is
 // cut into chunks of `chunk` candidates; a CTA computes the partial (running max, sum, unnormalised o) of one

@@ -17,6 +17,7 @@
 #include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/swizzle.cuh"
 
 namespace dsv4::cuda {
 
@@ -51,9 +52,6 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Byte offset of 16-byte chunk `ch` (0..7) of tile row `r` (128 bytes per row), XOR-swizzled.
-__device__ __forceinline__ int swz(int r, int ch) { return r * 128 + ((ch ^ (r & 7)) << 4); }
-
 // grid: (ceil(N/64), ceil(T/BN), splits). partial == nullptr: write bf16 y; else f32 partial[z][T][N].
 template <int BN>
 __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
@@ -77,7 +75,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
         const size_t kofs = size_t(kb) * Cfg::kBK;
         for (int c = threadIdx.x; c < Cfg::kBM * 8; c += Cfg::kThreads) {
             const int r = c >> 3, ch = c & 7, gr = n0 + r;
-            cp_async16_zfill(sA + swz(r, ch), w + size_t(min(gr, N - 1)) * K + kofs + ch * 16, gr < N);
+            cp_async16_zfill(sA + sw128_offset(r, ch), w + size_t(min(gr, N - 1)) * K + kofs + ch * 16, gr < N);
         }
     };
     auto load_activations = [&](int stage, int kb) {
@@ -85,7 +83,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
         const size_t kofs = size_t(kb) * Cfg::kBK;
         for (int c = threadIdx.x; c < BN * 8; c += Cfg::kThreads) {
             const int r = c >> 3, ch = c & 7, gt = t0 + r;
-            cp_async16_zfill(sB + swz(r, ch), a + size_t(min(gt, T - 1)) * K + kofs + ch * 16, gt < T);
+            cp_async16_zfill(sB + sw128_offset(r, ch), a + size_t(min(gt, T - 1)) * K + kofs + ch * 16, gt < T);
         }
     };
 
@@ -131,16 +129,16 @@ __global__ void __launch_bounds__(Fp8GemmConfig::kThreads, 2)
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
             uint32_t af[4];
-            ldmatrix_x4(af, sA + swz(warp * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+            ldmatrix_x4(af, sA + sw128_offset(warp * 16 + (lane & 15), ks * 2 + (lane >> 4)));
             if constexpr (NT == 1) {
                 uint32_t bf[2];
-                ldmatrix_x2(bf, sB + swz(lane & 7, ks * 2 + ((lane >> 3) & 1)));
+                ldmatrix_x2(bf, sB + sw128_offset(lane & 7, ks * 2 + ((lane >> 3) & 1)));
                 mma_e4m3_16832(acc[0], af, bf[0], bf[1]);
             } else {
 #pragma unroll
                 for (int np = 0; np < NT / 2; ++np) {
                     uint32_t bf[4];
-                    ldmatrix_x4(bf, sB + swz(np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1)));
+                    ldmatrix_x4(bf, sB + sw128_offset(np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1)));
                     mma_e4m3_16832(acc[2 * np], af, bf[0], bf[1]);
                     mma_e4m3_16832(acc[2 * np + 1], af, bf[2], bf[3]);
                 }

@@ -1,0 +1,260 @@
+// Sparse attention for prefill passes on Hopper wgmma (kReference numerics, packed FP8 K=V pool, heads a multiple of
+// 64): the one-pass kernel's arithmetic (attention.cuh) with its tensor-core steps on wgmma and one block per (token,
+// 64 heads) instead of per (token, 16 heads).
+//
+// Roles (3 warpgroups, one block per SM, 218 KB of shared memory):
+//   warpgroup 2   producer: per block of 64 candidates, reads the indices (any valid? one barrier-reduction), gathers
+//                 and dequantises the 584-byte pool rows into a bf16 tile [64 candidates][512] stored as 8 atoms of
+//                 [64 rows][128 bytes] in the 128-byte swizzle, two tiles in flight ("full" / "empty" named
+//                 barriers); it gives registers to the consumers (setmaxnreg).
+//   warpgroups 0-1 consumers, wg = 0 / 1: S = Q·Kᵀ for candidates 32·wg .. +31 of the tile (wgmma m64n32k16, Q and K
+//                 K-major from shared memory, 32 k16 steps over the 512 channels); the block's per-head maximum is
+//                 exchanged through shared memory; P = exp(l − M) (rounded to bf16 into a swizzled [64][64] tile, f32
+//                 into a plain one), O·rescale, then O[:, 256·wg .. +255] += P·V (wgmma m64n256k16 with the same K
+//                 tile read N-major as V, 4 k16 steps over the candidates). Threads 0..63 of warpgroup 0 keep the
+//                 reference's running sum of head `tid`, adding the block's f32 p in candidate order while P·V runs.
+//
+// Each step is the one-pass kernel's: S accumulates its 32 k16 products in channel order from zero, the row maximum
+// and the exps are the same f32 / f64 operations, the block sum is sequential in candidate order, O is rescaled then
+// accumulates the 4 k16 products of P·V in candidate order, the epilogue divides, rounds and de-rotates identically.
+// A block whose candidates are all -1 is skipped whole, as there.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "backend/cuda/common/named_barrier.cuh"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/swizzle.cuh"
+#include "backend/cuda/common/wgmma.cuh"
+#include "backend/cuda/common/cp_async.cuh"
+#include "backend/cuda/kernels/attention/kv_gather.cuh"
+#include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
+
+namespace dsv4::cuda {
+
+struct AttnPrefillConfig {
+    static constexpr int kHeads = 64;   // the block's heads: one wgmma M tile
+    static constexpr int kBlock = 64;   // candidates per online-softmax block (the reference's)
+    static constexpr int kDim = 512;
+    static constexpr int kThreads = 384;
+    static constexpr int kAtomBytes = 64 * 128;                      // [64 rows][64 bf16], swizzled
+    static constexpr int kTileBytes = (kDim / 64) * kAtomBytes;      // 64 KB: Q, or one K=V tile
+    static constexpr int kPfLd = kBlock + 8;                         // f32 p rows: conflict-free float2 stores
+    static constexpr int kQOff = 0;
+    static constexpr int kKvOff = kQOff + kTileBytes;                // 2 tiles
+    static constexpr int kPOff = kKvOff + 2 * kTileBytes;            // bf16 P [64][64], one atom
+    static constexpr int kPfOff = kPOff + kAtomBytes;                // f32 p [64][kPfLd]
+    static constexpr int kIdxOff = kPfOff + kHeads * kPfLd * 4;      // int32 [2][64] candidate rows per tile
+    static constexpr int kRedOff = kIdxOff + 2 * kBlock * 4;         // f32 [2][64] block maxima per consumer wg
+    static constexpr int kDenOff = kRedOff + 2 * kHeads * 4;         // f32 [64] final denominators
+    static constexpr int kFlagOff = kDenOff + kHeads * 4;            // int32 [2] tile has a valid candidate
+    static constexpr int kSmemBytes = kFlagOff + 16 + 1024;          // + slack to align the base to 1024 bytes
+    static constexpr int kProducerRegs = 112, kConsumerRegs = 200;   // 128·112 + 256·200 = 64 Ki registers
+    // named barriers (0 is __syncthreads)
+    static constexpr int kBarFull = 1, kBarEmpty = 3, kBarConsumers = 5, kBarProducer = 6;
+};
+
+// grid: (heads / 64, tokens), AttnPrefillConfig::kThreads threads, kSmemBytes of dynamic shared memory.
+__global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
+    sm90_sparse_attn_prefill_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restrict__ pool,
+                                    const int32_t* __restrict__ idx, int heads, int64_t n_kv, int topk,
+                                    const float* __restrict__ sink, float scale, bool derotate,
+                                    const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
+                                    __nv_bfloat16* __restrict__ out) {
+    pdl_enter();
+    using Cfg = AttnPrefillConfig;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    auto* idx_s = reinterpret_cast<int32_t*>(smem + Cfg::kIdxOff);
+    auto* flag_s = reinterpret_cast<int32_t*>(smem + Cfg::kFlagOff);
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int64_t t = blockIdx.y;
+    const int h0 = blockIdx.x * Cfg::kHeads;
+    const int nblk = (topk + Cfg::kBlock - 1) / Cfg::kBlock;
+    const int32_t* it = idx + t * topk;
+
+    if (wg == 2) {  // producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
+        const int ptid = tid - 256;
+        for (int b = 0; b < nblk; ++b) {
+            const int buf = b & 1;
+            if (b >= 2) named_bar_sync(Cfg::kBarEmpty + buf, Cfg::kThreads);  // the consumers are done with it
+            int32_t* idx_b = idx_s + buf * Cfg::kBlock;
+            bool valid = false;
+            if (ptid < Cfg::kBlock) {
+                const int j = b * Cfg::kBlock + ptid;
+                int32_t s = j < topk ? it[j] : -1;
+                if (s >= n_kv) s = -1;
+                idx_b[ptid] = s;
+                valid = s >= 0;
+            }
+            const bool any = named_bar_sync_or(Cfg::kBarProducer, 128, valid);
+            if (any) {
+                uint8_t* tile = smem + Cfg::kKvOff + buf * Cfg::kTileBytes;
+                gather_packed_kv_block<128, 16>(pool, idx_b, [&](int r, int c) {
+                    return reinterpret_cast<uint4*>(tile + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8));
+                }, ptid);
+            }
+            if (ptid == 0) flag_s[buf] = any;
+            fence_proxy_async_smem();  // the tile's generic stores -> the consumers' wgmma reads
+            named_bar_arrive(Cfg::kBarFull + buf, Cfg::kThreads);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
+
+    // Q [64 heads][512] into 8 swizzled atoms
+    {
+        const __nv_bfloat16* qt = q + (t * heads + h0) * Cfg::kDim;
+        for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += 256) {
+            const int r = i / (Cfg::kDim / 8), c = i % (Cfg::kDim / 8);
+            cp_async16_zfill(smem + Cfg::kQOff + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8),
+                             qt + r * Cfg::kDim + 8 * c, true);
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+        fence_proxy_async_smem();
+    }
+    auto* p_f32 = reinterpret_cast<float*>(smem + Cfg::kPfOff);
+    auto* red_s = reinterpret_cast<float*>(smem + Cfg::kRedOff);
+    auto* den_s = reinterpret_cast<float*>(smem + Cfg::kDenOff);
+    const uint32_t q_addr = smem_u32(smem + Cfg::kQOff), p_addr = smem_u32(smem + Cfg::kPOff);
+    const int w = (tid % 128) / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int r0 = 16 * w + g, r1 = r0 + 8;  // this thread's two heads (fragment rows)
+    const bool summer = wg == 0 && tid < Cfg::kHeads;  // keeps the running sum of head tid
+    float m0 = -INFINITY, m1 = -INFINITY;               // running maxima of heads r0, r1
+    float m_sum = -INFINITY, sum = 0;                   // summer: running max and sum of head tid
+    float acc[128];  // O[r0 | r1][256·wg + 8j + 2tq + {0,1}]: acc[4j + {0,1}] row r0, acc[4j + {2,3}] row r1
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    named_bar_sync(Cfg::kBarConsumers, 256);  // Q complete
+
+    for (int b = 0; b < nblk; ++b) {
+        const int buf = b & 1;
+        named_bar_sync(Cfg::kBarFull + buf, Cfg::kThreads);
+        const bool release = b + 2 < nblk;  // the producer refills this tile
+        if (!flag_s[buf]) {  // no valid candidate: the reference skips the block whole
+            if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
+            continue;
+        }
+        const uint32_t kv_addr = smem_u32(smem + Cfg::kKvOff + buf * Cfg::kTileBytes);
+        const int32_t* idx_b = idx_s + buf * Cfg::kBlock;
+
+        // S = Q · Kᵀ for candidates 32·wg .. +31, in channel order from zero
+        float sacc[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sacc[i] = 0.0f;
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < Cfg::kDim / 16; ++k) {
+            const uint32_t off = (k / 4) * Cfg::kAtomBytes + (k % 4) * 32;
+            wgmma_m64n32k16_bf16(sacc, sw128_kmajor_desc(q_addr + off),
+                                 sw128_kmajor_desc(kv_addr + wg * 32 * 128 + off), 1u);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(sacc);
+
+        // logits and this half's per-head maximum
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int cand = 32 * wg + 8 * j + 2 * tq + (e & 1);
+                const float l = idx_b[cand] >= 0 ? __fmul_rn(sacc[4 * j + e], scale) : -INFINITY;
+                sacc[4 * j + e] = l;
+                if (e < 2) mx0 = fmaxf(mx0, l);
+                else mx1 = fmaxf(mx1, l);
+            }
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+        }
+        if (tq == 0) red_s[wg * Cfg::kHeads + r0] = mx0, red_s[wg * Cfg::kHeads + r1] = mx1;
+        named_bar_sync(Cfg::kBarConsumers, 256);
+        const float n0 = fmaxf(m0, fmaxf(red_s[r0], red_s[Cfg::kHeads + r0]));
+        const float n1 = fmaxf(m1, fmaxf(red_s[r1], red_s[Cfg::kHeads + r1]));
+        float n_sum = -INFINITY, c_sum = 1.0f;
+        if (summer) {  // read before the next barrier: red_s is rewritten by the next block
+            n_sum = fmaxf(m_sum, fmaxf(red_s[tid], red_s[Cfg::kHeads + tid]));
+            c_sum = n_sum == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m_sum, n_sum));
+        }
+        const float c0 = n0 == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m0, n0));
+        const float c1 = n1 == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m1, n1));
+
+        // P: bf16 into the swizzled tile (P·V's A operand), f32 for the block sum
+        uint8_t* p_tile = smem + Cfg::kPOff;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int row = half ? r1 : r0, cand = 32 * wg + 8 * j + 2 * tq;
+                const float n = half ? n1 : n0;
+                const float la = sacc[4 * j + 2 * half], lb = sacc[4 * j + 2 * half + 1];
+                const float pa = (la == -INFINITY || n == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(la, n));
+                const float pb = (lb == -INFINITY || n == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(lb, n));
+                *reinterpret_cast<__nv_bfloat162*>(p_tile + sw128_offset(row, cand / 8) + (cand % 8) * 2) =
+                    __floats2bfloat162_rn(pa, pb);
+                *reinterpret_cast<float2*>(p_f32 + row * Cfg::kPfLd + cand) = make_float2(pa, pb);
+            }
+        m0 = n0, m1 = n1;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            acc[4 * j] = __fmul_rn(acc[4 * j], c0), acc[4 * j + 1] = __fmul_rn(acc[4 * j + 1], c0);
+            acc[4 * j + 2] = __fmul_rn(acc[4 * j + 2], c1), acc[4 * j + 3] = __fmul_rn(acc[4 * j + 3], c1);
+        }
+        fence_proxy_async_smem();  // P's generic stores -> both warpgroups' wgmma reads
+        named_bar_sync(Cfg::kBarConsumers, 256);
+
+        // O[:, 256·wg .. +255] += P · V, in candidate order
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < Cfg::kBlock / 16; ++k)
+            wgmma_m64n256k16_bf16_bt(acc, sw128_kmajor_desc(p_addr + 32 * k),
+                                     sw128_mnmajor_desc(kv_addr + wg * 4 * Cfg::kAtomBytes + k * 16 * 128,
+                                                        Cfg::kAtomBytes, 8 * 128),
+                                     1u);
+        wgmma_commit();
+        if (summer && n_sum != -INFINITY) {  // the block sum in candidate order, while P·V runs
+            const float* pr = p_f32 + tid * Cfg::kPfLd;
+            float block_sum = 0;
+#pragma unroll 16
+            for (int j = 0; j < Cfg::kBlock; ++j) block_sum = __fadd_rn(block_sum, pr[j]);
+            sum = __fadd_rn(__fmul_rn(sum, c_sum), block_sum);
+            m_sum = n_sum;
+        }
+        wgmma_wait<0>();
+        fence_accumulators(acc);
+        if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
+    }
+
+    // epilogue: o / (sum + e^{sink − M}) (0 without a valid candidate), bf16, conjugate RoPE on 448..511
+    if (summer) {
+        const float sk = sink[h0 + tid];
+        den_s[tid] = m_sum == -INFINITY ? 0.0f : __fadd_rn(sum, exp_f32(__fsub_rn(sk, m_sum)));
+    }
+    named_bar_sync(Cfg::kBarConsumers, 256);
+    const float den0 = den_s[r0], den1 = den_s[r1];
+    const int64_t pos = derotate ? positions[t] : 0;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int ch = 256 * wg + 8 * j + 2 * tq;
+        float cs = 1, sn = 0;
+        const bool rot = derotate && ch >= Cfg::kDim - 64;
+        if (rot) rope_cos_sin(pos, freqs.f[(ch - (Cfg::kDim - 64)) / 2], true, cs, sn);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const float den = half ? den1 : den0;
+            float a = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[4 * j + 2 * half], den));
+            float b = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[4 * j + 2 * half + 1], den));
+            if (rot) rotate_pair(a, b, cs, sn);
+            const int row = half ? r1 : r0;
+            *reinterpret_cast<__nv_bfloat162*>(out + (t * heads + h0 + row) * Cfg::kDim + ch) =
+                __floats2bfloat162_rn(a, b);
+        }
+    }
+}
+
+}  // namespace dsv4::cuda
