@@ -24,8 +24,8 @@
 // graphs are (common/graph.h); time per call = graph time / N; median of 21 timings after 2 warm
 // launches. Direct launches replace the graph if capture fails (reported).
 //
-// --prefill adds a prefill-shaped point first: CSA attention of 2,048 queries at 8K context (each its own window and
-// top-512), in one call (the wgmma prefill kernel from kSparseAttnPrefillMinTokens tokens) and the same queries in
+// --prefill adds a prefill-shaped point first (--prefill-only runs only it): CSA attention of the last 2,048 queries
+// of one 8K sequence (each its own window and top-512 of the sequence's 2,048 entries), in one call (the wgmma prefill kernel from kSparseAttnPrefillMinTokens tokens) and the same queries in
 // calls of 256 (the one-pass mma.sync kernel, one 16-head tile per block), so the prefill kernel's gain is measured
 // at kernel level.
 // --layer runs only the CSA layer at batch 1, 8K (its parts, then all of them in one graph: bench_layer_graph); a
@@ -35,7 +35,7 @@
 // same packed inputs, next to the one-pass kernel (the layer point times it always); --attention-only skips the
 // indexer, compressor and layer parts. Without a usable CUDA GPU it says so and exits with status 1.
 //
-// Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill] [--layer]
+// Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] [--layer]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -277,15 +277,19 @@ DeviceBuffer positions_at(int64_t B, int64_t pos) { return upload(std::vector<in
 struct AttentionTimes {
     double one_pass = -1, split_ref = -1;
 };
+// one_sequence: the B queries are the last B positions of one sequence (a prefill pass): one pool of that sequence's
+// entries and B + 127 window rows, query b's window the 128 rows ending at its own; otherwise B sequences of ctx each.
 AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
-                               const std::function<void(const Part& split_ref)>& with_part = {}) {
+                               const std::function<void(const Part& split_ref)>& with_part = {},
+                               bool one_sequence = false) {
     const std::string cn = ctx_name(ctx);
     const char* op = csa ? "CSA attention (packed FP8 gather)" : "HCA attention (packed FP8 gather)";
     const char* base_op = csa ? "CSA baseline: unpack to bf16 + attention" : "HCA baseline: unpack to bf16 + attention";
     const int64_t entries = csa ? ctx / kCsaRatio : ctx / kHcaRatio;
     const int64_t pps = (entries + kPage - 1) / kPage;  // entry pages per sequence
     const int64_t width = kWindow + (csa ? kTopk : entries);
-    const int64_t copy_rows = B * pps * kPage + B * kWindow;  // [entry pages | window rings, 128 rows per sequence]
+    const int64_t seqs = one_sequence ? 1 : B, window_rows = one_sequence ? B + kWindow - 1 : B * kWindow;
+    const int64_t copy_rows = seqs * pps * kPage + window_rows;  // [entry pages | window rows]
     const double copy_bytes = double(copy_rows) * double(kKvFp8RowBytes);
     const double touched = double(B * width) * double(kKvFp8RowBytes);
     const int pool_copies = copies_for(copy_bytes);
@@ -308,13 +312,14 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     DeviceBuffer unpacked = alloc(list * 1024, "baseline bf16 rows");
 
     // index lists [rotation][b][window | entries] as pool rows
-    const std::vector<int32_t> perm = page_permutation(B * pps);
+    const std::vector<int32_t> perm = page_permutation(seqs * pps);
     std::vector<int32_t> idx(size_t(rotations) * list);
     for (int r = 0; r < rotations; ++r) {
         const int64_t base = int64_t(r % pool_copies) * copy_rows;
         for (int64_t b = 0; b < B; ++b) {
             int32_t* row = &idx[size_t(r) * list + size_t(b * width)];
-            for (int64_t j = 0; j < kWindow; ++j) row[j] = int32_t(base + B * pps * kPage + b * kWindow + j);
+            const int64_t window0 = base + seqs * pps * kPage + (one_sequence ? b : b * kWindow);
+            for (int64_t j = 0; j < kWindow; ++j) row[j] = int32_t(window0 + j);
             std::vector<int64_t> picks;
             if (csa) {
                 picks = distinct_sample(entries, kTopk);
@@ -324,7 +329,7 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
             }
             for (size_t k = 0; k < picks.size(); ++k) {
                 const int64_t e = picks[k];
-                const int64_t page = perm[size_t(b * pps + e / kPage)];
+                const int64_t page = perm[size_t((one_sequence ? 0 : b) * pps + e / kPage)];
                 row[kWindow + int64_t(k)] = int32_t(base + page * kPage + e % kPage);
             }
         }
@@ -809,7 +814,7 @@ bool gpu_usable(const char* argv0) {
 
 int main(int argc, char** argv) {
     std::string date = "undated";
-    bool split = false, attention_only = false, prefill = false, layer_only = false;
+    bool split = false, attention_only = false, prefill = false, prefill_only = false, layer_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--date") == 0 && i + 1 < argc) {
             date = argv[++i];
@@ -819,10 +824,14 @@ int main(int argc, char** argv) {
             attention_only = true;
         } else if (std::strcmp(argv[i], "--prefill") == 0) {
             prefill = true;
+        } else if (std::strcmp(argv[i], "--prefill-only") == 0) {
+            prefill = prefill_only = true;
         } else if (std::strcmp(argv[i], "--layer") == 0) {
             layer_only = true;
         } else {
-            std::fprintf(stderr, "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill] [--layer]\n",
+            std::fprintf(stderr,
+                         "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] "
+                         "[--layer]\n",
                          argv[0]);
             return 2;
         }
@@ -861,7 +870,10 @@ int main(int argc, char** argv) {
         return 0;
     }
     const int64_t batches[] = {1, 8, 64}, contexts[] = {4096, 65536, 1048576};
-    if (prefill) bench_attention(true, 2048, 8192, false);  // 2,048 queries: a prefill pass's shape
+    if (prefill) {  // 2,048 queries of one 8K sequence: a prefill pass's shape
+        bench_attention(true, 2048, 8192, false, {}, true);
+        if (prefill_only) return 0;
+    }
     for (int64_t ctx : contexts)
         for (int64_t B : batches) bench_attention(true, B, ctx, split);
     for (int64_t ctx : contexts)

@@ -50,7 +50,11 @@ struct AttnPrefillConfig {
     static constexpr int kDenOff = kRedOff + 2 * kHeads * 4;         // f32 [64] final denominators
     static constexpr int kFlagOff = kDenOff + kHeads * 4;            // int32 [2] tile has a valid candidate
     static constexpr int kSmemBytes = kFlagOff + 16 + 1024;          // + slack to align the base to 1024 bytes
-    static constexpr int kProducerRegs = 112, kConsumerRegs = 200;   // 128·112 + 256·200 = 64 Ki registers
+    // setmaxnreg moves registers inside the block's launch allocation (384 threads x 168 under the launch bounds):
+    // 128·104 + 256·200 = 384·168; asking for more would block the consumers' increase forever.
+    static constexpr int kProducerRegs = 104, kConsumerRegs = 200;
+    static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * (65536 / kThreads / 8 * 8),
+                  "the warpgroups' registers must fit the launch allocation");
     // named barriers (0 is __syncthreads)
     static constexpr int kBarFull = 1, kBarEmpty = 3, kBarConsumers = 5, kBarProducer = 6;
 };
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
             const bool any = named_bar_sync_or(Cfg::kBarProducer, 128, valid);
             if (any) {
                 uint8_t* tile = smem + Cfg::kKvOff + buf * Cfg::kTileBytes;
-                gather_packed_kv_block<128, 16>(pool, idx_b, [&](int r, int c) {
+                gather_packed_kv_block<128, 8>(pool, idx_b, [&](int r, int c) {
                     return reinterpret_cast<uint4*>(tile + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8));
                 }, ptid);
             }
