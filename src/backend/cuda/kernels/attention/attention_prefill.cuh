@@ -47,8 +47,11 @@ struct AttnPrefillConfig {
     static constexpr int kPfOff = kPOff + kAtomBytes;                // f32 p [64][kPfLd]
     static constexpr int kIdxOff = kPfOff + kHeads * kPfLd * 4;      // int32 [2][64] candidate rows per tile
     static constexpr int kRedOff = kIdxOff + 2 * kBlock * 4;         // f32 [2][64] block maxima per consumer wg
-    static constexpr int kDenOff = kRedOff + 2 * kHeads * 4;         // f32 [64] final denominators
-    static constexpr int kFlagOff = kDenOff + kHeads * 4;            // int32 [2] tile has a valid candidate
+    static constexpr int kDenOff = kRedOff + 2 * kHeads * 4;         // f32 [64] denominators, [64] RoPE cos / sin
+    static constexpr int kFlagOff = kDenOff + 2 * kHeads * 4;        // int32 [2] tile has a valid candidate
+    // the epilogue's f32 O [64][kOutLd] over the K tiles and P (conflict-free float2 stores)
+    static constexpr int kOutLd = kDim + 8;
+    static_assert(kHeads * kOutLd * 4 <= kPfOff - kKvOff, "O staging must fit the K tiles and P");
     static constexpr int kSmemBytes = kFlagOff + 16 + 1024;          // + slack to align the base to 1024 bytes
     // setmaxnreg moves registers inside the block's launch allocation (384 threads x 168 under the launch bounds):
     // 128·104 + 256·200 = 384·168; asking for more would block the consumers' increase forever.
@@ -81,22 +84,24 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
     if (wg == 2) {  // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
         const int ptid = tid - 256;
+        // thread ptid < 64 reads candidate ptid of each block, one block ahead of its use
+        auto candidate = [&](int b) -> int32_t {
+            const int j = b * Cfg::kBlock + ptid;
+            const int32_t s = ptid < Cfg::kBlock && j < topk ? it[j] : -1;
+            return s >= n_kv ? -1 : s;
+        };
+        int32_t next = candidate(0);
         for (int b = 0; b < nblk; ++b) {
             const int buf = b & 1;
+            const int32_t s = next;
+            next = candidate(b + 1);
             if (b >= 2) named_bar_sync(Cfg::kBarEmpty + buf, Cfg::kThreads);  // the consumers are done with it
             int32_t* idx_b = idx_s + buf * Cfg::kBlock;
-            bool valid = false;
-            if (ptid < Cfg::kBlock) {
-                const int j = b * Cfg::kBlock + ptid;
-                int32_t s = j < topk ? it[j] : -1;
-                if (s >= n_kv) s = -1;
-                idx_b[ptid] = s;
-                valid = s >= 0;
-            }
-            const bool any = named_bar_sync_or(Cfg::kBarProducer, 128, valid);
+            if (ptid < Cfg::kBlock) idx_b[ptid] = s;
+            const bool any = named_bar_sync_or(Cfg::kBarProducer, 128, s >= 0);
             if (any) {
                 uint8_t* tile = smem + Cfg::kKvOff + buf * Cfg::kTileBytes;
-                gather_packed_kv_block<128, 8>(pool, idx_b, [&](int r, int c) {
+                gather_packed_kv_block<128, 16>(pool, idx_b, [&](int r, int c) {
                     return reinterpret_cast<uint4*>(tile + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8));
                 }, ptid);
             }
@@ -234,30 +239,43 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
         if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
     }
 
-    // epilogue: o / (sum + e^{sink − M}) (0 without a valid candidate), bf16, conjugate RoPE on 448..511
+    // epilogue: o / (sum + e^{sink − M}) (0 without a valid candidate), bf16, conjugate RoPE on 448..511. O goes
+    // through shared memory (the K tiles, free once every P·V has completed) so that the divisions run in one compact
+    // loop over 8-channel chunks with 16-byte stores, instead of 128 unrolled ones per thread.
+    float* o_s = reinterpret_cast<float*>(smem + Cfg::kKvOff);  // [64][kOutLd]
+    float* rope_s = den_s + Cfg::kHeads;                        // [32] cos, [32] sin of the 32 rotated pairs
     if (summer) {
         const float sk = sink[h0 + tid];
         den_s[tid] = m_sum == -INFINITY ? 0.0f : __fadd_rn(sum, exp_f32(__fsub_rn(sk, m_sum)));
     }
-    named_bar_sync(Cfg::kBarConsumers, 256);
-    const float den0 = den_s[r0], den1 = den_s[r1];
-    const int64_t pos = derotate ? positions[t] : 0;
+    if (derotate && wg == 1 && tid - 128 < 32) {
+        const int pair = tid - 128;
+        rope_cos_sin(positions[t], freqs.f[pair], true, rope_s[pair], rope_s[32 + pair]);
+    }
+    named_bar_sync(Cfg::kBarConsumers, 256);  // every P·V done: the K tiles may be overwritten
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
         const int ch = 256 * wg + 8 * j + 2 * tq;
-        float cs = 1, sn = 0;
-        const bool rot = derotate && ch >= Cfg::kDim - 64;
-        if (rot) rope_cos_sin(pos, freqs.f[(ch - (Cfg::kDim - 64)) / 2], true, cs, sn);
+        *reinterpret_cast<float2*>(o_s + r0 * Cfg::kOutLd + ch) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        *reinterpret_cast<float2*>(o_s + r1 * Cfg::kOutLd + ch) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    named_bar_sync(Cfg::kBarConsumers, 256);
+#pragma unroll 1
+    for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += 256) {
+        const int row = i / (Cfg::kDim / 8), ch = (i % (Cfg::kDim / 8)) * 8;
+        const float den = den_s[row];
+        float v[8];
+        load8(o_s + row * Cfg::kOutLd + ch, v);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const float den = half ? den1 : den0;
-            float a = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[4 * j + 2 * half], den));
-            float b = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(acc[4 * j + 2 * half + 1], den));
-            if (rot) rotate_pair(a, b, cs, sn);
-            const int row = half ? r1 : r0;
-            *reinterpret_cast<__nv_bfloat162*>(out + (t * heads + h0 + row) * Cfg::kDim + ch) =
-                __floats2bfloat162_rn(a, b);
+        for (int e = 0; e < 8; ++e) v[e] = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(v[e], den));
+        if (derotate && ch >= Cfg::kDim - 64) {
+#pragma unroll
+            for (int e = 0; e < 8; e += 2) {
+                const int pair = (ch - (Cfg::kDim - 64) + e) / 2;
+                rotate_pair(v[e], v[e + 1], rope_s[pair], rope_s[32 + pair]);
+            }
         }
+        store8(out + (t * heads + h0 + row) * Cfg::kDim + ch, v);
     }
 }
 
