@@ -35,10 +35,6 @@ __device__ __forceinline__ uint64_t sw128_kmajor_desc(uint32_t addr) {
 // byte offset: from one group of 8 K rows to the next (PTX ISA, "Strides": for MN-major swizzled layouts the leading
 // stride goes from the first swizzle-width rows of 16-byte elements to the next).
 __device__ __forceinline__ uint64_t sw128_mnmajor_desc(uint32_t addr, uint32_t mn_atom_bytes, uint32_t k_group_bytes) {
-#ifdef DSV4_WGMMA_MN_SWAP  // a device check of the other reading of the two offsets
-    const uint32_t t = mn_atom_bytes;
-    mn_atom_bytes = k_group_bytes, k_group_bytes = t;
-#endif
     return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((mn_atom_bytes & 0x3FFFF) >> 4) << 16) |
            (uint64_t((k_group_bytes & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
 }
@@ -105,7 +101,9 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// d[64x32] (=|+=) A[64x16] · B[32x16]ᵀ, bf16 A and B K-major in shared memory, f32 d (fragment as above).
+// d[64x32] (=|+=) A[64x16] · B[32x16]ᵀ, bf16 A and B K-major in shared memory, f32 d (fragment as above). On the
+// H200 a k16 step sums exactly as mma.sync.m16n8k16 does: the prefill attention built on these two forms is
+// bit-identical to the mma.sync one-pass kernel (SparseAttnPrefill test).
 __device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
                                                      uint32_t accumulate) {
     asm volatile(

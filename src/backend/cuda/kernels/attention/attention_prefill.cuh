@@ -153,12 +153,14 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
         float sacc[16];
 #pragma unroll
         for (int i = 0; i < 16; ++i) sacc[i] = 0.0f;
+        // k step k starts (k / 4) atoms and (k % 4)·32 bytes in: added to the base descriptors' address field (>> 4),
+        // which cannot carry out of its 14 bits inside 256 KB of shared memory
+        const uint64_t desc_q = sw128_kmajor_desc(q_addr), desc_k = sw128_kmajor_desc(kv_addr + wg * 32 * 128);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < Cfg::kDim / 16; ++k) {
-            const uint32_t off = (k / 4) * Cfg::kAtomBytes + (k % 4) * 32;
-            wgmma_m64n32k16_bf16(sacc, sw128_kmajor_desc(q_addr + off),
-                                 sw128_kmajor_desc(kv_addr + wg * 32 * 128 + off), 1u);
+            const uint32_t off = ((k / 4) * Cfg::kAtomBytes + (k % 4) * 32) >> 4;
+            wgmma_m64n32k16_bf16(sacc, desc_q + off, desc_k + off, 1u);
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -209,22 +211,24 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
                 *reinterpret_cast<float2*>(p_f32 + row * Cfg::kPfLd + cand) = make_float2(pa, pb);
             }
         m0 = n0, m1 = n1;
+        // once the maxima settle most blocks rescale by exactly 1: skipped when no lane of the warp needs it (x · 1 = x)
+        if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            acc[4 * j] = __fmul_rn(acc[4 * j], c0), acc[4 * j + 1] = __fmul_rn(acc[4 * j + 1], c0);
-            acc[4 * j + 2] = __fmul_rn(acc[4 * j + 2], c1), acc[4 * j + 3] = __fmul_rn(acc[4 * j + 3], c1);
+            for (int j = 0; j < 32; ++j) {
+                acc[4 * j] = __fmul_rn(acc[4 * j], c0), acc[4 * j + 1] = __fmul_rn(acc[4 * j + 1], c0);
+                acc[4 * j + 2] = __fmul_rn(acc[4 * j + 2], c1), acc[4 * j + 3] = __fmul_rn(acc[4 * j + 3], c1);
+            }
         }
         fence_proxy_async_smem();  // P's generic stores -> both warpgroups' wgmma reads
         named_bar_sync(Cfg::kBarConsumers, 256);
 
         // O[:, 256·wg .. +255] += P · V, in candidate order
+        const uint64_t desc_p = sw128_kmajor_desc(p_addr);
+        const uint64_t desc_v = sw128_mnmajor_desc(kv_addr + wg * 4 * Cfg::kAtomBytes, Cfg::kAtomBytes, 8 * 128);
         wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < Cfg::kBlock / 16; ++k)
-            wgmma_m64n256k16_bf16_bt(acc, sw128_kmajor_desc(p_addr + 32 * k),
-                                     sw128_mnmajor_desc(kv_addr + wg * 4 * Cfg::kAtomBytes + k * 16 * 128,
-                                                        Cfg::kAtomBytes, 8 * 128),
-                                     1u);
+        for (int k = 0; k < Cfg::kBlock / 16; ++k)  // candidates 16k ..: 32 bytes into P's rows, 16 rows into V
+            wgmma_m64n256k16_bf16_bt(acc, desc_p + ((32 * k) >> 4), desc_v + ((k * 16 * 128) >> 4), 1u);
         wgmma_commit();
         if (summer && n_sum != -INFINITY) {  // the block sum in candidate order, while P·V runs
             const float* pr = p_f32 + tid * Cfg::kPfLd;
