@@ -3,7 +3,8 @@
 // a few keys, and edge shapes, both precisions. Top-k is
 // exact: the same scores in, the same index lists out (ties by lower index on both sides). The decode mode
 // (capacity-wide scores with visible_only, top-k cut by positions) against per-row host-driven calls. Paged and
-// packed (FP4) keys against the contiguous unpacked keys, bit for bit.
+// packed (FP4) keys against the contiguous unpacked keys, bit for bit. The fused query finish (RoPE, Hadamard, FP4
+// simulation) against the three kernels it replaces, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +13,10 @@
 #include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
+#include "backend/cuda/kernels/norm_rope/norm_rope.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
 #include "testing/testing.h"
@@ -323,6 +326,64 @@ TEST(IndexerPagedValidation, PagesMustCoverTheKeys) {
 
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
+// sm90_indexer_q_finish must give the bytes of sm90_rope (channels 64..127), sm90_hadamard128 and
+// sm90_fp4_quant_e2m1 (x_sim in place) run in that order — the indexer query path it replaces — at V4's 64 heads
+// (decode, a batch, a 300-token prefill pass) and the test models' 4 heads, positions up to 1M, values spanning many
+// binades (so that e2m1 blocks take different scales).
+TEST(IndexerQFinish, MatchesTheThreeKernelsBitForBit) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    const Precision prec = Precision::kReference;
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    struct Case {
+        int64_t tokens, heads;
+    };
+    for (const Case c : {Case{1, 64}, Case{7, 64}, Case{300, 64}, Case{5, 4}, Case{3, 1}}) {
+        SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.heads));
+        const int64_t n = c.tokens * c.heads * 128;
+        std::vector<float> q = random_act(prec, rng, size_t(n), 1.0f);
+        std::uniform_int_distribution<int> binade(-12, 6);
+        for (size_t i = 0; i < q.size(); i += 32) {  // one scale per 32-block, so blocks differ by up to 2^18
+            const float f = std::ldexp(1.0f, binade(rng));
+            for (size_t j = i; j < i + 32; ++j) q[j] *= f;  // a power of two: still a bf16 value
+        }
+        std::uniform_int_distribution<int64_t> pos_dist(0, 1 << 20);
+        std::vector<int64_t> pos(static_cast<size_t>(c.tokens));
+        for (auto& p : pos) p = pos_dist(rng);
+        auto fused = act_to_device(prec, q);
+        auto three = act_to_device(prec, q);
+        auto dpos = to_device(pos);
+        ASSERT_TRUE(fused.is_ok() && three.is_ok() && dpos.is_ok());
+        RopeArgs r;
+        r.x = three->data(), r.tokens = c.tokens, r.vecs = c.heads, r.vec_stride = 128, r.offset = 64;
+        r.positions = dpos->as<int64_t>(), r.freqs = freqs;
+        DSV4_ASSERT_OK(sm90_rope(prec, r, nullptr));
+        DSV4_ASSERT_OK(sm90_hadamard128(prec, {three->data(), c.tokens * c.heads, three->data()}, nullptr));
+        Fp4QuantArgs f;
+        f.x = three->data(), f.rows = c.tokens * c.heads, f.cols = 128, f.x_sim = three->data();
+        DSV4_ASSERT_OK(sm90_fp4_quant_e2m1(f, nullptr));
+        DSV4_ASSERT_OK(sm90_indexer_q_finish({fused->data(), c.tokens, c.heads, dpos->as<int64_t>(), freqs}, nullptr));
+        const auto a = to_host<uint16_t>(*fused, size_t(n)), b = to_host<uint16_t>(*three, size_t(n));
+        size_t diff = 0;
+        for (size_t i = 0; i < a.size(); ++i) diff += a[i] != b[i];
+        EXPECT_EQ(diff, 0u) << "the fused finish changed " << diff << " of " << n << " values";
+        const std::vector<uint16_t> before = to_bf16_bits(q);
+        size_t changed = 0;  // and the finish did something (rotation + Hadamard + FP4 change almost every value)
+        for (size_t i = 0; i < a.size(); ++i) changed += a[i] != before[i];
+        EXPECT_GT(changed, a.size() / 2);
+    }
+}
+
+TEST(IndexerQFinish, BadArgumentsAreClearErrors) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 12);
+    ASSERT_TRUE(buf.is_ok());
+    Status s = sm90_indexer_q_finish({buf->data(), 1, 64, nullptr, {}}, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    s = sm90_indexer_q_finish({static_cast<uint8_t*>(buf->data()) + 2, 1, 1, buf->as<int64_t>(), {}}, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, IndexerScoresTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, TopKTest, kPrecisions, precision_label);
 INSTANTIATE_TEST_SUITE_P(Cuda, IndexerDecodeTest, kPrecisions, precision_label);

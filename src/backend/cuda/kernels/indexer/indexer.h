@@ -34,6 +34,18 @@ struct IndexerScoresArgs {
 };
 Status sm90_indexer_scores(backend::Precision precision, const IndexerScoresArgs& a, StreamHandle stream);
 
+// The indexer query's finish in the reference numerics, in place on bf16 q [tokens, heads, 128]: RoPE on channels
+// 64..127 at positions[t] (freqs: the compressed layers' table), the Hadamard-128 rotation, the e2m1 simulation at
+// block 32 (MODEL_SPEC §5.4.5) — one launch, one warp per head vector, bit-identical to sm90_rope, sm90_hadamard128
+// and sm90_fp4_quant_e2m1 (x_sim in place) run one after the other.
+struct IndexerQFinishArgs {
+    void* q = nullptr;                   // [tokens, heads, 128] bf16
+    int64_t tokens = 0, heads = 0;
+    const int64_t* positions = nullptr;  // device [tokens]
+    backend::RopeFreqs freqs;
+};
+Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream);
+
 // Per row the k largest scores, descending, equal scores in ascending index order; a pick whose score is -inf or
 // NaN, or past the row's n entries, is -1. Scores bf16 (kReference) or f32 (kF32); k <= 1024.
 struct TopKArgs {

@@ -1,0 +1,79 @@
+// sm90_indexer_q_finish: the indexer query's RoPE, Hadamard-128 and e2m1 simulation in one launch (indexer.h).
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/warp_ops.cuh"
+#include "backend/cuda/kernels/indexer/indexer.h"
+#include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kWarps = 8;                // (token, head) vectors per block, one per warp
+constexpr float kE2m1Max = 6.0f;
+
+// Warp = one 128-channel head vector; lane L holds channels 4L..4L+3 (hadamard128_warp's layout), so lanes 16..31
+// hold the rotated channels 64..127 as pairs 2(L − 16) and 2(L − 16) + 1, and the 8 lanes 8b..8b+7 one e2m1 block.
+// Each step rounds to bf16 where the three kernels store bf16: after the rotation, after the Hadamard, the
+// simulation's product.
+__global__ void __launch_bounds__(kWarps * 32)
+    sm90_indexer_q_finish_kernel(__nv_bfloat16* __restrict__ q, int64_t vectors, int heads,
+                                 const int64_t* __restrict__ positions, backend::RopeFreqs freqs) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t v = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+    if (v >= vectors) return;
+    auto* p = reinterpret_cast<uint2*>(q + v * 128 + 4 * lane);
+    const uint2 in = *p;
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in.y));
+    float x[4] = {lo.x, lo.y, hi.x, hi.y};
+    if (lane >= 16) {  // RoPE (sm90_rope: pair i at freqs.f[i], f32 products and sums, bf16 stores)
+        const int64_t pos = positions[v / heads];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            float c, s;
+            rope_cos_sin(pos, freqs.f[2 * (lane - 16) + j], false, c, s);
+            rotate_pair(x[2 * j], x[2 * j + 1], c, s);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = round_bf16(x[i]);
+    }
+    hadamard128_warp(x);
+    float amax = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] = round_bf16(x[i]), amax = fmaxf(amax, fabsf(x[i]));
+    amax = group_max(amax, 8);  // the 32 channels of this lane's block
+    const int e = ue8m0_exponent_for(amax, __fmul_rn(kE2m1Max, exp2_int(-126)), kE2m1Max);
+    const float s = exp2_int(e);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float qv = fminf(fmaxf(__fmul_rn(x[i], exp2_int(-e)), -kE2m1Max), kE2m1Max);
+        x[i] = round_bf16(__fmul_rn(e2m1_to_f32(f32_to_e2m1(qv)), s));
+    }
+    const __nv_bfloat162 out_lo = __floats2bfloat162_rn(x[0], x[1]), out_hi = __floats2bfloat162_rn(x[2], x[3]);
+    *p = make_uint2(*reinterpret_cast<const uint32_t*>(&out_lo), *reinterpret_cast<const uint32_t*>(&out_hi));
+}
+
+}  // namespace
+
+Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream) {
+    const char* op = "sm90_indexer_q_finish";
+    if (!a.q || !a.positions || a.tokens < 0 || a.heads <= 0)
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    if (!is_aligned(a.q, 8)) return invalid_argument(std::string(op) + ": q must be 8-byte aligned");
+    const int64_t vectors = a.tokens * a.heads;
+    if (vectors == 0) return Status::ok();
+    const int64_t blocks = (vectors + kWarps - 1) / kWarps;
+    if (blocks > 0x7fffffff || a.heads > 0x7fffffff) return invalid_argument(std::string(op) + ": too many rows");
+    sm90_indexer_q_finish_kernel<<<unsigned(blocks), kWarps * 32, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(a.q), vectors, int(a.heads), a.positions, a.freqs);
+    return launch_status(op);
+}
+
+}  // namespace dsv4::cuda
