@@ -2,7 +2,7 @@
 // 64): the one-pass kernel's arithmetic (attention.cuh) with its tensor-core steps on wgmma and one block per (token,
 // 64 heads) instead of per (token, 16 heads).
 //
-// Roles (3 warpgroups, one block per SM, 218 KB of shared memory):
+// Roles (3 warpgroups, one block per SM, 221 KB of shared memory):
 //   warpgroup 2   producer: per block of 64 candidates, reads the indices (any valid? one barrier-reduction), gathers
 //                 and dequantises the 584-byte pool rows into a bf16 tile [64 candidates][512] stored as 8 atoms of
 //                 [64 rows][128 bytes] in the 128-byte swizzle, two tiles in flight ("full" / "empty" named
@@ -13,6 +13,8 @@
 //                 into a plain one), O·rescale, then O[:, 256·wg .. +255] += P·V (wgmma m64n256k16 with the same K
 //                 tile read N-major as V, 4 k16 steps over the candidates). Threads 0..63 of warpgroup 0 keep the
 //                 reference's running sum of head `tid`, adding the block's f32 p in candidate order while P·V runs.
+//                 The epilogue stages O through the then free K tiles and divides, rounds and de-rotates 8 channels
+//                 per step with 16-byte stores.
 //
 // Each step is the one-pass kernel's: S accumulates its 32 k16 products in channel order from zero, the row maximum
 // and the exps are the same f32 / f64 operations, the block sum is sequential in candidate order, O is rescaled then
