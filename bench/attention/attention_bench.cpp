@@ -283,7 +283,9 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
                                const std::function<void(const Part& split_ref)>& with_part = {},
                                bool one_sequence = false) {
     const std::string cn = ctx_name(ctx);
-    const char* op = csa ? "CSA attention (packed FP8 gather)" : "HCA attention (packed FP8 gather)";
+    const char* op = one_sequence ? (csa ? "CSA attention, one sequence's queries (packed FP8 gather)"
+                                         : "HCA attention, one sequence's queries (packed FP8 gather)")
+                                  : (csa ? "CSA attention (packed FP8 gather)" : "HCA attention (packed FP8 gather)");
     const char* base_op = csa ? "CSA baseline: unpack to bf16 + attention" : "HCA baseline: unpack to bf16 + attention";
     const int64_t entries = csa ? ctx / kCsaRatio : ctx / kHcaRatio;
     const int64_t pps = (entries + kPage - 1) / kPage;  // entry pages per sequence

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <string>
 
-#include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/compressor_decode/compressor_decode.h"
 #include "backend/cuda/kernels/glue/glue.h"
@@ -63,23 +62,14 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows, const Quan
     const int64_t ih = c.index_n_heads, ihd = c.index_head_dim;
     DSV4_RETURN_IF_ERROR(
         gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data(), qr_q));
-    if (m.precision == Precision::kReference && ihd == 128 && c.rope_head_dim == 64) {
-        // RoPE, Hadamard and the FP4 simulation in one launch (bit-identical to the three below)
+    if (m.precision == Precision::kReference) {
+        // RoPE, Hadamard and the FP4 simulation in one launch (the config validation fixes the 128-wide head and
+        // its 64 rotated channels)
         DSV4_RETURN_IF_ERROR(
             cuda::sm90_indexer_q_finish({s.index_q.data(), rows, ih, s.positions, m.freqs_compress}, st));
     } else {
         DSV4_RETURN_IF_ERROR(
             rope(m, s.index_q.data(), rows, ih, ihd, ihd - c.rope_head_dim, s.positions, m.freqs_compress));
-        if (m.precision == Precision::kReference) {
-            DSV4_RETURN_IF_ERROR(cuda::sm90_hadamard128(
-                m.precision, {.x = s.index_q.data(), .rows = rows * ih, .y = s.index_q.data()}, st));
-            cuda::Fp4QuantArgs f;
-            f.x = s.index_q.data();
-            f.rows = rows * ih;
-            f.cols = ihd;
-            f.x_sim = s.index_q.data();
-            DSV4_RETURN_IF_ERROR(cuda::sm90_fp4_quant_e2m1(f, st));
-        }
     }
     DSV4_RETURN_IF_ERROR(
         gpu_linear(m, s.normed.data(), rows, layer.attn.index_weights_proj, LinearOut::kBF16, s.index_w.data(),
