@@ -29,13 +29,14 @@
 // calls of 256 (the one-pass mma.sync kernel, one 16-head tile per block), so the prefill kernel's gain is measured
 // at kernel level.
 // --layer runs only the CSA layer at batch 1, 8K (its parts, then all of them in one graph: bench_layer_graph); a
-// full run ends with the same measurement.
+// full run ends with the same measurement. --indexer-only runs only the indexer points.
 // --split adds, at every CSA / HCA attention point, the split-candidate kernel (sm90_sparse_attn_split, automatic
 // chunks) in both modes — reference max (block-max pass + partials + combine) and plain (partials + combine) — on the
 // same packed inputs, next to the one-pass kernel (the layer point times it always); --attention-only skips the
 // indexer, compressor and layer parts. Without a usable CUDA GPU it says so and exits with status 1.
 //
 // Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] [--layer]
+//                             [--indexer-only]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -57,6 +58,7 @@
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/compressor_decode/compressor_decode.h"
 #include "backend/cuda/kernels/glue/glue.h"
@@ -458,6 +460,11 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     DeviceBuffer keys = alloc(size_t(pool_copies * copy_bytes), "indexer key pool");
     fill_packed_pool(keys.data(), pool_copies * copy_rows, true);
     DeviceBuffer q = random_bf16(int64_t(rotations) * B * kIndexHeads * kIndexDim, "indexer q");
+    {  // the query as the engine hands it over: FP4-simulated at block 32
+        Fp4QuantArgs fq;
+        fq.x = q.data(), fq.rows = int64_t(rotations) * B * kIndexHeads, fq.cols = kIndexDim, fq.x_sim = q.data();
+        CHECK(sm90_fp4_quant_e2m1(fq, g->s));
+    }
     DeviceBuffer w = random_bf16(int64_t(rotations) * B * kIndexHeads, "indexer weights", 0.0f, 0.1f);
     DeviceBuffer scores = alloc(scores_bytes, "scores");
     DeviceBuffer picks = alloc(size_t(B * kTopk) * 4, "top-k");
@@ -470,7 +477,8 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     DeviceBuffer d_pages = upload(pages, "key pages");
     CHECK(g->stream.synchronize());
 
-    auto score = [&](int i) {
+    // integer: the engine's path (integer wgmma on the simulated query); otherwise the bf16 tensor-core path
+    auto score_with = [&](int i, bool integer) {
         IndexerScoresArgs a;
         a.q = q.as<uint8_t>() + size_t(i) * q_bytes;
         a.keys = keys.data();
@@ -482,8 +490,10 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
         a.keys_packed = true;
         a.key_pages = d_pages.as<int32_t>() + size_t(i) * size_t(B * pps);
         a.pages_per_token = pps;
+        a.q_fp4_simulated = integer;
         return sm90_indexer_scores(kRef, a, g->s);
     };
+    auto score = [&](int i) { return score_with(i, true); };
     auto topk = [&]() {
         TopKArgs a;
         a.scores = scores.data();
@@ -505,6 +515,10 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     std::snprintf(note, sizeof note, "%lld keys/query (68 B); key pool %.1f MB x %d copies; + bf16 scores written",
                   (long long)entries, copy_bytes / 1e6, pool_copies);
     print_row(B, cn, "indexer scores (paged packed FP4 keys)", ts, key_bytes + double(scores_bytes), flops, note);
+    const Timing ts_bf16 = time_op(rotations, [&](int i) { return score_with(i, false); });
+    std::snprintf(note, sizeof note, "same scores bit for bit; the integer path above is %.2fx its speed",
+                  ts_bf16.us / ts.us);
+    print_row(B, cn, "indexer scores, bf16 mma.sync path", ts_bf16, key_bytes + double(scores_bytes), flops, note);
     Timing tk = tt;
     tk.us = std::max(1e-3, tt.us - ts.us);
     print_row(B, cn, "top-512 (total minus scores)", tk, topk_bytes, 0, "scores read once + picks written");
@@ -816,7 +830,8 @@ bool gpu_usable(const char* argv0) {
 
 int main(int argc, char** argv) {
     std::string date = "undated";
-    bool split = false, attention_only = false, prefill = false, prefill_only = false, layer_only = false;
+    bool split = false, attention_only = false, prefill = false, prefill_only = false, layer_only = false,
+         indexer_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--date") == 0 && i + 1 < argc) {
             date = argv[++i];
@@ -830,10 +845,12 @@ int main(int argc, char** argv) {
             prefill = prefill_only = true;
         } else if (std::strcmp(argv[i], "--layer") == 0) {
             layer_only = true;
+        } else if (std::strcmp(argv[i], "--indexer-only") == 0) {
+            indexer_only = true;
         } else {
             std::fprintf(stderr,
                          "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] "
-                         "[--layer]\n",
+                         "[--layer] [--indexer-only]\n",
                          argv[0]);
             return 2;
         }
@@ -872,6 +889,11 @@ int main(int argc, char** argv) {
         return 0;
     }
     const int64_t batches[] = {1, 8, 64}, contexts[] = {4096, 65536, 1048576};
+    if (indexer_only) {
+        for (int64_t ctx : contexts)
+            for (int64_t B : batches) bench_indexer(B, ctx);
+        return 0;
+    }
     if (prefill) {  // 2,048 queries of one 8K sequence: a prefill pass's shape
         bench_attention(true, 2048, 8192, false, {}, true);
         if (prefill_only) return 0;

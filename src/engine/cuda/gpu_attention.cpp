@@ -194,6 +194,7 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
     sp.q = at(s.index_q, r0 * c.index_n_heads * c.index_head_dim * a);
     sp.keys = lc.keys.data();
     sp.keys_packed = packed(m);
+    sp.q_fp4_simulated = m.precision == Precision::kReference;  // sm90_indexer_q_finish ran on index_q
     sp.key_pages = s.token_pages.as<int32_t>() + r0 * pages;
     sp.pages_per_token = pages;
     sp.w = at(s.index_w, r0 * c.index_n_heads * a);

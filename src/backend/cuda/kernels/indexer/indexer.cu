@@ -4,6 +4,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/kernels/indexer/indexer.cuh"
 #include "backend/cuda/kernels/indexer/indexer.h"
+#include "backend/cuda/kernels/indexer/indexer_scores_s8.h"
 
 namespace dsv4::cuda {
 
@@ -24,6 +25,7 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
                                 std::to_string(a.pages_per_token) + ")");
     if (a.tokens == 0 || a.n == 0) return Status::ok();
     if (a.tokens > 65535) return invalid_argument(op + ": at most 65535 tokens per call");
+    if (precision == Precision::kReference && indexer_scores_s8_applies(a)) return launch_indexer_scores_s8(a, stream);
     const dim3 grid(unsigned((a.n + IndexerConfig::kKeys - 1) / IndexerConfig::kKeys), unsigned(a.tokens));
     if (precision == Precision::kReference)
         (packed ? sm90_indexer_scores_kernel<__nv_bfloat16, true> : sm90_indexer_scores_kernel<__nv_bfloat16, false>)

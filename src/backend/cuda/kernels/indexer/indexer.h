@@ -31,6 +31,11 @@ struct IndexerScoresArgs {
     // keys are contiguous [n] rows.
     const int32_t* key_pages = nullptr;  // device [T, pages_per_token]
     int64_t pages_per_token = 0;
+    // kReference with packed keys: the caller promises q is already FP4-simulated at block 32 (e2m1 values times
+    // power-of-two block scales, as sm90_indexer_q_finish leaves it). The scores then run on integer tensor cores
+    // (bit-identical to the bf16 path while its f32 sums are exact); a token whose q is not such a simulation gets
+    // NaN scores instead of wrong ones. Keys must then be 16-byte aligned (otherwise the bf16 path runs).
+    bool q_fp4_simulated = false;
 };
 Status sm90_indexer_scores(backend::Precision precision, const IndexerScoresArgs& a, StreamHandle stream);
 

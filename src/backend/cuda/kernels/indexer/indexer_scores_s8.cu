@@ -1,0 +1,31 @@
+// Launcher of the integer-wgmma indexer scores: one CTA per (share of the key tiles, token), about three CTAs per SM
+// over the whole grid so that each CTA converts its token's query once and walks many tiles.
+#include <algorithm>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/kernels/indexer/indexer_scores_s8.cuh"
+#include "backend/cuda/kernels/indexer/indexer_scores_s8.h"
+
+namespace dsv4::cuda {
+
+bool indexer_scores_s8_applies(const IndexerScoresArgs& a) {
+    return a.keys_packed && a.q_fp4_simulated && (reinterpret_cast<uintptr_t>(a.keys) & 15) == 0;
+}
+
+Status launch_indexer_scores_s8(const IndexerScoresArgs& a, StreamHandle stream) {
+    using Cfg = IndexerS8Config;
+    static const cudaError_t attr = cudaFuncSetAttribute(sm90_indexer_scores_s8_kernel,
+                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
+    DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_indexer_scores_s8 shared memory)");
+    constexpr int64_t kCtasPerSm = 3;  // __launch_bounds__ minimum; 3 x 56 KB of shared memory fit
+    const int64_t tiles = (a.n + Cfg::kKeys - 1) / Cfg::kKeys;
+    const int64_t want = (kCtasPerSm * current_sm_count() + a.tokens - 1) / a.tokens;
+    const dim3 grid(unsigned(std::clamp<int64_t>(want, 1, tiles)), unsigned(a.tokens));
+    sm90_indexer_scores_s8_kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
+        static_cast<const __nv_bfloat16*>(a.q), static_cast<const uint8_t*>(a.keys),
+        static_cast<const __nv_bfloat16*>(a.w), int(a.heads), a.n, a.ratio, a.positions,
+        static_cast<__nv_bfloat16*>(a.scores), a.visible_only, a.key_pages, a.pages_per_token);
+    return launch_status("sm90_indexer_scores_s8");
+}
+
+}  // namespace dsv4::cuda

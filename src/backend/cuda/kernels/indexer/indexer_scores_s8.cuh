@@ -1,0 +1,386 @@
+// Indexer scores on integer wgmma (kReference, packed FP4 keys, a query that is already FP4-simulated): the engine's
+// path (docs/kernels/attention.md, "Indexer scores on integer wgmma").
+//
+// Both operands are e2m1 values times power-of-two block scales (MODEL_SPEC §5.4.5, §7.2), so every product is an
+// integer times a power of two: a key value e·2^(s-127) is the integer 2e (in [-12, 12]) times 2^(s-128), and a
+// query block whose largest magnitude lies in [8, 16)·2^E holds integers in [-15, 15] times 2^E (checked for every
+// value; a query that is not exactly such a simulation makes its token's scores NaN). An s8 x s8 -> s32 wgmma sums
+// them exactly, and the f32 dot assembled from the integer sums is the exact dot, as the bf16 tensor-core path
+// computes it whenever that path's f32 sums are exact (they are for keys and queries within a few binades; the
+// test checks bit identity against it). Two ways to assemble:
+//  * fast (a tile whose 64 keys each span at most 3 binades over their four 32-channel blocks, a token whose heads
+//    do too): the block scales are folded into the integers — key 2e·2^(s_b - s_min) <= 96, query int·2^(E_b -
+//    E_min) <= 120 — so one accumulator over K = 128 (4 k32 steps) gives dot = I · 2^(E_min) · 2^(s_min - 128),
+//    |I| <= 128·120·96 < 2^24 exact in f32;
+//  * general (any other tile): four k32 wgmmas into their own accumulators on the unscaled integers, dot =
+//    Σ_b I_b · 2^(E_b) · 2^(s_b - 128) in block order.
+// Then, as the bf16 path: bf16(dot), ReLU, bf16(· w_h), f32 sum over the heads in head order, bf16 out.
+//
+// Structure: grid (CTAs per token, tokens); a CTA converts its token's query once into two 64 x 128 s8 tiles
+// (scaled, unscaled) in the 128-byte swizzle, then walks the token's key tiles tile = blockIdx.x + i·gridDim.x.
+// Thread 0 keeps kStages pages in flight as 4,352-byte bulk copies (a page = 64 packed rows, the unit of the page
+// table); a tile that is not a whole page (the last, partial one, or a negative page) is read by the threads
+// directly. Per tile: 128 threads widen the page's nibbles to s8 (two threads per key, prmt tables), a block vote
+// picks fast or general, wgmma m64n64k32 (keys = M, heads = N), the fold writes bf16(w·ReLU(bf16(dot))) per (key,
+// head) to shared memory, and 64 threads sum their key's heads in order.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common/mbarrier.cuh"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/swizzle.cuh"
+#include "backend/cuda/common/wgmma.cuh"
+#include "backend/cuda/kernels/kv_store/kv_store.cuh"
+
+namespace dsv4::cuda {
+
+struct IndexerS8Config {
+    static constexpr int kKeys = 64, kHeads = 64, kDim = 128, kBlocks = 4;
+    static constexpr int kThreads = 128;
+    static constexpr int kStages = 4;
+    static constexpr int kQEmpty = 1 << 20;  // exponent of an all-zero query block (ignored)
+    static constexpr int kPageBytes = kKeys * int(kKeyFp4RowBytes);  // 4,352
+    static constexpr int kProdLd = 72;  // bf16 per product row: 144 B, conflict-free 16-byte reads by key
+    // shared memory (offsets from a 1024-byte aligned base)
+    static constexpr int kQFastOff = 0;        // [64 heads][128] s8, swizzled
+    static constexpr int kQRawOff = 8192;      // [64 heads][128] s8, swizzled
+    static constexpr int kKOff = 16384;        // [64 keys][128] s8, swizzled
+    static constexpr int kStageOff = 24576;    // kStages pages
+    static constexpr int kProdOff = kStageOff + kStages * kPageBytes;  // [64 keys][kProdLd] bf16
+    static constexpr int kSqRawOff = kProdOff + kKeys * kProdLd * 2;    // [4][64] f32: 2^E_b per head
+    static constexpr int kSqFastOff = kSqRawOff + kBlocks * kHeads * 4;  // [64] f32: 2^E_min per head
+    static constexpr int kWOff = kSqFastOff + kHeads * 4;               // [64] f32 head weights (0 past heads)
+    static constexpr int kSkOff = kWOff + kHeads * 4;                   // [4][64] f32: 2^(s_b - 128) per key
+    static constexpr int kSkFastOff = kSkOff + kBlocks * kKeys * 4;     // [64] f32: 2^(s_min - 128) per key
+    static constexpr int kEOff = kSkFastOff + kKeys * 4;                // [64][4] int: query block exponents
+    static constexpr int kBarOff = kEOff + kHeads * kBlocks * 4;        // kStages mbarriers
+    static constexpr int kSmem = kBarOff + kStages * 8 + 1024;          // + alignment slack
+};
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
+// prmt tables of 2e·2^shift for the e2m1 magnitude codes 0..7 (0 1 2 3 4 6 8 12, shift <= 3 keeps every byte
+// <= 96) and of their negations as two's-complement bytes: a whole-word shift of the negative table moves each
+// byte's top bits into its neighbour's low bits, which the mask clears (those bits of a shifted byte are zero).
+struct S8Table {
+    uint32_t p0, p1, n0, n1;
+};
+__device__ __forceinline__ S8Table s8_table(int shift) {
+    const uint32_t keep = 0x01010101u * ((0xffu << shift) & 0xffu);
+    return {0x03020100u << shift, 0x0C080604u << shift, (0xFDFEFF00u << shift) & keep,
+            (0xF4F8FAFCu << shift) & keep};
+}
+
+// 8 e2m1 codes (nibble i = channel i, low nibble first) -> their table values as 8 s8 bytes in channel order (two
+// words). The magnitude code selects a byte of the positive and of the negative table; the sign bits of channels
+// 2j (moved to bit 7 of byte j by << 4) and 2j+1 (bit 7 of byte j already) become byte masks through prmt's
+// sign-replicate selectors (selector nibble 8 + byte index).
+__device__ __forceinline__ void e2m1x8_to_s8(uint32_t codes, const S8Table& tb, uint32_t& lo, uint32_t& hi) {
+    const uint32_t m = codes & 0x77777777u, mh = m >> 16;
+    const uint32_t pos_lo = prmt(tb.p0, tb.p1, m), pos_hi = prmt(tb.p0, tb.p1, mh);
+    const uint32_t neg_lo = prmt(tb.n0, tb.n1, m), neg_hi = prmt(tb.n0, tb.n1, mh);
+    const uint32_t e = codes << 4;
+    const uint32_t s_lo = prmt(e, codes, 0xD9C8u), s_hi = prmt(e, codes, 0xFBEAu);
+    lo = (pos_lo & ~s_lo) | (neg_lo & s_lo);
+    hi = (pos_hi & ~s_hi) | (neg_hi & s_hi);
+}
+
+// Row 0 of tile i of this CTA's walk: `row0` is the tile's first key row in `keys` (-1: a negative page, zero
+// keys), `rows` how many of its 64 keys exist (< 64 only for the last tile).
+struct IndexerS8Tile {
+    int64_t s0, row0;
+    int rows;
+};
+__device__ __forceinline__ IndexerS8Tile indexer_s8_tile(int64_t tile, int64_t t, int64_t n,
+                                                         const int32_t* __restrict__ key_pages,
+                                                         int64_t pages_per_token) {
+    constexpr int kKeys = IndexerS8Config::kKeys;
+    IndexerS8Tile r;
+    r.s0 = tile * kKeys;
+    r.row0 = r.s0;
+    if (key_pages) {
+        const int32_t page = key_pages[t * pages_per_token + tile];
+        r.row0 = page < 0 ? -1 : int64_t(page) * kKeys;
+    }
+    r.rows = r.row0 < 0 ? 0 : int(min(int64_t(kKeys), n - r.s0));
+    return r;
+}
+
+__global__ void __launch_bounds__(IndexerS8Config::kThreads, 3)
+    sm90_indexer_scores_s8_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restrict__ keys,
+                                  const __nv_bfloat16* __restrict__ w, int heads, int64_t n, int64_t ratio,
+                                  const int64_t* __restrict__ positions, __nv_bfloat16* __restrict__ scores,
+                                  bool visible_only, const int32_t* __restrict__ key_pages, int64_t pages_per_token) {
+    using Cfg = IndexerS8Config;
+    pdl_enter();
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* q_fast_s = smem + Cfg::kQFastOff;
+    uint8_t* q_raw_s = smem + Cfg::kQRawOff;
+    uint8_t* k_s = smem + Cfg::kKOff;
+    uint8_t* stage_s = smem + Cfg::kStageOff;
+    auto* prod_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kProdOff);
+    auto* sq_raw_s = reinterpret_cast<float*>(smem + Cfg::kSqRawOff);
+    auto* sq_fast_s = reinterpret_cast<float*>(smem + Cfg::kSqFastOff);
+    auto* w_s = reinterpret_cast<float*>(smem + Cfg::kWOff);
+    auto* sk_s = reinterpret_cast<float*>(smem + Cfg::kSkOff);
+    auto* sk_fast_s = reinterpret_cast<float*>(smem + Cfg::kSkFastOff);
+    auto* e_s = reinterpret_cast<int*>(smem + Cfg::kEOff);
+    auto* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);
+
+    const int tid = threadIdx.x;
+    const int64_t t = blockIdx.y;
+    const int64_t visible = (positions[t] + 1) / ratio;
+    const int64_t live_end = min(n, max(visible, int64_t(0)));  // keys below it are computed
+    const int64_t tiles = (n + Cfg::kKeys - 1) / Cfg::kKeys, live_tiles = (live_end + Cfg::kKeys - 1) / Cfg::kKeys;
+    __nv_bfloat16* out = scores + t * n;
+    if (!visible_only)
+        for (int64_t tile = live_tiles + blockIdx.x; tile < tiles; tile += gridDim.x)
+            if (tid < Cfg::kKeys && tile * Cfg::kKeys + tid < n)
+                out[tile * Cfg::kKeys + tid] = __float2bfloat16_rn(-INFINITY);
+    const int64_t first = blockIdx.x, step = gridDim.x;
+    const int64_t count = first < live_tiles ? (live_tiles - 1 - first) / step + 1 : 0;
+    if (count == 0) return;
+
+    // Thread 0: the first pages in flight before the query is converted.
+    const auto issue = [&](int64_t i) {
+        uint64_t* bar = bars + i % Cfg::kStages;
+        const IndexerS8Tile tl = indexer_s8_tile(first + i * step, t, n, key_pages, pages_per_token);
+        if (tl.rows == Cfg::kKeys) {
+            mbar_arrive_expect_tx(bar, Cfg::kPageBytes);
+            bulk_copy_g2s(stage_s + (i % Cfg::kStages) * Cfg::kPageBytes, keys + tl.row0 * kKeyFp4RowBytes,
+                          Cfg::kPageBytes, bar);
+        } else {
+            mbar_arrive(bar);  // read directly by the threads
+        }
+    };
+    if (tid == 0) {
+        for (int st = 0; st < Cfg::kStages; ++st) mbar_init(bars + st, 1);
+        mbar_init_fence();
+        for (int64_t i = 0; i < min(count, int64_t(Cfg::kStages)); ++i) issue(i);
+    }
+
+    // The query: thread = (head, block) pairs p and p + 128. Pass 1: the block's exponent E (largest magnitude in
+    // [8, 16)·2^E) and its integers, checked exact.
+    const __nv_bfloat16* qt = q + t * heads * Cfg::kDim;
+    int qi[2][32];
+    int qe[2];
+    bool q_ok = true;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const int p = tid + u * Cfg::kThreads, h = p >> 2, b = p & 3;
+        uint32_t bits[16];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const uint4 v = h < heads ? *reinterpret_cast<const uint4*>(qt + h * Cfg::kDim + b * 32 + c * 8)
+                                      : make_uint4(0, 0, 0, 0);
+            bits[4 * c] = v.x, bits[4 * c + 1] = v.y, bits[4 * c + 2] = v.z, bits[4 * c + 3] = v.w;
+        }
+        uint32_t amax = 0;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) amax = max(amax, max(bits[k] & 0x7fffu, (bits[k] >> 16) & 0x7fffu));
+        const int ef = int(amax >> 7);  // biased exponent of the largest magnitude
+        // zero block: no exponent (Cfg::kQEmpty); Inf / NaN or magnitudes below 2^-123: not a simulation this path takes
+        if (amax >= 0x7f80u || (amax != 0 && ef < 4)) q_ok = false;
+        const int e = amax == 0 ? Cfg::kQEmpty : ef - 130;
+        qe[u] = e;
+        const float inv = __int_as_float(amax == 0 || !q_ok ? 127 << 23 : (127 - e) << 23);  // 2^-E
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+            const float v = __uint_as_float(((bits[k >> 1] >> (16 * (k & 1))) & 0xffffu) << 16);
+            const float x = __fmul_rn(v, inv);
+            q_ok = q_ok && x == rintf(x);
+            qi[u][k] = int(x);
+        }
+        e_s[h * 4 + b] = e;
+    }
+    __syncthreads();
+    // Per head: E_min over its non-empty blocks; the head is fast when its blocks span at most 3 binades.
+    bool head_fast = true;
+    if (tid < Cfg::kHeads) {
+        int lo = Cfg::kQEmpty, hi = -Cfg::kQEmpty;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const int e = e_s[tid * 4 + b];
+            if (e != Cfg::kQEmpty) lo = min(lo, e), hi = max(hi, e);
+        }
+        head_fast = hi - lo <= 3 || lo == Cfg::kQEmpty;
+        const int emin = lo == Cfg::kQEmpty ? 0 : lo;
+        sq_fast_s[tid] = __int_as_float((127 + emin) << 23);
+        w_s[tid] = tid < heads ? __bfloat162float(w[t * heads + tid]) : 0.0f;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const int e = e_s[tid * 4 + b];
+            sq_raw_s[b * Cfg::kHeads + tid] = __int_as_float((127 + (e == Cfg::kQEmpty ? 0 : e)) << 23);
+        }
+        e_s[tid * 4] = emin;  // each head's slot 0 now holds E_min (read by others only after the barriers below)
+    }
+    const bool token_ok = __syncthreads_and(q_ok);
+    const bool token_fast = __syncthreads_and(head_fast);
+    // Pass 2: both s8 tiles (head = row, channel = byte) in the 128-byte swizzle.
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const int p = tid + u * Cfg::kThreads, h = p >> 2, b = p & 3;
+        const int shift = qe[u] == Cfg::kQEmpty || !token_fast ? 0 : qe[u] - e_s[h * 4];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {  // 16-byte chunks 2b, 2b + 1
+            uint32_t raw[4], fast[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                uint32_t r = 0, f = 0;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int v = qi[u][16 * c + 4 * k + i];
+                    r |= uint32_t(v & 0xff) << (8 * i);
+                    f |= uint32_t((v * (1 << shift)) & 0xff) << (8 * i);
+                }
+                raw[k] = r, fast[k] = f;
+            }
+            const uint32_t off = sw128_offset(h, 2 * b + c);
+            *reinterpret_cast<uint4*>(q_raw_s + off) = make_uint4(raw[0], raw[1], raw[2], raw[3]);
+            *reinterpret_cast<uint4*>(q_fast_s + off) = make_uint4(fast[0], fast[1], fast[2], fast[3]);
+        }
+    }
+    fence_proxy_async_smem();
+    __syncthreads();
+
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int key = tid >> 1, half = tid & 1;  // conversion: key row, channels 64·half .. 64·half + 63
+    const uint32_t q_fast_addr = smem_u32(q_fast_s), q_raw_addr = smem_u32(q_raw_s), k_addr = smem_u32(k_s);
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t tile = first + i * step;
+        const IndexerS8Tile tl = indexer_s8_tile(tile, t, n, key_pages, pages_per_token);
+        mbar_wait(bars + i % Cfg::kStages, uint32_t((i / Cfg::kStages) & 1));
+        // this thread's 32 code bytes (blocks 2·half, 2·half + 1) and the key's 4 scale bytes
+        uint32_t codes[8], sc = 0;
+        if (tl.rows == Cfg::kKeys) {
+            const uint8_t* row = stage_s + (i % Cfg::kStages) * Cfg::kPageBytes + key * kKeyFp4RowBytes;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) codes[k] = *reinterpret_cast<const uint32_t*>(row + 32 * half + 4 * k);
+            sc = *reinterpret_cast<const uint32_t*>(row + kKeyFp4ScaleOffset);
+        } else {
+            const bool have = key < tl.rows;
+            const uint8_t* row = keys + (tl.row0 + key) * kKeyFp4RowBytes;
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                codes[k] = have ? *reinterpret_cast<const uint32_t*>(row + 32 * half + 4 * k) : 0u;
+            sc = have ? *reinterpret_cast<const uint32_t*>(row + kKeyFp4ScaleOffset) : 0x7f7f7f7fu;
+        }
+        const int s0b = int(sc & 0xff), s1b = int((sc >> 8) & 0xff), s2b = int((sc >> 16) & 0xff), s3b = int(sc >> 24);
+        const int smin = min(min(s0b, s1b), min(s2b, s3b)), smax = max(max(s0b, s1b), max(s2b, s3b));
+        const bool key_fast = smax - smin <= 3;
+        const bool fast = __syncthreads_and(key_fast) && token_fast;  // also: the stage is consumed by all
+        if (tid == 0 && i + Cfg::kStages < count) {
+            fence_proxy_async_smem();
+            issue(i + Cfg::kStages);
+        }
+#pragma unroll
+        for (int bb = 0; bb < 2; ++bb) {
+            const int b = 2 * half + bb;
+            const int sb = int((sc >> (8 * b)) & 0xff);
+            const S8Table tb = s8_table(fast ? sb - smin : 0);
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {  // 16-byte chunk 2b + c = codes words 4bb + 2c, 4bb + 2c + 1
+                uint32_t o[4];
+                e2m1x8_to_s8(codes[4 * bb + 2 * c], tb, o[0], o[1]);
+                e2m1x8_to_s8(codes[4 * bb + 2 * c + 1], tb, o[2], o[3]);
+                *reinterpret_cast<uint4*>(k_s + sw128_offset(key, 2 * b + c)) = make_uint4(o[0], o[1], o[2], o[3]);
+            }
+            sk_s[b * Cfg::kKeys + key] = __fmul_rn(e8m0_to_f32(uint8_t(sb)), 0.5f);  // 2^(s_b - 128), exact
+        }
+        if (half == 0) sk_fast_s[key] = __fmul_rn(e8m0_to_f32(uint8_t(smin)), 0.5f);
+        fence_proxy_async_smem();
+        __syncthreads();
+
+        // S = keys · heads: thread holds keys r0 = 16·warp + g, r1 = r0 + 8, heads 8j + 2·qd + e
+        const int r0 = 16 * warp + g, r1 = r0 + 8;
+        float dot[32];
+        if (fast) {
+            int32_t acc[32];
+            wgmma_fence();
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+                wgmma_m64n64k32_s8(acc, sw128_kmajor_desc(k_addr + 32 * b), sw128_kmajor_desc(q_fast_addr + 32 * b),
+                                   b > 0);
+            wgmma_commit();
+            wgmma_wait_all();
+            fence_accumulators(acc);
+            const float sk0 = sk_fast_s[r0], sk1 = sk_fast_s[r1];
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float sq = sq_fast_s[8 * j + 2 * qd + e];
+                    dot[4 * j + e] = __fmul_rn(__fmul_rn(float(acc[4 * j + e]), sq), sk0);
+                    dot[4 * j + 2 + e] = __fmul_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1);
+                }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 32; ++k) dot[k] = 0.0f;
+#pragma unroll
+            for (int b2 = 0; b2 < 4; b2 += 2) {
+                int32_t acc0[32], acc1[32];
+                wgmma_fence();
+                wgmma_m64n64k32_s8(acc0, sw128_kmajor_desc(k_addr + 32 * b2), sw128_kmajor_desc(q_raw_addr + 32 * b2),
+                                   0);
+                wgmma_m64n64k32_s8(acc1, sw128_kmajor_desc(k_addr + 32 * (b2 + 1)),
+                                   sw128_kmajor_desc(q_raw_addr + 32 * (b2 + 1)), 0);
+                wgmma_commit();
+                wgmma_wait_all();
+                fence_accumulators(acc0);
+                fence_accumulators(acc1);
+#pragma unroll
+                for (int bb = 0; bb < 2; ++bb) {
+                    const int b = b2 + bb;
+                    const int32_t(&acc)[32] = bb == 0 ? acc0 : acc1;
+                    const float sk0 = sk_s[b * Cfg::kKeys + r0], sk1 = sk_s[b * Cfg::kKeys + r1];
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const float sq = sq_raw_s[b * Cfg::kHeads + 8 * j + 2 * qd + e];
+                            dot[4 * j + e] = __fmaf_rn(__fmul_rn(float(acc[4 * j + e]), sq), sk0, dot[4 * j + e]);
+                            dot[4 * j + 2 + e] =
+                                __fmaf_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1, dot[4 * j + 2 + e]);
+                        }
+                }
+            }
+        }
+        // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int h = 8 * j + 2 * qd;
+            const float w0 = w_s[h], w1 = w_s[h + 1];
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                const float v0 = __fmul_rn(fmaxf(round_bf16(dot[4 * j + 2 * rr]), 0.0f), w0);
+                const float v1 = __fmul_rn(fmaxf(round_bf16(dot[4 * j + 2 * rr + 1]), 0.0f), w1);
+                *reinterpret_cast<__nv_bfloat162*>(prod_s + (rr ? r1 : r0) * Cfg::kProdLd + h) =
+                    __floats2bfloat162_rn(v0, v1);
+            }
+        }
+        __syncthreads();
+        if (tid < Cfg::kKeys && tl.s0 + tid < n) {
+            float total = 0.0f;
+            const __nv_bfloat16* row = prod_s + tid * Cfg::kProdLd;
+#pragma unroll
+            for (int h0 = 0; h0 < Cfg::kHeads; h0 += 8) {
+                const uint4 v = *reinterpret_cast<const uint4*>(row + h0);
+                const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int k = 0; k < 8; ++k)
+                    if (h0 + k < heads)
+                        total = __fadd_rn(total, __uint_as_float(k & 1 ? wv[k >> 1] & 0xffff0000u : wv[k >> 1] << 16));
+            }
+            out[tl.s0 + tid] = __float2bfloat16_rn(!token_ok ? NAN : tl.s0 + tid < visible ? total : -INFINITY);
+        }
+    }
+}
+
+}  // namespace dsv4::cuda
