@@ -19,7 +19,8 @@ Status launch_indexer_scores_s8(const IndexerScoresArgs& a, StreamHandle stream)
     DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_indexer_scores_s8 shared memory)");
     constexpr int64_t kCtasPerSm = 3;  // __launch_bounds__ minimum; 3 x 56 KB of shared memory fit
     const int64_t tiles = (a.n + Cfg::kKeys - 1) / Cfg::kKeys;
-    const int64_t want = (kCtasPerSm * current_sm_count() + a.tokens - 1) / a.tokens;
+    // one wave: at most kCtasPerSm x SMs CTAs in all (a second, partial wave would double the time)
+    const int64_t want = kCtasPerSm * current_sm_count() / a.tokens;
     const dim3 grid(unsigned(std::clamp<int64_t>(want, 1, tiles)), unsigned(a.tokens));
     sm90_indexer_scores_s8_kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
         static_cast<const __nv_bfloat16*>(a.q), static_cast<const uint8_t*>(a.keys),

@@ -51,7 +51,7 @@ struct IndexerS8Config {
     static constexpr int kProdOff = kStageOff + kStages * kPageBytes;  // [64 keys][kProdLd] bf16
     static constexpr int kSqRawOff = kProdOff + kKeys * kProdLd * 2;    // [4][64] f32: 2^E_b per head
     static constexpr int kSqFastOff = kSqRawOff + kBlocks * kHeads * 4;  // [64] f32: 2^E_min per head
-    static constexpr int kWOff = kSqFastOff + kHeads * 4;               // [64] f32 head weights (0 past heads)
+    static constexpr int kWOff = kSqFastOff + kHeads * 4;               // [32] bf16 pairs: head weights (0 past heads)
     static constexpr int kSkOff = kWOff + kHeads * 4;                   // [4][64] f32: 2^(s_b - 128) per key
     static constexpr int kSkFastOff = kSkOff + kBlocks * kKeys * 4;     // [64] f32: 2^(s_min - 128) per key
     static constexpr int kEOff = kSkFastOff + kKeys * 4;                // [64][4] int: query block exponents
@@ -120,7 +120,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, 3)
     using Cfg = IndexerS8Config;
     pdl_enter();
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    // aligned by pointer arithmetic on the shared array (an integer round trip would make every access generic)
+    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     uint8_t* q_fast_s = smem + Cfg::kQFastOff;
     uint8_t* q_raw_s = smem + Cfg::kQRawOff;
     uint8_t* k_s = smem + Cfg::kKOff;
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, 3)
     auto* prod_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kProdOff);
     auto* sq_raw_s = reinterpret_cast<float*>(smem + Cfg::kSqRawOff);
     auto* sq_fast_s = reinterpret_cast<float*>(smem + Cfg::kSqFastOff);
-    auto* w_s = reinterpret_cast<float*>(smem + Cfg::kWOff);
+    auto* w_s = reinterpret_cast<__nv_bfloat162*>(smem + Cfg::kWOff);
     auto* sk_s = reinterpret_cast<float*>(smem + Cfg::kSkOff);
     auto* sk_fast_s = reinterpret_cast<float*>(smem + Cfg::kSkFastOff);
     auto* e_s = reinterpret_cast<int*>(smem + Cfg::kEOff);
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, 3)
         head_fast = hi - lo <= 3 || lo == Cfg::kQEmpty;
         const int emin = lo == Cfg::kQEmpty ? 0 : lo;
         sq_fast_s[tid] = __int_as_float((127 + emin) << 23);
-        w_s[tid] = tid < heads ? __bfloat162float(w[t * heads + tid]) : 0.0f;
+        reinterpret_cast<__nv_bfloat16*>(w_s)[tid] = tid < heads ? w[t * heads + tid] : __float2bfloat16_rn(0.0f);
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
             const int e = e_s[tid * 4 + b];
@@ -352,33 +353,38 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, 3)
                 }
             }
         }
-        // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key
+        // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key, on bf16 pairs: the pack rounds each dot to bf16
+        // (round_bf16), the max against 0 is ReLU (a NaN dot gives 0, as fmaxf), and the bf16 product is the exact
+        // product of two bf16 values rounded once, as the f32 product (exact) rounded to bf16
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const int h = 8 * j + 2 * qd;
-            const float w0 = w_s[h], w1 = w_s[h + 1];
+            const __nv_bfloat162 wh = w_s[h / 2];
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
-                const float v0 = __fmul_rn(fmaxf(round_bf16(dot[4 * j + 2 * rr]), 0.0f), w0);
-                const float v1 = __fmul_rn(fmaxf(round_bf16(dot[4 * j + 2 * rr + 1]), 0.0f), w1);
+                const __nv_bfloat162 d = __floats2bfloat162_rn(dot[4 * j + 2 * rr], dot[4 * j + 2 * rr + 1]);
                 *reinterpret_cast<__nv_bfloat162*>(prod_s + (rr ? r1 : r0) * Cfg::kProdLd + h) =
-                    __floats2bfloat162_rn(v0, v1);
+                    __hmul2(__hmax2(d, __float2bfloat162_rn(0.0f)), wh);
             }
         }
         __syncthreads();
         if (tid < Cfg::kKeys && tl.s0 + tid < n) {
             float total = 0.0f;
             const __nv_bfloat16* row = prod_s + tid * Cfg::kProdLd;
-#pragma unroll
-            for (int h0 = 0; h0 < Cfg::kHeads; h0 += 8) {
-                const uint4 v = *reinterpret_cast<const uint4*>(row + h0);
+            const auto add8 = [&](const uint4 v, int count) {
                 const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                 for (int k = 0; k < 8; ++k)
-                    if (h0 + k < heads)
+                    if (k < count)
                         total = __fadd_rn(total, __uint_as_float(k & 1 ? wv[k >> 1] & 0xffff0000u : wv[k >> 1] << 16));
+            };
+            if (heads == Cfg::kHeads) {
+#pragma unroll
+                for (int h0 = 0; h0 < Cfg::kHeads; h0 += 8) add8(*reinterpret_cast<const uint4*>(row + h0), 8);
+            } else {
+                for (int h0 = 0; h0 < heads; h0 += 8) add8(*reinterpret_cast<const uint4*>(row + h0), heads - h0);
             }
-            out[tl.s0 + tid] = __float2bfloat16_rn(!token_ok ? NAN : tl.s0 + tid < visible ? total : -INFINITY);
+            out[tl.s0 + tid] = __float2bfloat16_rn(tl.s0 + tid >= visible ? -INFINITY : token_ok ? total : NAN);
         }
     }
 }
