@@ -63,6 +63,7 @@
 #include "backend/cuda/kernels/compressor_decode/compressor_decode.h"
 #include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
+#include "backend/cuda/kernels/indexer/indexer_scores_s8.h"
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "backend/cuda/kernels/synthetic/synthetic.h"
@@ -477,8 +478,8 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     DeviceBuffer d_pages = upload(pages, "key pages");
     CHECK(g->stream.synchronize());
 
-    // integer: the engine's path (integer wgmma on the simulated query); otherwise the bf16 tensor-core path
-    auto score_with = [&](int i, bool integer) {
+    // the simulated query as the engine hands it over; path: the engine's size rule (kAuto) or one kernel forced
+    auto score_with = [&](int i, IndexerScoresArgs::Path path) {
         IndexerScoresArgs a;
         a.q = q.as<uint8_t>() + size_t(i) * q_bytes;
         a.keys = keys.data();
@@ -490,10 +491,13 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
         a.keys_packed = true;
         a.key_pages = d_pages.as<int32_t>() + size_t(i) * size_t(B * pps);
         a.pages_per_token = pps;
-        a.q_fp4_simulated = integer;
+        a.q_fp4_simulated = true;
+        a.path = path;
         return sm90_indexer_scores(kRef, a, g->s);
     };
-    auto score = [&](int i) { return score_with(i, true); };
+    auto score = [&](int i) { return score_with(i, IndexerScoresArgs::Path::kAuto); };
+    IndexerScoresArgs rule;  // which of the two the engine's size rule picks at this point
+    rule.keys = keys.data(), rule.tokens = B, rule.n = entries, rule.keys_packed = rule.q_fp4_simulated = true;
     auto topk = [&]() {
         TopKArgs a;
         a.scores = scores.data();
@@ -515,9 +519,13 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     std::snprintf(note, sizeof note, "%lld keys/query (68 B); key pool %.1f MB x %d copies; + bf16 scores written",
                   (long long)entries, copy_bytes / 1e6, pool_copies);
     print_row(B, cn, "indexer scores (paged packed FP4 keys)", ts, key_bytes + double(scores_bytes), flops, note);
-    const Timing ts_bf16 = time_op(rotations, [&](int i) { return score_with(i, false); });
-    std::snprintf(note, sizeof note, "same scores bit for bit; the integer path above is %.2fx its speed",
-                  ts_bf16.us / ts.us);
+    const Timing ts_int = time_op(rotations, [&](int i) { return score_with(i, IndexerScoresArgs::Path::kInteger); });
+    const Timing ts_bf16 = time_op(rotations, [&](int i) { return score_with(i, IndexerScoresArgs::Path::kBf16); });
+    std::snprintf(note, sizeof note, "the row above runs the %s path (the engine's size rule)",
+                  indexer_scores_s8_applies(rule) ? "integer" : "bf16");
+    print_row(B, cn, "indexer scores, integer wgmma path", ts_int, key_bytes + double(scores_bytes), flops, note);
+    std::snprintf(note, sizeof note, "same scores bit for bit; the integer path is %.2fx its speed",
+                  ts_bf16.us / ts_int.us);
     print_row(B, cn, "indexer scores, bf16 mma.sync path", ts_bf16, key_bytes + double(scores_bytes), flops, note);
     Timing tk = tt;
     tk.us = std::max(1e-3, tt.us - ts.us);

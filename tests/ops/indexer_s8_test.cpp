@@ -100,6 +100,7 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
         if (c.paged) a.key_pages = dtable->as<int32_t>(), a.pages_per_token = ppt;
         DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
         a.q_fp4_simulated = true;
+        a.path = IndexerScoresArgs::Path::kInteger;
         a.scores = ds_s8->data();
         DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
         const auto want = to_host<uint16_t>(*ds_bf16, size_t(T * n));
@@ -138,6 +139,7 @@ TEST(IndexerScoresS8, UnsimulatedQueryGivesNaN) {
     IndexerScoresArgs a{dq->data(), dpool->data(), dw->data(), T, H, n, kRatio, dpos->as<int64_t>(), ds->data()};
     a.keys_packed = true;
     a.q_fp4_simulated = true;
+    a.path = IndexerScoresArgs::Path::kInteger;
     DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
     const auto got = act_to_host(prec, *ds, size_t(T * n));
     for (int64_t t = 0; t < T; ++t)

@@ -8,8 +8,15 @@
 
 namespace dsv4::cuda {
 
+// Each CTA converts its token's query before its first tile, a chain the bf16 kernel does not have: with fewer than
+// two tiles per CTA slot the bf16 kernel is faster (H200: B = 1 at 4K and 64K context, B = 8 at 4K;
+// docs/kernels/attention.md), so those calls stay on it.
 bool indexer_scores_s8_applies(const IndexerScoresArgs& a) {
-    return a.keys_packed && a.q_fp4_simulated && (reinterpret_cast<uintptr_t>(a.keys) & 15) == 0;
+    using Cfg = IndexerS8Config;
+    if (!a.keys_packed || !a.q_fp4_simulated || (reinterpret_cast<uintptr_t>(a.keys) & 15) != 0) return false;
+    if (a.path != IndexerScoresArgs::Path::kAuto) return a.path == IndexerScoresArgs::Path::kInteger;
+    const int64_t tiles = (a.n + Cfg::kKeys - 1) / Cfg::kKeys;
+    return a.tokens * tiles >= 2 * int64_t(Cfg::kCtasPerSm) * current_sm_count();
 }
 
 Status launch_indexer_scores_s8(const IndexerScoresArgs& a, StreamHandle stream) {
@@ -17,10 +24,9 @@ Status launch_indexer_scores_s8(const IndexerScoresArgs& a, StreamHandle stream)
     static const cudaError_t attr = cudaFuncSetAttribute(sm90_indexer_scores_s8_kernel,
                                                          cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
     DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_indexer_scores_s8 shared memory)");
-    constexpr int64_t kCtasPerSm = 3;  // __launch_bounds__ minimum; 3 x 56 KB of shared memory fit
     const int64_t tiles = (a.n + Cfg::kKeys - 1) / Cfg::kKeys;
     // one wave: at most kCtasPerSm x SMs CTAs in all (a second, partial wave would double the time)
-    const int64_t want = kCtasPerSm * current_sm_count() / a.tokens;
+    const int64_t want = int64_t(Cfg::kCtasPerSm) * current_sm_count() / a.tokens;
     const dim3 grid(unsigned(std::clamp<int64_t>(want, 1, tiles)), unsigned(a.tokens));
     sm90_indexer_scores_s8_kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
         static_cast<const __nv_bfloat16*>(a.q), static_cast<const uint8_t*>(a.keys),

@@ -39,6 +39,7 @@ namespace dsv4::cuda {
 struct IndexerS8Config {
     static constexpr int kKeys = 64, kHeads = 64, kDim = 128, kBlocks = 4;
     static constexpr int kThreads = 128;
+    static constexpr int kCtasPerSm = 4;  // 16 warps per SM: the kernel is issue- and latency-bound (128 registers)
     static constexpr int kStages = 4;
     static constexpr int kQEmpty = 1 << 20;  // exponent of an all-zero query block (ignored)
     static constexpr int kPageBytes = kKeys * int(kKeyFp4RowBytes);  // 4,352
@@ -112,7 +113,7 @@ __device__ __forceinline__ IndexerS8Tile indexer_s8_tile(int64_t tile, int64_t t
     return r;
 }
 
-__global__ void __launch_bounds__(IndexerS8Config::kThreads, 3)
+__global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kCtasPerSm)
     sm90_indexer_scores_s8_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restrict__ keys,
                                   const __nv_bfloat16* __restrict__ w, int heads, int64_t n, int64_t ratio,
                                   const int64_t* __restrict__ positions, __nv_bfloat16* __restrict__ scores,
@@ -324,33 +325,25 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, 3)
         } else {
 #pragma unroll
             for (int k = 0; k < 32; ++k) dot[k] = 0.0f;
+            // one block at a time: a second accumulator set would cost the fourth CTA per SM its registers
 #pragma unroll
-            for (int b2 = 0; b2 < 4; b2 += 2) {
-                int32_t acc0[32], acc1[32];
+            for (int b = 0; b < 4; ++b) {
+                int32_t acc[32];
                 wgmma_fence();
-                wgmma_m64n64k32_s8(acc0, sw128_kmajor_desc(k_addr + 32 * b2), sw128_kmajor_desc(q_raw_addr + 32 * b2),
+                wgmma_m64n64k32_s8(acc, sw128_kmajor_desc(k_addr + 32 * b), sw128_kmajor_desc(q_raw_addr + 32 * b),
                                    0);
-                wgmma_m64n64k32_s8(acc1, sw128_kmajor_desc(k_addr + 32 * (b2 + 1)),
-                                   sw128_kmajor_desc(q_raw_addr + 32 * (b2 + 1)), 0);
                 wgmma_commit();
                 wgmma_wait_all();
-                fence_accumulators(acc0);
-                fence_accumulators(acc1);
+                fence_accumulators(acc);
+                const float sk0 = sk_s[b * Cfg::kKeys + r0], sk1 = sk_s[b * Cfg::kKeys + r1];
 #pragma unroll
-                for (int bb = 0; bb < 2; ++bb) {
-                    const int b = b2 + bb;
-                    const int32_t(&acc)[32] = bb == 0 ? acc0 : acc1;
-                    const float sk0 = sk_s[b * Cfg::kKeys + r0], sk1 = sk_s[b * Cfg::kKeys + r1];
+                for (int j = 0; j < 8; ++j)
 #pragma unroll
-                    for (int j = 0; j < 8; ++j)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const float sq = sq_raw_s[b * Cfg::kHeads + 8 * j + 2 * qd + e];
-                            dot[4 * j + e] = __fmaf_rn(__fmul_rn(float(acc[4 * j + e]), sq), sk0, dot[4 * j + e]);
-                            dot[4 * j + 2 + e] =
-                                __fmaf_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1, dot[4 * j + 2 + e]);
-                        }
-                }
+                    for (int e = 0; e < 2; ++e) {
+                        const float sq = sq_raw_s[b * Cfg::kHeads + 8 * j + 2 * qd + e];
+                        dot[4 * j + e] = __fmaf_rn(__fmul_rn(float(acc[4 * j + e]), sq), sk0, dot[4 * j + e]);
+                        dot[4 * j + 2 + e] = __fmaf_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1, dot[4 * j + 2 + e]);
+                    }
             }
         }
         // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key, on bf16 pairs: the pack rounds each dot to bf16
