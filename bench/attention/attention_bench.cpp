@@ -29,7 +29,8 @@
 // calls of 256 (the one-pass mma.sync kernel, one 16-head tile per block), so the prefill kernel's gain is measured
 // at kernel level.
 // --layer runs only the CSA layer at batch 1, 8K (its parts, then all of them in one graph: bench_layer_graph); a
-// full run ends with the same measurement. --indexer-only runs only the indexer points.
+// full run ends with the same measurement. --indexer-only runs only the indexer points, first an 8K prefill pass's
+// scores (bench_indexer_prefill).
 // --split adds, at every CSA / HCA attention point, the split-candidate kernel (sm90_sparse_attn_split, automatic
 // chunks) in both modes — reference max (block-max pass + partials + combine) and plain (partials + combine) — on the
 // same packed inputs, next to the one-pass kernel (the layer point times it always); --attention-only skips the
@@ -554,6 +555,57 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     return times;
 }
 
+// The indexer scores of an 8K prefill pass as the engine runs them: 8,192 queries at positions 0..8191 of one
+// sequence over its 2,048 entries (each query sees (pos + 1) / 4 of them, the rest written -inf), all queries through
+// the sequence's one page table; the integer and the bf16 kernel on the same simulated queries.
+void bench_indexer_prefill() {
+    constexpr int64_t T = 8192, entries = T / kCsaRatio, pps = entries / kPage;
+    const int rotations = 2;
+    const size_t q_bytes = size_t(T * kIndexHeads * kIndexDim) * 2, w_bytes = size_t(T * kIndexHeads) * 2;
+    DeviceBuffer keys = alloc(size_t(entries) * size_t(kKeyFp4RowBytes), "indexer key pages");
+    fill_packed_pool(keys.data(), entries, true);
+    DeviceBuffer q = random_bf16(int64_t(rotations) * T * kIndexHeads * kIndexDim, "indexer q");
+    Fp4QuantArgs fq;
+    fq.x = q.data(), fq.rows = int64_t(rotations) * T * kIndexHeads, fq.cols = kIndexDim, fq.x_sim = q.data();
+    CHECK(sm90_fp4_quant_e2m1(fq, g->s));
+    DeviceBuffer w = random_bf16(int64_t(rotations) * T * kIndexHeads, "indexer weights", 0.0f, 0.1f);
+    DeviceBuffer scores = alloc(size_t(T * entries) * 2, "scores");
+    std::vector<int64_t> pos(static_cast<size_t>(T));
+    std::iota(pos.begin(), pos.end(), int64_t(0));
+    DeviceBuffer d_pos = upload(pos, "positions");
+    const std::vector<int32_t> perm = page_permutation(pps);
+    std::vector<int32_t> pages(size_t(T * pps));
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t p = 0; p < pps; ++p) pages[size_t(t * pps + p)] = perm[size_t(p)];
+    DeviceBuffer d_pages = upload(pages, "key pages");
+    CHECK(g->stream.synchronize());
+    auto score = [&](int i, IndexerScoresArgs::Path path) {
+        IndexerScoresArgs a;
+        a.q = q.as<uint8_t>() + size_t(i) * q_bytes;
+        a.keys = keys.data();
+        a.w = w.as<uint8_t>() + size_t(i) * w_bytes;
+        a.tokens = T, a.heads = kIndexHeads, a.n = entries, a.ratio = kCsaRatio;
+        a.positions = d_pos.as<int64_t>();
+        a.scores = scores.data();
+        a.keys_packed = a.q_fp4_simulated = true;
+        a.key_pages = d_pages.as<int32_t>(), a.pages_per_token = pps;
+        a.path = path;
+        return sm90_indexer_scores(kRef, a, g->s);
+    };
+    const Timing ti = time_op(rotations, [&](int i) { return score(i, IndexerScoresArgs::Path::kInteger); });
+    const Timing tb = time_op(rotations, [&](int i) { return score(i, IndexerScoresArgs::Path::kBf16); });
+    // bytes: keys once + q + w + the score matrix; FLOPs: the visible keys' dot products only
+    const double bytes = double(entries * kKeyFp4RowBytes) + double(q_bytes + w_bytes) + double(T * entries) * 2;
+    double visible_keys = 0;
+    for (int64_t t = 0; t < T; ++t) visible_keys += double((t + 1) / kCsaRatio);
+    const double flops = 2.0 * visible_keys * double(kIndexHeads) * double(kIndexDim);
+    char note[160];
+    std::snprintf(note, sizeof note, "8,192 queries of one sequence over its 2,048 entries; bf16 path %.2fx this time",
+                  tb.us / ti.us);
+    print_row(T, "8K", "indexer scores (prefill pass), integer wgmma path", ti, bytes, flops, note);
+    print_row(T, "8K", "indexer scores (prefill pass), bf16 mma.sync path", tb, bytes, flops, "same scores");
+}
+
 // One compressor close per query (batched decode, every window closing), as a decode step runs it: append, pool,
 // finish, entry rows, pack, roll (six launches), then sm90_compressor_decode_fused (the same work and the same bytes
 // in one launch) on the same rotated inputs. indexer: the indexer's 128-d key compressor, else the CSA main (512-d)
@@ -898,6 +950,7 @@ int main(int argc, char** argv) {
     }
     const int64_t batches[] = {1, 8, 64}, contexts[] = {4096, 65536, 1048576};
     if (indexer_only) {
+        bench_indexer_prefill();
         for (int64_t ctx : contexts)
             for (int64_t B : batches) bench_indexer(B, ctx);
         return 0;
