@@ -117,6 +117,50 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
     }
 }
 
+// The engine's query path: sm90_indexer_q_finish (RoPE, Hadamard, FP4 simulation) leaves a query the integer path
+// takes without NaN, at V4's 64 heads, and its scores equal the bf16 path's bit for bit.
+TEST(IndexerScoresS8, TakesTheQueryFinishOutput) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = Precision::kReference;
+    std::mt19937_64 rng(fresh_seed());
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    const int64_t T = 40, H = 64, n = 2048;
+    auto q = random_act(prec, rng, size_t(T * H * kDim), 4.0f);
+    auto keys = random_act(prec, rng, size_t(n * kDim), 1.0f);
+    spread_and_simulate(keys, n, 0.0, 0, rng);
+    auto w = random_act(prec, rng, size_t(T * H), 0.02f);
+    std::vector<int64_t> pos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 8191 - 97 * t;
+    auto dq = act_to_device(prec, q);
+    auto dw = act_to_device(prec, w);
+    auto dpos = to_device(pos);
+    auto drows = act_to_device(prec, keys);
+    auto dpool = poisoned<uint8_t>(size_t(n * key_row_bytes(prec)));
+    auto ds_bf16 = act_poisoned(prec, size_t(T * n));
+    auto ds_s8 = act_poisoned(prec, size_t(T * n));
+    ASSERT_TRUE(dq.is_ok() && dw.is_ok() && dpos.is_ok() && drows.is_ok() && dpool.is_ok() && ds_bf16.is_ok() &&
+                ds_s8.is_ok());
+    DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), n, nullptr, 0, dpool->data()}, nullptr));
+    DSV4_ASSERT_OK(sm90_indexer_q_finish({dq->data(), T, H, dpos->as<int64_t>(), freqs}, nullptr));
+    IndexerScoresArgs a{dq->data(), dpool->data(), dw->data(), T, H, n, kRatio, dpos->as<int64_t>(),
+                        ds_bf16->data()};
+    a.keys_packed = a.q_fp4_simulated = true;
+    a.path = IndexerScoresArgs::Path::kBf16;
+    DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
+    a.path = IndexerScoresArgs::Path::kInteger;
+    a.scores = ds_s8->data();
+    DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
+    const auto want = to_host<uint16_t>(*ds_bf16, size_t(T * n));
+    const auto got = to_host<uint16_t>(*ds_s8, size_t(T * n));
+    size_t diff = 0, nan = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        diff += got[i] != want[i];
+        nan += (got[i] & 0x7f80) == 0x7f80 && (got[i] & 0x7f) != 0;
+    }
+    EXPECT_EQ(nan, 0u);
+    EXPECT_EQ(diff, 0u);
+}
+
 // A query that is not an FP4 simulation (plain bf16 values) must not score silently wrong: NaN for every visible key.
 TEST(IndexerScoresS8, UnsimulatedQueryGivesNaN) {
     DSV4_REQUIRE_GPU();
