@@ -16,13 +16,15 @@
 //    Σ_b I_b · 2^(E_b) · 2^(s_b - 128) in block order.
 // Then, as the bf16 path: bf16(dot), ReLU, bf16(· w_h), f32 sum over the heads in head order, bf16 out.
 //
-// Structure: grid (CTAs per token, tokens); a CTA converts its token's query once into two 64 x 128 s8 tiles
-// (scaled, unscaled) in the 128-byte swizzle, then walks the token's key tiles tile = blockIdx.x + i·gridDim.x.
-// Thread 0 keeps kStages pages in flight as 4,352-byte bulk copies (a page = 64 packed rows, the unit of the page
-// table); a tile that is not a whole page (the last, partial one, or a negative page) is read by the threads
-// directly. Per tile: 128 threads widen the page's nibbles to s8 (two threads per key, prmt tables), a block vote
-// picks fast or general, wgmma m64n64k32 (keys = M, heads = N), the fold writes bf16(w·ReLU(bf16(dot))) per (key,
-// head) to shared memory, and 64 threads sum their key's heads in order.
+// Structure: grid (CTAs per token, tokens), at most one wave of kCtasPerSm CTAs per SM; a CTA converts its token's
+// query once into a 64 x 128 s8 tile in the 128-byte swizzle (folded when every head spans at most 3 binades, else
+// unscaled), then walks the token's key tiles tile = blockIdx.x + i·gridDim.x. Thread 0 keeps kStages pages in
+// flight as 4,352-byte bulk copies (a page = 64 packed rows, the unit of the page table); a tile that is not a whole
+// page (the last, partial one, or a negative page) is read by the threads directly. Per tile: 128 threads widen the
+// page's nibbles to s8 (two threads per key, prmt tables), a block vote picks the fold, wgmma m64n64k32 (keys = M,
+// heads = N), and the fold writes bf16(w·ReLU(bf16(dot))) per (key, head) into one of two product buffers; after
+// every second tile all 128 threads sum one key's heads each, in head order, for the pair.
+
 #pragma once
 
 #include <cstdint>
@@ -40,24 +42,22 @@ struct IndexerS8Config {
     static constexpr int kKeys = 64, kHeads = 64, kDim = 128, kBlocks = 4;
     static constexpr int kThreads = 128;
     static constexpr int kCtasPerSm = 4;  // 16 warps per SM: the kernel is issue- and latency-bound (128 registers)
-    static constexpr int kStages = 4;
+    static constexpr int kStages = 3;
     static constexpr int kQEmpty = 1 << 20;  // exponent of an all-zero query block (ignored)
     static constexpr int kPageBytes = kKeys * int(kKeyFp4RowBytes);  // 4,352
     static constexpr int kProdLd = 72;  // bf16 per product row: 144 B, conflict-free 16-byte reads by key
     // shared memory (offsets from a 1024-byte aligned base)
-    static constexpr int kQFastOff = 0;        // [64 heads][128] s8, swizzled
-    static constexpr int kQRawOff = 8192;      // [64 heads][128] s8, swizzled
-    static constexpr int kKOff = 16384;        // [64 keys][128] s8, swizzled
-    static constexpr int kStageOff = 24576;    // kStages pages
-    static constexpr int kProdOff = kStageOff + kStages * kPageBytes;  // [64 keys][kProdLd] bf16
-    static constexpr int kSqRawOff = kProdOff + kKeys * kProdLd * 2;    // [4][64] f32: 2^E_b per head
-    static constexpr int kSqFastOff = kSqRawOff + kBlocks * kHeads * 4;  // [64] f32: 2^E_min per head
-    static constexpr int kWOff = kSqFastOff + kHeads * 4;               // [32] bf16 pairs: head weights (0 past heads)
-    static constexpr int kSkOff = kWOff + kHeads * 4;                   // [4][64] f32: 2^(s_b - 128) per key
-    static constexpr int kSkFastOff = kSkOff + kBlocks * kKeys * 4;     // [64] f32: 2^(s_min - 128) per key
-    static constexpr int kEOff = kSkFastOff + kKeys * 4;                // [64][4] int: query block exponents
+    static constexpr int kQOff = 0;            // [64 heads][128] s8, swizzled
+    static constexpr int kKOff = 8192;         // [64 keys][128] s8, swizzled
+    static constexpr int kStageOff = 16384;    // kStages pages
+    static constexpr int kProdOff = kStageOff + kStages * kPageBytes;   // 2 x [64 keys][kProdLd] bf16
+    static constexpr int kSqOff = kProdOff + 2 * kKeys * kProdLd * 2;    // [4][64] f32: the query's scale per head
+    static constexpr int kWOff = kSqOff + kBlocks * kHeads * 4;         // [32] bf16 pairs: head weights (0 past heads)
+    static constexpr int kSkOff = kWOff + kHeads * 2;                   // [4][64] f32: the keys' scales
+    static constexpr int kEOff = kSkOff + kBlocks * kKeys * 4;          // [64][4] int: query block exponents
     static constexpr int kBarOff = kEOff + kHeads * kBlocks * 4;        // kStages mbarriers
     static constexpr int kSmem = kBarOff + kStages * 8 + 1024;          // + alignment slack
+    static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "kCtasPerSm CTAs must fit one SM's shared memory");
 };
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -123,16 +123,13 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
     extern __shared__ uint8_t smem_raw[];
     // aligned by pointer arithmetic on the shared array (an integer round trip would make every access generic)
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    uint8_t* q_fast_s = smem + Cfg::kQFastOff;
-    uint8_t* q_raw_s = smem + Cfg::kQRawOff;
+    uint8_t* q_s = smem + Cfg::kQOff;
     uint8_t* k_s = smem + Cfg::kKOff;
     uint8_t* stage_s = smem + Cfg::kStageOff;
     auto* prod_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kProdOff);
-    auto* sq_raw_s = reinterpret_cast<float*>(smem + Cfg::kSqRawOff);
-    auto* sq_fast_s = reinterpret_cast<float*>(smem + Cfg::kSqFastOff);
+    auto* sq_s = reinterpret_cast<float*>(smem + Cfg::kSqOff);
     auto* w_s = reinterpret_cast<__nv_bfloat162*>(smem + Cfg::kWOff);
     auto* sk_s = reinterpret_cast<float*>(smem + Cfg::kSkOff);
-    auto* sk_fast_s = reinterpret_cast<float*>(smem + Cfg::kSkFastOff);
     auto* e_s = reinterpret_cast<int*>(smem + Cfg::kEOff);
     auto* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);
 
@@ -205,48 +202,42 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
     __syncthreads();
     // Per head: E_min over its non-empty blocks; the head is fast when its blocks span at most 3 binades.
     bool head_fast = true;
+    int head_e[4] = {0, 0, 0, 0}, head_emin = 0;
     if (tid < Cfg::kHeads) {
         int lo = Cfg::kQEmpty, hi = -Cfg::kQEmpty;
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
             const int e = e_s[tid * 4 + b];
+            head_e[b] = e == Cfg::kQEmpty ? 0 : e;
             if (e != Cfg::kQEmpty) lo = min(lo, e), hi = max(hi, e);
         }
         head_fast = hi - lo <= 3 || lo == Cfg::kQEmpty;
-        const int emin = lo == Cfg::kQEmpty ? 0 : lo;
-        sq_fast_s[tid] = __int_as_float((127 + emin) << 23);
+        head_emin = lo == Cfg::kQEmpty ? 0 : lo;
         reinterpret_cast<__nv_bfloat16*>(w_s)[tid] = tid < heads ? w[t * heads + tid] : __float2bfloat16_rn(0.0f);
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            const int e = e_s[tid * 4 + b];
-            sq_raw_s[b * Cfg::kHeads + tid] = __int_as_float((127 + (e == Cfg::kQEmpty ? 0 : e)) << 23);
-        }
-        e_s[tid * 4] = emin;  // each head's slot 0 now holds E_min (read by others only after the barriers below)
+        e_s[tid * 4] = head_emin;  // each head's slot 0 now holds E_min (read by others only after the barriers below)
     }
     const bool token_ok = __syncthreads_and(q_ok);
     const bool token_fast = __syncthreads_and(head_fast);
-    // Pass 2: both s8 tiles (head = row, channel = byte) in the 128-byte swizzle.
+    // The query tile (head = row, channel = byte, 128-byte swizzle): a fast token's integers carry their block's
+    // offset from E_min (scale 2^E_min per head), another token's are unscaled (scale 2^E_b per head and block).
+    if (tid < Cfg::kHeads)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) sq_s[b * Cfg::kHeads + tid] = __int_as_float((127 + (token_fast ? head_emin : head_e[b])) << 23);
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
         const int p = tid + u * Cfg::kThreads, h = p >> 2, b = p & 3;
         const int shift = qe[u] == Cfg::kQEmpty || !token_fast ? 0 : qe[u] - e_s[h * 4];
 #pragma unroll
         for (int c = 0; c < 2; ++c) {  // 16-byte chunks 2b, 2b + 1
-            uint32_t raw[4], fast[4];
+            uint32_t word[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                uint32_t r = 0, f = 0;
+                uint32_t f = 0;
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int v = qi[u][16 * c + 4 * k + i];
-                    r |= uint32_t(v & 0xff) << (8 * i);
-                    f |= uint32_t((v * (1 << shift)) & 0xff) << (8 * i);
-                }
-                raw[k] = r, fast[k] = f;
+                for (int i = 0; i < 4; ++i) f |= uint32_t((qi[u][16 * c + 4 * k + i] * (1 << shift)) & 0xff) << (8 * i);
+                word[k] = f;
             }
-            const uint32_t off = sw128_offset(h, 2 * b + c);
-            *reinterpret_cast<uint4*>(q_raw_s + off) = make_uint4(raw[0], raw[1], raw[2], raw[3]);
-            *reinterpret_cast<uint4*>(q_fast_s + off) = make_uint4(fast[0], fast[1], fast[2], fast[3]);
+            *reinterpret_cast<uint4*>(q_s + sw128_offset(h, 2 * b + c)) = make_uint4(word[0], word[1], word[2], word[3]);
         }
     }
     fence_proxy_async_smem();
@@ -254,10 +245,9 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
 
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int key = tid >> 1, half = tid & 1;  // conversion: key row, channels 64·half .. 64·half + 63
-    const uint32_t q_fast_addr = smem_u32(q_fast_s), q_raw_addr = smem_u32(q_raw_s), k_addr = smem_u32(k_s);
+    const uint32_t q_addr = smem_u32(q_s), k_addr = smem_u32(k_s);
     for (int64_t i = 0; i < count; ++i) {
-        const int64_t tile = first + i * step;
-        const IndexerS8Tile tl = indexer_s8_tile(tile, t, n, key_pages, pages_per_token);
+        const IndexerS8Tile tl = indexer_s8_tile(first + i * step, t, n, key_pages, pages_per_token);
         mbar_wait(bars + i % Cfg::kStages, uint32_t((i / Cfg::kStages) & 1));
         // this thread's 32 code bytes (blocks 2·half, 2·half + 1) and the key's 4 scale bytes
         uint32_t codes[8], sc = 0;
@@ -276,8 +266,9 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
         }
         const int s0b = int(sc & 0xff), s1b = int((sc >> 8) & 0xff), s2b = int((sc >> 16) & 0xff), s3b = int(sc >> 24);
         const int smin = min(min(s0b, s1b), min(s2b, s3b)), smax = max(max(s0b, s1b), max(s2b, s3b));
-        const bool key_fast = smax - smin <= 3;
-        const bool fast = __syncthreads_and(key_fast) && token_fast;  // also: the stage is consumed by all
+        // one barrier: every thread has its bytes out of the stage, the previous tile's wgmmas and head sums are
+        // done (k_s, the scales and this tile's product buffer are free), and the tile's fold is agreed on
+        const bool fast = __syncthreads_and(smax - smin <= 3) && token_fast;
         if (tid == 0 && i + Cfg::kStages < count) {
             fence_proxy_async_smem();
             issue(i + Cfg::kStages);
@@ -294,9 +285,9 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
                 e2m1x8_to_s8(codes[4 * bb + 2 * c + 1], tb, o[2], o[3]);
                 *reinterpret_cast<uint4*>(k_s + sw128_offset(key, 2 * b + c)) = make_uint4(o[0], o[1], o[2], o[3]);
             }
-            sk_s[b * Cfg::kKeys + key] = __fmul_rn(e8m0_to_f32(uint8_t(sb)), 0.5f);  // 2^(s_b - 128), exact
+            // 2^(s_b - 128) (general) or 2^(s_min - 128) (fast): exact
+            sk_s[b * Cfg::kKeys + key] = __fmul_rn(e8m0_to_f32(uint8_t(fast ? smin : sb)), 0.5f);
         }
-        if (half == 0) sk_fast_s[key] = __fmul_rn(e8m0_to_f32(uint8_t(smin)), 0.5f);
         fence_proxy_async_smem();
         __syncthreads();
 
@@ -308,17 +299,16 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
             wgmma_fence();
 #pragma unroll
             for (int b = 0; b < 4; ++b)
-                wgmma_m64n64k32_s8(acc, sw128_kmajor_desc(k_addr + 32 * b), sw128_kmajor_desc(q_fast_addr + 32 * b),
-                                   b > 0);
+                wgmma_m64n64k32_s8(acc, sw128_kmajor_desc(k_addr + 32 * b), sw128_kmajor_desc(q_addr + 32 * b), b > 0);
             wgmma_commit();
             wgmma_wait_all();
             fence_accumulators(acc);
-            const float sk0 = sk_fast_s[r0], sk1 = sk_fast_s[r1];
+            const float sk0 = sk_s[r0], sk1 = sk_s[r1];
 #pragma unroll
             for (int j = 0; j < 8; ++j)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float sq = sq_fast_s[8 * j + 2 * qd + e];
+                    const float sq = sq_s[8 * j + 2 * qd + e];
                     dot[4 * j + e] = __fmul_rn(__fmul_rn(float(acc[4 * j + e]), sq), sk0);
                     dot[4 * j + 2 + e] = __fmul_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1);
                 }
@@ -330,8 +320,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
             for (int b = 0; b < 4; ++b) {
                 int32_t acc[32];
                 wgmma_fence();
-                wgmma_m64n64k32_s8(acc, sw128_kmajor_desc(k_addr + 32 * b), sw128_kmajor_desc(q_raw_addr + 32 * b),
-                                   0);
+                wgmma_m64n64k32_s8(acc, sw128_kmajor_desc(k_addr + 32 * b), sw128_kmajor_desc(q_addr + 32 * b), 0);
                 wgmma_commit();
                 wgmma_wait_all();
                 fence_accumulators(acc);
@@ -340,15 +329,16 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
                 for (int j = 0; j < 8; ++j)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        const float sq = sq_raw_s[b * Cfg::kHeads + 8 * j + 2 * qd + e];
+                        const float sq = sq_s[b * Cfg::kHeads + 8 * j + 2 * qd + e];
                         dot[4 * j + e] = __fmaf_rn(__fmul_rn(float(acc[4 * j + e]), sq), sk0, dot[4 * j + e]);
                         dot[4 * j + 2 + e] = __fmaf_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1, dot[4 * j + 2 + e]);
                     }
             }
         }
-        // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key, on bf16 pairs: the pack rounds each dot to bf16
-        // (round_bf16), the max against 0 is ReLU (a NaN dot gives 0, as fmaxf), and the bf16 product is the exact
-        // product of two bf16 values rounded once, as the f32 product (exact) rounded to bf16
+        // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key in the tile's product buffer, on bf16 pairs: the
+        // pack rounds each dot to bf16 (round_bf16), the max against 0 is ReLU (a NaN dot gives 0, as fmaxf), and
+        // the bf16 product is the exact product of two bf16 values rounded once, as the f32 product (exact) rounded
+        __nv_bfloat16* prod = prod_s + (i & 1) * Cfg::kKeys * Cfg::kProdLd;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const int h = 8 * j + 2 * qd;
@@ -356,19 +346,24 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
                 const __nv_bfloat162 d = __floats2bfloat162_rn(dot[4 * j + 2 * rr], dot[4 * j + 2 * rr + 1]);
-                *reinterpret_cast<__nv_bfloat162*>(prod_s + (rr ? r1 : r0) * Cfg::kProdLd + h) =
+                *reinterpret_cast<__nv_bfloat162*>(prod + (rr ? r1 : r0) * Cfg::kProdLd + h) =
                     __hmul2(__hmax2(d, __float2bfloat162_rn(0.0f)), wh);
             }
         }
+        // Head sums for a pair of tiles at once (128 keys, one per thread: the sum is a chain in head order), after
+        // the pair's second tile or the walk's last one.
+        if ((i & 1) == 0 && i + 1 < count) continue;
         __syncthreads();
-        if (tid < Cfg::kKeys && tl.s0 + tid < n) {
+        const int64_t mine = (i & ~int64_t(1)) + (tid >> 6);  // the pair's first tile for threads 0..63
+        const int64_t s0 = (first + mine * step) * Cfg::kKeys, sk_key = s0 + (tid & 63);
+        if (mine <= i && sk_key < n) {
             float total = 0.0f;
-            const __nv_bfloat16* row = prod_s + tid * Cfg::kProdLd;
-            const auto add8 = [&](const uint4 v, int count) {
+            const __nv_bfloat16* row = prod_s + (mine & 1) * Cfg::kKeys * Cfg::kProdLd + (tid & 63) * Cfg::kProdLd;
+            const auto add8 = [&](const uint4 v, int count8) {
                 const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                 for (int k = 0; k < 8; ++k)
-                    if (k < count)
+                    if (k < count8)
                         total = __fadd_rn(total, __uint_as_float(k & 1 ? wv[k >> 1] & 0xffff0000u : wv[k >> 1] << 16));
             };
             if (heads == Cfg::kHeads) {
@@ -377,7 +372,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
             } else {
                 for (int h0 = 0; h0 < heads; h0 += 8) add8(*reinterpret_cast<const uint4*>(row + h0), heads - h0);
             }
-            out[tl.s0 + tid] = __float2bfloat16_rn(tl.s0 + tid >= visible ? -INFINITY : token_ok ? total : NAN);
+            out[sk_key] = __float2bfloat16_rn(sk_key >= visible ? -INFINITY : token_ok ? total : NAN);
         }
     }
 }
