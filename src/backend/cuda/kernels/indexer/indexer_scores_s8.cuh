@@ -22,8 +22,8 @@
 // flight as 4,352-byte bulk copies (a page = 64 packed rows, the unit of the page table); a tile that is not a whole
 // page (the last, partial one, or a negative page) is read by the threads directly. Per tile: 128 threads widen the
 // page's nibbles to s8 (two threads per key, prmt tables), a block vote picks the fold, wgmma m64n64k32 (keys = M,
-// heads = N), and the fold writes bf16(w·ReLU(bf16(dot))) per (key, head) into one of two product buffers; after
-// every second tile all 128 threads sum one key's heads each, in head order, for the pair.
+// heads = N), the fold writes bf16(w·ReLU(bf16(dot))) per (key, head) to shared memory, and 64 threads sum one
+// key's heads each, in head order.
 
 #pragma once
 
@@ -41,7 +41,7 @@ namespace dsv4::cuda {
 struct IndexerS8Config {
     static constexpr int kKeys = 64, kHeads = 64, kDim = 128, kBlocks = 4;
     static constexpr int kThreads = 128;
-    static constexpr int kCtasPerSm = 4;  // 16 warps per SM: the kernel is issue- and latency-bound (128 registers)
+    static constexpr int kCtasPerSm = 5;  // 20 warps per SM: the kernel is issue- and latency-bound (96 registers)
     static constexpr int kStages = 3;
     static constexpr int kQEmpty = 1 << 20;  // exponent of an all-zero query block (ignored)
     static constexpr int kPageBytes = kKeys * int(kKeyFp4RowBytes);  // 4,352
@@ -50,8 +50,8 @@ struct IndexerS8Config {
     static constexpr int kQOff = 0;            // [64 heads][128] s8, swizzled
     static constexpr int kKOff = 8192;         // [64 keys][128] s8, swizzled
     static constexpr int kStageOff = 16384;    // kStages pages
-    static constexpr int kProdOff = kStageOff + kStages * kPageBytes;   // 2 x [64 keys][kProdLd] bf16
-    static constexpr int kSqOff = kProdOff + 2 * kKeys * kProdLd * 2;    // [4][64] f32: the query's scale per head
+    static constexpr int kProdOff = kStageOff + kStages * kPageBytes;   // [64 keys][kProdLd] bf16
+    static constexpr int kSqOff = kProdOff + kKeys * kProdLd * 2;        // [4][64] f32: the query's scale per head
     static constexpr int kWOff = kSqOff + kBlocks * kHeads * 4;         // [32] bf16 pairs: head weights (0 past heads)
     static constexpr int kSkOff = kWOff + kHeads * 2;                   // [4][64] f32: the keys' scales
     static constexpr int kEOff = kSkOff + kBlocks * kKeys * 4;          // [64][4] int: query block exponents
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
         const int s0b = int(sc & 0xff), s1b = int((sc >> 8) & 0xff), s2b = int((sc >> 16) & 0xff), s3b = int(sc >> 24);
         const int smin = min(min(s0b, s1b), min(s2b, s3b)), smax = max(max(s0b, s1b), max(s2b, s3b));
         // one barrier: every thread has its bytes out of the stage, the previous tile's wgmmas and head sums are
-        // done (k_s, the scales and this tile's product buffer are free), and the tile's fold is agreed on
+        // done (k_s, the scales and the product buffer are free), and the tile's fold is agreed on
         const bool fast = __syncthreads_and(smax - smin <= 3) && token_fast;
         if (tid == 0 && i + Cfg::kStages < count) {
             fence_proxy_async_smem();
@@ -335,10 +335,9 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
                     }
             }
         }
-        // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key in the tile's product buffer, on bf16 pairs: the
-        // pack rounds each dot to bf16 (round_bf16), the max against 0 is ReLU (a NaN dot gives 0, as fmaxf), and
-        // the bf16 product is the exact product of two bf16 values rounded once, as the f32 product (exact) rounded
-        __nv_bfloat16* prod = prod_s + (i & 1) * Cfg::kKeys * Cfg::kProdLd;
+        // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key, on bf16 pairs: the pack rounds each dot to bf16
+        // (round_bf16), the max against 0 is ReLU (a NaN dot gives 0, as fmaxf), and the bf16 product is the exact
+        // product of two bf16 values rounded once, as the f32 product (exact) rounded to bf16
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const int h = 8 * j + 2 * qd;
@@ -346,19 +345,15 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
                 const __nv_bfloat162 d = __floats2bfloat162_rn(dot[4 * j + 2 * rr], dot[4 * j + 2 * rr + 1]);
-                *reinterpret_cast<__nv_bfloat162*>(prod + (rr ? r1 : r0) * Cfg::kProdLd + h) =
+                *reinterpret_cast<__nv_bfloat162*>(prod_s + (rr ? r1 : r0) * Cfg::kProdLd + h) =
                     __hmul2(__hmax2(d, __float2bfloat162_rn(0.0f)), wh);
             }
         }
-        // Head sums for a pair of tiles at once (128 keys, one per thread: the sum is a chain in head order), after
-        // the pair's second tile or the walk's last one.
-        if ((i & 1) == 0 && i + 1 < count) continue;
         __syncthreads();
-        const int64_t mine = (i & ~int64_t(1)) + (tid >> 6);  // the pair's first tile for threads 0..63
-        const int64_t s0 = (first + mine * step) * Cfg::kKeys, sk_key = s0 + (tid & 63);
-        if (mine <= i && sk_key < n) {
+        // the head sum of one key per thread, a chain in head order (the next tile's vote barrier waits for it)
+        if (tid < Cfg::kKeys && tl.s0 + tid < n) {
             float total = 0.0f;
-            const __nv_bfloat16* row = prod_s + (mine & 1) * Cfg::kKeys * Cfg::kProdLd + (tid & 63) * Cfg::kProdLd;
+            const __nv_bfloat16* row = prod_s + tid * Cfg::kProdLd;
             const auto add8 = [&](const uint4 v, int count8) {
                 const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -372,7 +367,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
             } else {
                 for (int h0 = 0; h0 < heads; h0 += 8) add8(*reinterpret_cast<const uint4*>(row + h0), heads - h0);
             }
-            out[sk_key] = __float2bfloat16_rn(sk_key >= visible ? -INFINITY : token_ok ? total : NAN);
+            out[tl.s0 + tid] = __float2bfloat16_rn(tl.s0 + tid >= visible ? -INFINITY : token_ok ? total : NAN);
         }
     }
 }
