@@ -32,7 +32,7 @@ struct IndexerScoresArgs {
     const int32_t* key_pages = nullptr;  // device [T, pages_per_token]
     int64_t pages_per_token = 0;
     // kReference with packed keys: the caller promises q is already FP4-simulated at block 32 (e2m1 values times
-    // power-of-two block scales, as sm90_indexer_q_finish leaves it). Calls with at least two 64-key tiles per CTA
+    // power-of-two block scales, as sm90_indexer_q_finish leaves it). Calls with at least one 64-key tile per CTA
     // slot of the GPU then run on integer tensor cores (bit-identical to the bf16 path while its f32 sums are exact;
     // keys 16-byte aligned), where a token whose q is not such a simulation gets NaN scores instead of wrong ones.
     bool q_fp4_simulated = false;

@@ -8,15 +8,15 @@
 
 namespace dsv4::cuda {
 
-// Each CTA converts its token's query before its first tile, a chain the bf16 kernel does not have: with fewer than
-// two tiles per CTA slot the bf16 kernel is faster (H200: B = 1 at 4K and 64K context, B = 8 at 4K;
-// docs/kernels/attention.md), so those calls stay on it.
+// Each CTA converts its token's query before its first tile, a chain the bf16 kernel does not have: with fewer
+// tiles than CTA slots the bf16 kernel is faster (H200: 128 and 256 tiles — B = 8 at 4K, B = 1 at 64K — lose, 1,024
+// — B = 64 at 4K — wins; docs/kernels/attention.md), so those calls stay on it.
 bool indexer_scores_s8_applies(const IndexerScoresArgs& a) {
     using Cfg = IndexerS8Config;
     if (!a.keys_packed || !a.q_fp4_simulated || (reinterpret_cast<uintptr_t>(a.keys) & 15) != 0) return false;
     if (a.path != IndexerScoresArgs::Path::kAuto) return a.path == IndexerScoresArgs::Path::kInteger;
     const int64_t tiles = (a.n + Cfg::kKeys - 1) / Cfg::kKeys;
-    return a.tokens * tiles >= 2 * int64_t(Cfg::kCtasPerSm) * current_sm_count();
+    return a.tokens * tiles >= int64_t(Cfg::kCtasPerSm) * current_sm_count();
 }
 
 Status launch_indexer_scores_s8(const IndexerScoresArgs& a, StreamHandle stream) {
