@@ -440,6 +440,21 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     return times;
 }
 
+// An indexer scores call of `tokens` queries (FP4-simulated, 64 heads) over `n` paged packed keys, kernel by `path`.
+IndexerScoresArgs simulated_query_call(const void* q, const void* keys, const void* w, int64_t tokens, int64_t n,
+                                       const int64_t* positions, void* scores, const int32_t* pages,
+                                       int64_t pages_per_token, IndexerScoresArgs::Path path) {
+    IndexerScoresArgs a;
+    a.q = q, a.keys = keys, a.w = w;
+    a.tokens = tokens, a.heads = kIndexHeads, a.n = n, a.ratio = kCsaRatio;
+    a.positions = positions;
+    a.scores = scores;
+    a.keys_packed = a.q_fp4_simulated = true;
+    a.key_pages = pages, a.pages_per_token = pages_per_token;
+    a.path = path;
+    return a;
+}
+
 // Indexer scores + top-512 at batch B, context ctx; returns scores + sm90_topk and scores + sm90_topk_select (µs),
 // -1 when skipped.
 struct IndexerTimes {
@@ -481,19 +496,11 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
 
     // the simulated query as the engine hands it over; path: the engine's size rule (kAuto) or one kernel forced
     auto score_with = [&](int i, IndexerScoresArgs::Path path) {
-        IndexerScoresArgs a;
-        a.q = q.as<uint8_t>() + size_t(i) * q_bytes;
-        a.keys = keys.data();
-        a.w = w.as<uint8_t>() + size_t(i) * w_bytes;
-        a.tokens = B, a.heads = kIndexHeads, a.n = entries, a.ratio = kCsaRatio;
-        a.positions = pos.as<int64_t>();
-        a.scores = scores.data();
+        IndexerScoresArgs a = simulated_query_call(q.as<uint8_t>() + size_t(i) * q_bytes, keys.data(),
+                                                   w.as<uint8_t>() + size_t(i) * w_bytes, B, entries,
+                                                   pos.as<int64_t>(), scores.data(),
+                                                   d_pages.as<int32_t>() + size_t(i) * size_t(B * pps), pps, path);
         a.visible_only = true;
-        a.keys_packed = true;
-        a.key_pages = d_pages.as<int32_t>() + size_t(i) * size_t(B * pps);
-        a.pages_per_token = pps;
-        a.q_fp4_simulated = true;
-        a.path = path;
         return sm90_indexer_scores(kRef, a, g->s);
     };
     auto score = [&](int i) { return score_with(i, IndexerScoresArgs::Path::kAuto); };
@@ -580,17 +587,12 @@ void bench_indexer_prefill() {
     DeviceBuffer d_pages = upload(pages, "key pages");
     CHECK(g->stream.synchronize());
     auto score = [&](int i, IndexerScoresArgs::Path path) {
-        IndexerScoresArgs a;
-        a.q = q.as<uint8_t>() + size_t(i) * q_bytes;
-        a.keys = keys.data();
-        a.w = w.as<uint8_t>() + size_t(i) * w_bytes;
-        a.tokens = T, a.heads = kIndexHeads, a.n = entries, a.ratio = kCsaRatio;
-        a.positions = d_pos.as<int64_t>();
-        a.scores = scores.data();
-        a.keys_packed = a.q_fp4_simulated = true;
-        a.key_pages = d_pages.as<int32_t>(), a.pages_per_token = pps;
-        a.path = path;
-        return sm90_indexer_scores(kRef, a, g->s);
+        return sm90_indexer_scores(kRef,
+                                   simulated_query_call(q.as<uint8_t>() + size_t(i) * q_bytes, keys.data(),
+                                                        w.as<uint8_t>() + size_t(i) * w_bytes, T, entries,
+                                                        d_pos.as<int64_t>(), scores.data(), d_pages.as<int32_t>(),
+                                                        pps, path),
+                                   g->s);
     };
     const Timing ti = time_op(rotations, [&](int i) { return score(i, IndexerScoresArgs::Path::kInteger); });
     const Timing tb = time_op(rotations, [&](int i) { return score(i, IndexerScoresArgs::Path::kBf16); });

@@ -117,6 +117,32 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
     }
 }
 
+// One call's inputs on the device: q, w, positions, and simulated key rows packed into a contiguous pool.
+struct ContiguousCall {
+    DeviceBuffer q, w, pos, pool;
+    int64_t tokens = 0, heads = 0, n = 0;
+    // the integer path's arguments (packed keys, simulated query) writing into `scores`
+    IndexerScoresArgs args(void* scores) const {
+        IndexerScoresArgs a{q.data(), pool.data(), w.data(), tokens, heads, n, kRatio, pos.as<int64_t>(), scores};
+        a.keys_packed = a.q_fp4_simulated = true;
+        a.path = IndexerScoresArgs::Path::kInteger;
+        return a;
+    }
+};
+void upload(ContiguousCall& c, const std::vector<float>& q, const std::vector<float>& keys,
+            const std::vector<float>& w, const std::vector<int64_t>& pos, int64_t heads) {
+    const Precision prec = Precision::kReference;
+    c.tokens = int64_t(pos.size()), c.heads = heads, c.n = int64_t(keys.size()) / kDim;
+    auto dq = act_to_device(prec, q);
+    auto dw = act_to_device(prec, w);
+    auto dpos = to_device(pos);
+    auto drows = act_to_device(prec, keys);
+    auto dpool = poisoned<uint8_t>(size_t(c.n * key_row_bytes(prec)));
+    ASSERT_TRUE(dq.is_ok() && dw.is_ok() && dpos.is_ok() && drows.is_ok() && dpool.is_ok());
+    DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), c.n, nullptr, 0, dpool->data()}, nullptr));
+    c.q = std::move(*dq), c.w = std::move(*dw), c.pos = std::move(*dpos), c.pool = std::move(*dpool);
+}
+
 // The engine's query path: sm90_indexer_q_finish (RoPE, Hadamard, FP4 simulation) leaves a query the integer path
 // takes without NaN, at V4's 64 heads, and its scores equal the bf16 path's bit for bit.
 TEST(IndexerScoresS8, TakesTheQueryFinishOutput) {
@@ -125,31 +151,21 @@ TEST(IndexerScoresS8, TakesTheQueryFinishOutput) {
     std::mt19937_64 rng(fresh_seed());
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
     const int64_t T = 40, H = 64, n = 2048;
-    auto q = random_act(prec, rng, size_t(T * H * kDim), 4.0f);
     auto keys = random_act(prec, rng, size_t(n * kDim), 1.0f);
     spread_and_simulate(keys, n, 0.0, 0, rng);
-    auto w = random_act(prec, rng, size_t(T * H), 0.02f);
     std::vector<int64_t> pos(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 8191 - 97 * t;
-    auto dq = act_to_device(prec, q);
-    auto dw = act_to_device(prec, w);
-    auto dpos = to_device(pos);
-    auto drows = act_to_device(prec, keys);
-    auto dpool = poisoned<uint8_t>(size_t(n * key_row_bytes(prec)));
+    ContiguousCall c;
+    ASSERT_NO_FATAL_FAILURE(upload(c, random_act(prec, rng, size_t(T * H * kDim), 4.0f), keys,
+                                   random_act(prec, rng, size_t(T * H), 0.02f), pos, H));
     auto ds_bf16 = act_poisoned(prec, size_t(T * n));
     auto ds_s8 = act_poisoned(prec, size_t(T * n));
-    ASSERT_TRUE(dq.is_ok() && dw.is_ok() && dpos.is_ok() && drows.is_ok() && dpool.is_ok() && ds_bf16.is_ok() &&
-                ds_s8.is_ok());
-    DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), n, nullptr, 0, dpool->data()}, nullptr));
-    DSV4_ASSERT_OK(sm90_indexer_q_finish({dq->data(), T, H, dpos->as<int64_t>(), freqs}, nullptr));
-    IndexerScoresArgs a{dq->data(), dpool->data(), dw->data(), T, H, n, kRatio, dpos->as<int64_t>(),
-                        ds_bf16->data()};
-    a.keys_packed = a.q_fp4_simulated = true;
+    ASSERT_TRUE(ds_bf16.is_ok() && ds_s8.is_ok());
+    DSV4_ASSERT_OK(sm90_indexer_q_finish({c.q.data(), T, H, c.pos.as<int64_t>(), freqs}, nullptr));
+    IndexerScoresArgs a = c.args(ds_bf16->data());
     a.path = IndexerScoresArgs::Path::kBf16;
     DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
-    a.path = IndexerScoresArgs::Path::kInteger;
-    a.scores = ds_s8->data();
-    DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
+    DSV4_ASSERT_OK(sm90_indexer_scores(prec, c.args(ds_s8->data()), nullptr));
     const auto want = to_host<uint16_t>(*ds_bf16, size_t(T * n));
     const auto got = to_host<uint16_t>(*ds_s8, size_t(T * n));
     size_t diff = 0, nan = 0;
@@ -167,24 +183,15 @@ TEST(IndexerScoresS8, UnsimulatedQueryGivesNaN) {
     const Precision prec = Precision::kReference;
     std::mt19937_64 rng(fresh_seed());
     const int64_t T = 2, H = 64, n = 640;
-    auto q = random_act(prec, rng, size_t(T * H * kDim), 1.0f);
     auto keys = random_act(prec, rng, size_t(n * kDim), 1.0f);
     spread_and_simulate(keys, n, 0.0, 0, rng);
-    auto w = random_act(prec, rng, size_t(T * H), 0.02f);
     const std::vector<int64_t> pos = {4 * 300 - 1, 4 * 640 - 1};  // 300 and 640 visible keys
-    auto dq = act_to_device(prec, q);
-    auto dw = act_to_device(prec, w);
-    auto dpos = to_device(pos);
-    auto drows = act_to_device(prec, keys);
-    auto dpool = poisoned<uint8_t>(size_t(n * key_row_bytes(prec)));
+    ContiguousCall c;
+    ASSERT_NO_FATAL_FAILURE(upload(c, random_act(prec, rng, size_t(T * H * kDim), 1.0f), keys,
+                                   random_act(prec, rng, size_t(T * H), 0.02f), pos, H));
     auto ds = act_poisoned(prec, size_t(T * n));
-    ASSERT_TRUE(dq.is_ok() && dw.is_ok() && dpos.is_ok() && drows.is_ok() && dpool.is_ok() && ds.is_ok());
-    DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), n, nullptr, 0, dpool->data()}, nullptr));
-    IndexerScoresArgs a{dq->data(), dpool->data(), dw->data(), T, H, n, kRatio, dpos->as<int64_t>(), ds->data()};
-    a.keys_packed = true;
-    a.q_fp4_simulated = true;
-    a.path = IndexerScoresArgs::Path::kInteger;
-    DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
+    ASSERT_TRUE(ds.is_ok());
+    DSV4_ASSERT_OK(sm90_indexer_scores(prec, c.args(ds->data()), nullptr));
     const auto got = act_to_host(prec, *ds, size_t(T * n));
     for (int64_t t = 0; t < T; ++t)
         for (int64_t s = 0; s < n; ++s) {
