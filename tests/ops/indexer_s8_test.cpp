@@ -48,14 +48,14 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
     std::vector<int64_t> prefill(300);
     std::iota(prefill.begin(), prefill.end(), 7900);
     const Case cases[] = {
-        {64, 8192, {32767}, true, true},                                   // decode, 32K context
-        {64, 262144, {1048575}, true, true},                               // decode, 1M context
-        {64, 4096, {0, 3, 257, 1001, 2050, 16383, 5000}, true, true},     // batch of mixed lengths
-        {64, 2000, prefill, false, true, 0.002, 0.0},                      // prefill pass, masked tails
-        {64, 4096, {16383, 9000}, true, true, 0.01, 0.0},                 // some tiles take the general fold
-        {64, 4096, {16383, 9000}, true, true, 0.0, 0.05},                 // some tokens take the general fold
-        {4, 200, {3, 63, 200, 799, 0}, true, true, 0.0, 0.0, 1},          // test models' heads, a negative page
-        {64, 1000, {3999, 2000, 64}, false, false},                        // contiguous keys, partial last tile
+        {64, 8192, {32767}, true, true},                               // decode, 32K context
+        {64, 262144, {1048575}, true, true},                           // decode, 1M context
+        {64, 4096, {0, 3, 257, 1001, 2050, 16383, 5000}, true, true},  // batch of mixed lengths
+        {64, 2000, prefill, false, true, 0.002, 0.0},                  // prefill pass, masked tails
+        {64, 4096, {16383, 9000}, true, true, 0.01, 0.0},              // some tiles take the general fold
+        {64, 4096, {16383, 9000}, true, true, 0.0, 0.05},              // some tokens take the general fold
+        {4, 200, {3, 63, 200, 799, 0}, true, true, 0.0, 0.0, 1},       // test models' heads, a negative page
+        {64, 1000, {3999, 2000, 64}, false, false},                    // contiguous keys, partial last tile
         {20, 75, {299, 30, 1}, false, true, 0.05, 0.05, 0}};
     for (const Case& c : cases) {
         const int64_t T = int64_t(c.pos.size()), H = c.heads, n = c.n, ppt = (n + kPage - 1) / kPage;
@@ -93,8 +93,8 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
         ASSERT_TRUE(dq.is_ok() && dw.is_ok() && dpos.is_ok() && dtable.is_ok() && drows.is_ok() && dpool.is_ok() &&
                     ds_bf16.is_ok() && ds_s8.is_ok());
         DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), phys_pages * kPage, nullptr, 0, dpool->data()}, nullptr));
-        IndexerScoresArgs a{dq->data(), dpool->data(), dw->data(), T, H, n, kRatio, dpos->as<int64_t>(),
-                            ds_bf16->data()};
+        IndexerScoresArgs a{dq->data(), dpool->data(),       dw->data(),     T, H, n,
+                            kRatio,     dpos->as<int64_t>(), ds_bf16->data()};
         a.visible_only = c.visible_only;
         a.keys_packed = true;
         if (c.paged) a.key_pages = dtable->as<int32_t>(), a.pages_per_token = ppt;
@@ -129,8 +129,8 @@ struct ContiguousCall {
         return a;
     }
 };
-void upload(ContiguousCall& c, const std::vector<float>& q, const std::vector<float>& keys,
-            const std::vector<float>& w, const std::vector<int64_t>& pos, int64_t heads) {
+void upload(ContiguousCall& c, const std::vector<float>& q, const std::vector<float>& keys, const std::vector<float>& w,
+            const std::vector<int64_t>& pos, int64_t heads) {
     const Precision prec = Precision::kReference;
     c.tokens = int64_t(pos.size()), c.heads = heads, c.n = int64_t(keys.size()) / kDim;
     auto dq = act_to_device(prec, q);

@@ -21,8 +21,8 @@ bool indexer_scores_s8_applies(const IndexerScoresArgs& a) {
 
 Status launch_indexer_scores_s8(const IndexerScoresArgs& a, StreamHandle stream) {
     using Cfg = IndexerS8Config;
-    static const cudaError_t attr = cudaFuncSetAttribute(sm90_indexer_scores_s8_kernel,
-                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(sm90_indexer_scores_s8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
     DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_indexer_scores_s8 shared memory)");
     const int64_t tiles = (a.n + Cfg::kKeys - 1) / Cfg::kKeys;
     // one wave: at most kCtasPerSm x SMs CTAs in all (a second, partial wave would double the time)

@@ -43,20 +43,20 @@ struct IndexerS8Config {
     static constexpr int kThreads = 128;
     static constexpr int kCtasPerSm = 5;  // 20 warps per SM: the kernel is issue- and latency-bound (96 registers)
     static constexpr int kStages = 3;
-    static constexpr int kQEmpty = 1 << 20;  // exponent of an all-zero query block (ignored)
+    static constexpr int kQEmpty = 1 << 20;                          // exponent of an all-zero query block (ignored)
     static constexpr int kPageBytes = kKeys * int(kKeyFp4RowBytes);  // 4,352
     static constexpr int kProdLd = 72;  // bf16 per product row: 144 B, conflict-free 16-byte reads by key
     // shared memory (offsets from a 1024-byte aligned base)
-    static constexpr int kQOff = 0;            // [64 heads][128] s8, swizzled
-    static constexpr int kKOff = 8192;         // [64 keys][128] s8, swizzled
-    static constexpr int kStageOff = 16384;    // kStages pages
-    static constexpr int kProdOff = kStageOff + kStages * kPageBytes;   // [64 keys][kProdLd] bf16
-    static constexpr int kSqOff = kProdOff + kKeys * kProdLd * 2;        // [4][64] f32: the query's scale per head
-    static constexpr int kWOff = kSqOff + kBlocks * kHeads * 4;         // [32] bf16 pairs: head weights (0 past heads)
-    static constexpr int kSkOff = kWOff + kHeads * 2;                   // [4][64] f32: the keys' scales
-    static constexpr int kEOff = kSkOff + kBlocks * kKeys * 4;          // [64][4] int: query block exponents
-    static constexpr int kBarOff = kEOff + kHeads * kBlocks * 4;        // kStages mbarriers
-    static constexpr int kSmem = kBarOff + kStages * 8 + 1024;          // + alignment slack
+    static constexpr int kQOff = 0;                                    // [64 heads][128] s8, swizzled
+    static constexpr int kKOff = 8192;                                 // [64 keys][128] s8, swizzled
+    static constexpr int kStageOff = 16384;                            // kStages pages
+    static constexpr int kProdOff = kStageOff + kStages * kPageBytes;  // [64 keys][kProdLd] bf16
+    static constexpr int kSqOff = kProdOff + kKeys * kProdLd * 2;      // [4][64] f32: the query's scale per head
+    static constexpr int kWOff = kSqOff + kBlocks * kHeads * 4;        // [32] bf16 pairs: head weights (0 past heads)
+    static constexpr int kSkOff = kWOff + kHeads * 2;                  // [4][64] f32: the keys' scales
+    static constexpr int kEOff = kSkOff + kBlocks * kKeys * 4;         // [64][4] int: query block exponents
+    static constexpr int kBarOff = kEOff + kHeads * kBlocks * 4;       // kStages mbarriers
+    static constexpr int kSmem = kBarOff + kStages * 8 + 1024;         // + alignment slack
     static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "kCtasPerSm CTAs must fit one SM's shared memory");
 };
 
@@ -74,8 +74,7 @@ struct S8Table {
 };
 __device__ __forceinline__ S8Table s8_table(int shift) {
     const uint32_t keep = 0x01010101u * ((0xffu << shift) & 0xffu);
-    return {0x03020100u << shift, 0x0C080604u << shift, (0xFDFEFF00u << shift) & keep,
-            (0xF4F8FAFCu << shift) & keep};
+    return {0x03020100u << shift, 0x0C080604u << shift, (0xFDFEFF00u << shift) & keep, (0xF4F8FAFCu << shift) & keep};
 }
 
 // 8 e2m1 codes (nibble i = channel i, low nibble first) -> their table values as 8 s8 bytes in channel order (two
@@ -92,8 +91,8 @@ __device__ __forceinline__ void e2m1x8_to_s8(uint32_t codes, const S8Table& tb, 
     hi = (pos_hi & ~s_hi) | (neg_hi & s_hi);
 }
 
-// Row 0 of tile i of this CTA's walk: `row0` is the tile's first key row in `keys` (-1: a negative page, zero
-// keys), `rows` how many of its 64 keys exist (< 64 only for the last tile).
+// Key tile `tile` of token t: s0 its first key, row0 that key's row in `keys` (-1: a negative page, zero keys), rows
+// how many of its 64 keys exist (< 64 only for the last tile).
 struct IndexerS8Tile {
     int64_t s0, row0;
     int rows;
@@ -185,7 +184,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
 #pragma unroll
         for (int k = 0; k < 16; ++k) amax = max(amax, max(bits[k] & 0x7fffu, (bits[k] >> 16) & 0x7fffu));
         const int ef = int(amax >> 7);  // biased exponent of the largest magnitude
-        // zero block: no exponent (Cfg::kQEmpty); Inf / NaN or magnitudes below 2^-123: not a simulation this path takes
+        // zero block: no exponent (Cfg::kQEmpty); Inf / NaN or magnitudes below 2^-123: not a simulation this path
+        // takes
         if (amax >= 0x7f80u || (amax != 0 && ef < 4)) q_ok = false;
         const int e = amax == 0 ? Cfg::kQEmpty : ef - 130;
         qe[u] = e;
@@ -222,7 +222,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
     // offset from E_min (scale 2^E_min per head), another token's are unscaled (scale 2^E_b per head and block).
     if (tid < Cfg::kHeads)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) sq_s[b * Cfg::kHeads + tid] = __int_as_float((127 + (token_fast ? head_emin : head_e[b])) << 23);
+        for (int b = 0; b < 4; ++b)
+            sq_s[b * Cfg::kHeads + tid] = __int_as_float((127 + (token_fast ? head_emin : head_e[b])) << 23);
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
         const int p = tid + u * Cfg::kThreads, h = p >> 2, b = p & 3;
@@ -237,7 +238,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
                 for (int i = 0; i < 4; ++i) f |= uint32_t((qi[u][16 * c + 4 * k + i] * (1 << shift)) & 0xff) << (8 * i);
                 word[k] = f;
             }
-            *reinterpret_cast<uint4*>(q_s + sw128_offset(h, 2 * b + c)) = make_uint4(word[0], word[1], word[2], word[3]);
+            *reinterpret_cast<uint4*>(q_s + sw128_offset(h, 2 * b + c)) =
+                make_uint4(word[0], word[1], word[2], word[3]);
         }
     }
     fence_proxy_async_smem();
@@ -315,7 +317,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
         } else {
 #pragma unroll
             for (int k = 0; k < 32; ++k) dot[k] = 0.0f;
-            // one block at a time: a second accumulator set would cost the fourth CTA per SM its registers
+                // one block at a time: a second accumulator set would cost the fourth CTA per SM its registers
 #pragma unroll
             for (int b = 0; b < 4; ++b) {
                 int32_t acc[32];
@@ -331,7 +333,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
                     for (int e = 0; e < 2; ++e) {
                         const float sq = sq_s[b * Cfg::kHeads + 8 * j + 2 * qd + e];
                         dot[4 * j + e] = __fmaf_rn(__fmul_rn(float(acc[4 * j + e]), sq), sk0, dot[4 * j + e]);
-                        dot[4 * j + 2 + e] = __fmaf_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1, dot[4 * j + 2 + e]);
+                        dot[4 * j + 2 + e] =
+                            __fmaf_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1, dot[4 * j + 2 + e]);
                     }
             }
         }
