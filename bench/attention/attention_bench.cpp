@@ -440,16 +440,37 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     return times;
 }
 
-// An indexer scores call of `tokens` queries (FP4-simulated, 64 heads) over `n` paged packed keys, kernel by `path`.
-IndexerScoresArgs simulated_query_call(const void* q, const void* keys, const void* w, int64_t tokens, int64_t n,
-                                       const int64_t* positions, void* scores, const int32_t* pages,
-                                       int64_t pages_per_token, IndexerScoresArgs::Path path) {
+// The indexer queries as the engine hands them over: `rows` random query rows finished by sm90_indexer_q_finish at
+// position `pos` (positions: one per row, or null for pos everywhere), the bf16 simulation in q and its integer form.
+struct FinishedQueries {
+    DeviceBuffer q, q_int, q_exp;
+};
+FinishedQueries finished_queries(int64_t rows, const int64_t* positions) {
+    FinishedQueries f;
+    f.q = random_bf16(rows * kIndexHeads * kIndexDim, "indexer q");
+    f.q_int = alloc(size_t(rows * kIndexHeads * kIndexDim), "indexer q integers");
+    f.q_exp = alloc(size_t(rows * kIndexHeads * 4), "indexer q exponents");
+    IndexerQFinishArgs a;
+    a.q = f.q.data(), a.tokens = rows, a.heads = kIndexHeads, a.positions = positions, a.freqs = g->freqs;
+    a.q_int = f.q_int.as<int8_t>(), a.q_exp = f.q_exp.as<int8_t>();
+    CHECK(sm90_indexer_q_finish(a, g->s));
+    return f;
+}
+
+// An indexer scores call of `tokens` finished queries (64 heads, row offset `row`) over `n` paged packed keys,
+// kernel by `path`.
+IndexerScoresArgs finished_query_call(const FinishedQueries& fq, int64_t row, const void* keys, const void* w,
+                                      int64_t tokens, int64_t n, const int64_t* positions, void* scores,
+                                      const int32_t* pages, int64_t pages_per_token, IndexerScoresArgs::Path path) {
     IndexerScoresArgs a;
-    a.q = q, a.keys = keys, a.w = w;
+    a.q = fq.q.as<uint8_t>() + size_t(row * kIndexHeads * kIndexDim) * 2;
+    a.q_int = fq.q_int.as<int8_t>() + row * kIndexHeads * kIndexDim;
+    a.q_exp = fq.q_exp.as<int8_t>() + row * kIndexHeads * 4;
+    a.keys = keys, a.w = w;
     a.tokens = tokens, a.heads = kIndexHeads, a.n = n, a.ratio = kCsaRatio;
     a.positions = positions;
     a.scores = scores;
-    a.keys_packed = a.q_fp4_simulated = true;
+    a.keys_packed = true;
     a.key_pages = pages, a.pages_per_token = pages_per_token;
     a.path = path;
     return a;
@@ -476,12 +497,8 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
 
     DeviceBuffer keys = alloc(size_t(pool_copies * copy_bytes), "indexer key pool");
     fill_packed_pool(keys.data(), pool_copies * copy_rows, true);
-    DeviceBuffer q = random_bf16(int64_t(rotations) * B * kIndexHeads * kIndexDim, "indexer q");
-    {  // the query as the engine hands it over: FP4-simulated at block 32
-        Fp4QuantArgs fq;
-        fq.x = q.data(), fq.rows = int64_t(rotations) * B * kIndexHeads, fq.cols = kIndexDim, fq.x_sim = q.data();
-        CHECK(sm90_fp4_quant_e2m1(fq, g->s));
-    }
+    DeviceBuffer q_pos = positions_at(int64_t(rotations) * B, ctx - 1);
+    const FinishedQueries fq = finished_queries(int64_t(rotations) * B, q_pos.as<int64_t>());
     DeviceBuffer w = random_bf16(int64_t(rotations) * B * kIndexHeads, "indexer weights", 0.0f, 0.1f);
     DeviceBuffer scores = alloc(scores_bytes, "scores");
     DeviceBuffer picks = alloc(size_t(B * kTopk) * 4, "top-k");
@@ -496,16 +513,17 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
 
     // the simulated query as the engine hands it over; path: the engine's size rule (kAuto) or one kernel forced
     auto score_with = [&](int i, IndexerScoresArgs::Path path) {
-        IndexerScoresArgs a = simulated_query_call(q.as<uint8_t>() + size_t(i) * q_bytes, keys.data(),
-                                                   w.as<uint8_t>() + size_t(i) * w_bytes, B, entries,
-                                                   pos.as<int64_t>(), scores.data(),
-                                                   d_pages.as<int32_t>() + size_t(i) * size_t(B * pps), pps, path);
+        IndexerScoresArgs a = finished_query_call(fq, int64_t(i) * B, keys.data(), w.as<uint8_t>() + size_t(i) * w_bytes,
+                                                  B, entries, pos.as<int64_t>(), scores.data(),
+                                                  d_pages.as<int32_t>() + size_t(i) * size_t(B * pps), pps, path);
         a.visible_only = true;
         return sm90_indexer_scores(kRef, a, g->s);
     };
     auto score = [&](int i) { return score_with(i, IndexerScoresArgs::Path::kAuto); };
-    IndexerScoresArgs rule;  // which of the two the engine's size rule picks at this point
-    rule.keys = keys.data(), rule.tokens = B, rule.n = entries, rule.keys_packed = rule.q_fp4_simulated = true;
+    // which of the two the engine's size rule picks at this point
+    const IndexerScoresArgs rule = finished_query_call(fq, 0, keys.data(), w.data(), B, entries, pos.as<int64_t>(),
+                                                       scores.data(), d_pages.as<int32_t>(), pps,
+                                                       IndexerScoresArgs::Path::kAuto);
     auto topk = [&]() {
         TopKArgs a;
         a.scores = scores.data();
@@ -571,15 +589,12 @@ void bench_indexer_prefill() {
     const size_t q_bytes = size_t(T * kIndexHeads * kIndexDim) * 2, w_bytes = size_t(T * kIndexHeads) * 2;
     DeviceBuffer keys = alloc(size_t(entries) * size_t(kKeyFp4RowBytes), "indexer key pages");
     fill_packed_pool(keys.data(), entries, true);
-    DeviceBuffer q = random_bf16(int64_t(rotations) * T * kIndexHeads * kIndexDim, "indexer q");
-    Fp4QuantArgs fq;
-    fq.x = q.data(), fq.rows = int64_t(rotations) * T * kIndexHeads, fq.cols = kIndexDim, fq.x_sim = q.data();
-    CHECK(sm90_fp4_quant_e2m1(fq, g->s));
     DeviceBuffer w = random_bf16(int64_t(rotations) * T * kIndexHeads, "indexer weights", 0.0f, 0.1f);
     DeviceBuffer scores = alloc(size_t(T * entries) * 2, "scores");
-    std::vector<int64_t> pos(static_cast<size_t>(T));
-    std::iota(pos.begin(), pos.end(), int64_t(0));
+    std::vector<int64_t> pos(static_cast<size_t>(T) * rotations);
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = int64_t(i) % T;
     DeviceBuffer d_pos = upload(pos, "positions");
+    const FinishedQueries fq = finished_queries(int64_t(rotations) * T, d_pos.as<int64_t>());
     const std::vector<int32_t> perm = page_permutation(pps);
     std::vector<int32_t> pages(size_t(T * pps));
     for (int64_t t = 0; t < T; ++t)
@@ -588,10 +603,10 @@ void bench_indexer_prefill() {
     CHECK(g->stream.synchronize());
     auto score = [&](int i, IndexerScoresArgs::Path path) {
         return sm90_indexer_scores(kRef,
-                                   simulated_query_call(q.as<uint8_t>() + size_t(i) * q_bytes, keys.data(),
-                                                        w.as<uint8_t>() + size_t(i) * w_bytes, T, entries,
-                                                        d_pos.as<int64_t>(), scores.data(), d_pages.as<int32_t>(),
-                                                        pps, path),
+                                   finished_query_call(fq, int64_t(i) * T, keys.data(),
+                                                       w.as<uint8_t>() + size_t(i) * w_bytes, T, entries,
+                                                       d_pos.as<int64_t>(), scores.data(), d_pages.as<int32_t>(), pps,
+                                                       path),
                                    g->s);
     };
     const Timing ti = time_op(rotations, [&](int i) { return score(i, IndexerScoresArgs::Path::kInteger); });

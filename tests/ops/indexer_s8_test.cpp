@@ -1,8 +1,9 @@
-// The integer-wgmma indexer scores (IndexerScoresArgs::q_fp4_simulated) against the bf16 tensor-core path on the same
+// The integer-wgmma indexer scores (IndexerScoresArgs::q_int) against the bf16 tensor-core path on the same
 // FP4-simulated query and packed keys, bit for bit, at V4 shapes: decode at 32K and 1M context (262,144 keys), a
 // batch of mixed positions, a prefill pass with masked tails, the test models' 4 heads, a partial last tile, negative
 // pages, contiguous keys. Keys and query heads whose 32-channel blocks span more than 3 binades take the general
-// (per-block) fold instead of the folded one; both are exercised. A query that is not an FP4 simulation gives NaN.
+// (per-block) fold instead of the folded one; both are exercised. The query finish's integer form equals its bf16
+// simulation, and the scores on it equal the bf16 path's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,6 +32,38 @@ void spread_and_simulate(std::vector<float>& x, int64_t rows, double share, int 
             if (pick(rng))
                 for (int64_t i = 0; i < 32; ++i) x[size_t(r * kDim + b * 32 + i)] *= std::ldexp(1.0f, -spread);
     DSV4_ASSERT_OK(backend::cpu::fp4_act_quant({x.data(), rows, kDim, nullptr, nullptr, nullptr, x.data()}));
+}
+
+// A simulated query's integer form (IndexerScoresArgs::q_int / q_exp), built independently of the query finish: per
+// block the exponent E with the largest magnitude in [8, 16)·2^E; a head whose blocks span at most 3 binades folds
+// the offsets into its integers under one exponent. Every value is checked to be exactly int · 2^exp.
+struct QueryInts {
+    std::vector<int8_t> ints, exps;
+};
+QueryInts encode_query(const std::vector<float>& q, int64_t rows) {
+    QueryInts r{std::vector<int8_t>(q.size()), std::vector<int8_t>(size_t(rows * 4))};
+    for (int64_t h = 0; h < rows; ++h) {
+        int e[4], lo = 1 << 20, hi = -(1 << 20);
+        for (int b = 0; b < 4; ++b) {
+            float amax = 0;
+            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(q[size_t(h * kDim + b * 32 + i)]));
+            e[b] = amax > 0 ? std::ilogb(amax) - 3 : 1 << 20;  // empty block: no exponent
+            if (amax > 0) lo = std::min(lo, e[b]), hi = std::max(hi, e[b]);
+        }
+        if (lo > hi) lo = hi = 0;  // all zero
+        const bool fold = hi - lo <= 3;
+        for (int b = 0; b < 4; ++b) {
+            const int exp = fold || e[b] == 1 << 20 ? lo : e[b];
+            r.exps[size_t(h * 4 + b)] = int8_t(exp);
+            for (int i = 0; i < 32; ++i) {
+                const size_t at = size_t(h * kDim + b * 32 + i);
+                const float v = std::ldexp(q[at], -exp);
+                EXPECT_TRUE(v == std::nearbyint(v) && std::fabs(v) <= 127) << "query value " << q[at];
+                r.ints[at] = int8_t(v);
+            }
+        }
+    }
+    return r;
 }
 
 struct Case {
@@ -82,7 +115,10 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
                     std::memcpy(&pool_rows[size_t(((c.paged ? at : p) * kPage + r) * kDim)],
                                 &keys[size_t((p * kPage + r) * kDim)], kDim * sizeof(float));
         }
+        const QueryInts qi = encode_query(q, T * H);
         auto dq = act_to_device(prec, q);
+        auto dq_int = to_device(qi.ints);
+        auto dq_exp = to_device(qi.exps);
         auto dw = act_to_device(prec, w);
         auto dpos = to_device(c.pos);
         auto dtable = to_device(table);
@@ -90,8 +126,8 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
         auto dpool = poisoned<uint8_t>(size_t(phys_pages * kPage * key_row_bytes(prec)));
         auto ds_bf16 = act_poisoned(prec, size_t(T * n));
         auto ds_s8 = act_poisoned(prec, size_t(T * n));
-        ASSERT_TRUE(dq.is_ok() && dw.is_ok() && dpos.is_ok() && dtable.is_ok() && drows.is_ok() && dpool.is_ok() &&
-                    ds_bf16.is_ok() && ds_s8.is_ok());
+        ASSERT_TRUE(dq.is_ok() && dq_int.is_ok() && dq_exp.is_ok() && dw.is_ok() && dpos.is_ok() && dtable.is_ok() &&
+                    drows.is_ok() && dpool.is_ok() && ds_bf16.is_ok() && ds_s8.is_ok());
         DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), phys_pages * kPage, nullptr, 0, dpool->data()}, nullptr));
         IndexerScoresArgs a{dq->data(), dpool->data(),       dw->data(),     T, H, n,
                             kRatio,     dpos->as<int64_t>(), ds_bf16->data()};
@@ -99,7 +135,7 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
         a.keys_packed = true;
         if (c.paged) a.key_pages = dtable->as<int32_t>(), a.pages_per_token = ppt;
         DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
-        a.q_fp4_simulated = true;
+        a.q_int = dq_int->as<int8_t>(), a.q_exp = dq_exp->as<int8_t>();
         a.path = IndexerScoresArgs::Path::kInteger;
         a.scores = ds_s8->data();
         DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
@@ -117,90 +153,61 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
     }
 }
 
-// One call's inputs on the device: q, w, positions, and simulated key rows packed into a contiguous pool.
-struct ContiguousCall {
-    DeviceBuffer q, w, pos, pool;
-    int64_t tokens = 0, heads = 0, n = 0;
-    // the integer path's arguments (packed keys, simulated query) writing into `scores`
-    IndexerScoresArgs args(void* scores) const {
-        IndexerScoresArgs a{q.data(), pool.data(), w.data(), tokens, heads, n, kRatio, pos.as<int64_t>(), scores};
-        a.keys_packed = a.q_fp4_simulated = true;
-        a.path = IndexerScoresArgs::Path::kInteger;
-        return a;
-    }
-};
-void upload(ContiguousCall& c, const std::vector<float>& q, const std::vector<float>& keys, const std::vector<float>& w,
-            const std::vector<int64_t>& pos, int64_t heads) {
-    const Precision prec = Precision::kReference;
-    c.tokens = int64_t(pos.size()), c.heads = heads, c.n = int64_t(keys.size()) / kDim;
-    auto dq = act_to_device(prec, q);
-    auto dw = act_to_device(prec, w);
-    auto dpos = to_device(pos);
-    auto drows = act_to_device(prec, keys);
-    auto dpool = poisoned<uint8_t>(size_t(c.n * key_row_bytes(prec)));
-    ASSERT_TRUE(dq.is_ok() && dw.is_ok() && dpos.is_ok() && drows.is_ok() && dpool.is_ok());
-    DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), c.n, nullptr, 0, dpool->data()}, nullptr));
-    c.q = std::move(*dq), c.w = std::move(*dw), c.pos = std::move(*dpos), c.pool = std::move(*dpool);
-}
-
-// The engine's query path: sm90_indexer_q_finish (RoPE, Hadamard, FP4 simulation) leaves a query the integer path
-// takes without NaN, at V4's 64 heads, and its scores equal the bf16 path's bit for bit.
+// The engine's query path: sm90_indexer_q_finish (RoPE, Hadamard, FP4 simulation) also writes the simulation's
+// integer form, exactly q_int · 2^q_exp for every value (one exponent per head where it folds), and the integer scores
+// on it equal the bf16 path's on the simulated bf16 query, bit for bit, at V4's 64 heads.
 TEST(IndexerScoresS8, TakesTheQueryFinishOutput) {
     DSV4_REQUIRE_GPU();
     const Precision prec = Precision::kReference;
     std::mt19937_64 rng(fresh_seed());
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
     const int64_t T = 40, H = 64, n = 2048;
+    auto q = random_act(prec, rng, size_t(T * H * kDim), 4.0f);
     auto keys = random_act(prec, rng, size_t(n * kDim), 1.0f);
     spread_and_simulate(keys, n, 0.0, 0, rng);
+    const auto w = random_act(prec, rng, size_t(T * H), 0.02f);
     std::vector<int64_t> pos(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = 8191 - 97 * t;
-    ContiguousCall c;
-    ASSERT_NO_FATAL_FAILURE(upload(c, random_act(prec, rng, size_t(T * H * kDim), 4.0f), keys,
-                                   random_act(prec, rng, size_t(T * H), 0.02f), pos, H));
+    auto dq = act_to_device(prec, q);
+    auto dq_int = poisoned<int8_t>(q.size());
+    auto dq_exp = poisoned<int8_t>(size_t(T * H * 4));
+    auto dw = act_to_device(prec, w);
+    auto dpos = to_device(pos);
+    auto drows = act_to_device(prec, keys);
+    auto dpool = poisoned<uint8_t>(size_t(n * key_row_bytes(prec)));
     auto ds_bf16 = act_poisoned(prec, size_t(T * n));
     auto ds_s8 = act_poisoned(prec, size_t(T * n));
-    ASSERT_TRUE(ds_bf16.is_ok() && ds_s8.is_ok());
-    DSV4_ASSERT_OK(sm90_indexer_q_finish({c.q.data(), T, H, c.pos.as<int64_t>(), freqs}, nullptr));
-    IndexerScoresArgs a = c.args(ds_bf16->data());
+    ASSERT_TRUE(dq.is_ok() && dq_int.is_ok() && dq_exp.is_ok() && dw.is_ok() && dpos.is_ok() && drows.is_ok() &&
+                dpool.is_ok() && ds_bf16.is_ok() && ds_s8.is_ok());
+    DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), n, nullptr, 0, dpool->data()}, nullptr));
+    DSV4_ASSERT_OK(sm90_indexer_q_finish(
+        {dq->data(), T, H, dpos->as<int64_t>(), freqs, dq_int->as<int8_t>(), dq_exp->as<int8_t>()}, nullptr));
+    // the integer form is the simulation
+    const auto sim = act_to_host(prec, *dq, q.size());
+    const auto ints = to_host<int8_t>(*dq_int, q.size());
+    const auto exps = to_host<int8_t>(*dq_exp, size_t(T * H * 4));
+    size_t wrong = 0, folded = 0;
+    for (int64_t h = 0; h < T * H; ++h) {
+        const int8_t* e = &exps[size_t(h * 4)];
+        folded += e[0] == e[1] && e[1] == e[2] && e[2] == e[3];
+        for (int64_t c = 0; c < kDim; ++c)
+            wrong += std::ldexp(float(ints[size_t(h * kDim + c)]), e[c / 32]) != sim[size_t(h * kDim + c)];
+    }
+    EXPECT_EQ(wrong, 0u) << "query values whose integer form differs from the simulation";
+    EXPECT_GT(folded, size_t(T * H / 2)) << "Hadamard-rotated heads should mostly fold";
+    IndexerScoresArgs a{dq->data(), dpool->data(), dw->data(), T, H, n, kRatio, dpos->as<int64_t>(), ds_bf16->data()};
+    a.keys_packed = true;
+    a.q_int = dq_int->as<int8_t>(), a.q_exp = dq_exp->as<int8_t>();
     a.path = IndexerScoresArgs::Path::kBf16;
     DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
-    DSV4_ASSERT_OK(sm90_indexer_scores(prec, c.args(ds_s8->data()), nullptr));
+    a.path = IndexerScoresArgs::Path::kInteger;
+    a.scores = ds_s8->data();
+    DSV4_ASSERT_OK(sm90_indexer_scores(prec, a, nullptr));
     const auto want = to_host<uint16_t>(*ds_bf16, size_t(T * n));
     const auto got = to_host<uint16_t>(*ds_s8, size_t(T * n));
-    size_t diff = 0, nan = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        diff += got[i] != want[i];
-        nan += (got[i] & 0x7f80) == 0x7f80 && (got[i] & 0x7f) != 0;
-    }
-    EXPECT_EQ(nan, 0u);
+    size_t diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
     EXPECT_EQ(diff, 0u);
-}
-
-// A query that is not an FP4 simulation (plain bf16 values) must not score silently wrong: NaN for every visible key.
-TEST(IndexerScoresS8, UnsimulatedQueryGivesNaN) {
-    DSV4_REQUIRE_GPU();
-    const Precision prec = Precision::kReference;
-    std::mt19937_64 rng(fresh_seed());
-    const int64_t T = 2, H = 64, n = 640;
-    auto keys = random_act(prec, rng, size_t(n * kDim), 1.0f);
-    spread_and_simulate(keys, n, 0.0, 0, rng);
-    const std::vector<int64_t> pos = {4 * 300 - 1, 4 * 640 - 1};  // 300 and 640 visible keys
-    ContiguousCall c;
-    ASSERT_NO_FATAL_FAILURE(upload(c, random_act(prec, rng, size_t(T * H * kDim), 1.0f), keys,
-                                   random_act(prec, rng, size_t(T * H), 0.02f), pos, H));
-    auto ds = act_poisoned(prec, size_t(T * n));
-    ASSERT_TRUE(ds.is_ok());
-    DSV4_ASSERT_OK(sm90_indexer_scores(prec, c.args(ds->data()), nullptr));
-    const auto got = act_to_host(prec, *ds, size_t(T * n));
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t s = 0; s < n; ++s) {
-            const float v = got[size_t(t * n + s)];
-            if (s < (pos[size_t(t)] + 1) / kRatio)
-                ASSERT_TRUE(std::isnan(v)) << "token " << t << " key " << s << ": " << v;
-            else
-                ASSERT_TRUE(std::isinf(v) && v < 0) << "token " << t << " key " << s << ": " << v;
-        }
 }
 
 }  // namespace

@@ -65,8 +65,9 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows, const Quan
     if (m.precision == Precision::kReference) {
         // RoPE, Hadamard and the FP4 simulation in one launch (the config validation fixes the 128-wide head and
         // its 64 rotated channels)
-        DSV4_RETURN_IF_ERROR(
-            cuda::sm90_indexer_q_finish({s.index_q.data(), rows, ih, s.positions, m.freqs_compress}, st));
+        DSV4_RETURN_IF_ERROR(cuda::sm90_indexer_q_finish({s.index_q.data(), rows, ih, s.positions, m.freqs_compress,
+                                                          s.index_q_int.as<int8_t>(), s.index_q_exp.as<int8_t>()},
+                                                         st));
     } else {
         DSV4_RETURN_IF_ERROR(
             rope(m, s.index_q.data(), rows, ih, ihd, ihd - c.rope_head_dim, s.positions, m.freqs_compress));
@@ -194,7 +195,10 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
     sp.q = at(s.index_q, r0 * c.index_n_heads * c.index_head_dim * a);
     sp.keys = lc.keys.data();
     sp.keys_packed = packed(m);
-    sp.q_fp4_simulated = m.precision == Precision::kReference;  // sm90_indexer_q_finish ran on index_q
+    if (m.precision == Precision::kReference) {  // sm90_indexer_q_finish wrote the query's integer form
+        sp.q_int = s.index_q_int.as<int8_t>() + r0 * c.index_n_heads * c.index_head_dim;
+        sp.q_exp = s.index_q_exp.as<int8_t>() + r0 * c.index_n_heads * 4;
+    }
     sp.key_pages = s.token_pages.as<int32_t>() + r0 * pages;
     sp.pages_per_token = pages;
     sp.w = at(s.index_w, r0 * c.index_n_heads * a);

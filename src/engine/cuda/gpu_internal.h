@@ -80,6 +80,7 @@ struct GpuPass {
     DeviceBuffer proj_kv, proj_score;              // f32 [R, 2·512]
     DeviceBuffer index_proj_kv, index_proj_score;  // f32 [R, 2·128]
     DeviceBuffer index_q, index_w;   // act [R, IH, 128], [R, IH]
+    DeviceBuffer index_q_int, index_q_exp;  // kReference: int8 [R, IH, 128], [R, IH, 4] (the query finish's)
     DeviceBuffer router_logits;      // f32 [R, E]
     DeviceBuffer route_idx, route_w; // int32 / f32 [R, K]
     DeviceBuffer expert_out;         // f32 [R, K, D]

@@ -369,6 +369,10 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_RETURN_IF_ERROR(alloc(s.index_proj_score, R * 2 * c.index_head_dim * 4, "indexer projections"));
     DSV4_RETURN_IF_ERROR(alloc(s.index_q, R * c.index_n_heads * c.index_head_dim * a, "indexer queries"));
     DSV4_RETURN_IF_ERROR(alloc(s.index_w, R * c.index_n_heads * a, "indexer weights"));
+    if (m.precision == Precision::kReference) {
+        DSV4_RETURN_IF_ERROR(alloc(s.index_q_int, R * c.index_n_heads * c.index_head_dim, "indexer query integers"));
+        DSV4_RETURN_IF_ERROR(alloc(s.index_q_exp, R * c.index_n_heads * 4, "indexer query exponents"));
+    }
     DSV4_RETURN_IF_ERROR(alloc(s.router_logits, R * c.n_routed_experts * 4, "router logits"));
     DSV4_RETURN_IF_ERROR(alloc(s.route_idx, R * c.n_experts_per_token * 4, "routes"));
     DSV4_RETURN_IF_ERROR(alloc(s.route_w, R * c.n_experts_per_token * 4, "routes"));

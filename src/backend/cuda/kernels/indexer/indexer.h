@@ -31,13 +31,13 @@ struct IndexerScoresArgs {
     // keys are contiguous [n] rows.
     const int32_t* key_pages = nullptr;  // device [T, pages_per_token]
     int64_t pages_per_token = 0;
-    // kReference with packed keys: the caller promises q is already FP4-simulated at block 32 (e2m1 values times
-    // power-of-two block scales, as sm90_indexer_q_finish leaves it). Calls with at least one 64-key tile per CTA
-    // slot of the GPU then run on integer tensor cores (bit-identical to the bf16 path while its f32 sums are exact;
-    // keys 16-byte aligned), where a token whose q is not such a simulation gets NaN scores instead of wrong ones.
-    bool q_fp4_simulated = false;
-    // Which kernel a call with q_fp4_simulated takes: by the size rule above, or (tests, benchmarks) always the
-    // integer one or always the bf16 one.
+    // kReference with packed keys: q's integer form from sm90_indexer_q_finish (IndexerQFinishArgs::q_int / q_exp).
+    // With it, calls with at least one 64-key tile per CTA slot of the GPU run on integer tensor cores, bit-identical
+    // to the bf16 path (which reads q) while that path's f32 sums are exact; keys must then be 16-byte aligned.
+    const int8_t* q_int = nullptr;  // [T, IH, 128], 16-byte aligned
+    const int8_t* q_exp = nullptr;  // [T, IH, 4]
+    // Which kernel a call with q_int takes: by the size rule above, or (tests, benchmarks) always the integer one or
+    // always the bf16 one.
     enum class Path { kAuto, kInteger, kBf16 };
     Path path = Path::kAuto;
 };
@@ -47,11 +47,17 @@ Status sm90_indexer_scores(backend::Precision precision, const IndexerScoresArgs
 // 64..127 at positions[t] (freqs: the compressed layers' table), the Hadamard-128 rotation, the e2m1 simulation at
 // block 32 (MODEL_SPEC §5.4.5) — one launch, one warp per head vector, bit-identical to sm90_rope, sm90_hadamard128
 // and sm90_fp4_quant_e2m1 (x_sim in place) run one after the other.
+// Optionally also the simulation's integer form, the operand of the integer indexer scores: value (t, h, c) =
+// q_int[t, h, c] · 2^q_exp[t, h, c / 32]. Per head, when its four blocks' scales span at most 3 binades, the
+// integers carry their block's offset from the smallest scale and the four exponents are equal (|q_int| <= 96);
+// otherwise each block keeps its own exponent (|q_int| <= 12: twice the e2m1 value).
 struct IndexerQFinishArgs {
     void* q = nullptr;                   // [tokens, heads, 128] bf16
     int64_t tokens = 0, heads = 0;
     const int64_t* positions = nullptr;  // device [tokens]
     backend::RopeFreqs freqs;
+    int8_t* q_int = nullptr;             // [tokens, heads, 128] or null
+    int8_t* q_exp = nullptr;             // [tokens, heads, 4]; with q_int
 };
 Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream);
 

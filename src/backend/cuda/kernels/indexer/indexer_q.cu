@@ -21,9 +21,13 @@ constexpr float kE2m1Max = 6.0f;
 // hold the rotated channels 64..127 as pairs 2(L − 16) and 2(L − 16) + 1, and the 8 lanes 8b..8b+7 one e2m1 block.
 // Each step rounds to bf16 where the three kernels store bf16: after the rotation, after the Hadamard, the
 // simulation's product.
+// With q_int: the simulation as integers 2·e2m1 (|i| <= 12) times 2^(e_b - 1), e_b the block's scale exponent; a head
+// whose blocks' e_b span at most 3 binades folds the offsets e_b - min e into the integers (<= 96) and stores the
+// minimum as all four exponents.
 __global__ void __launch_bounds__(kWarps * 32)
     sm90_indexer_q_finish_kernel(__nv_bfloat16* __restrict__ q, int64_t vectors, int heads,
-                                 const int64_t* __restrict__ positions, backend::RopeFreqs freqs) {
+                                 const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
+                                 int8_t* __restrict__ q_int, int8_t* __restrict__ q_exp) {
     pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t v = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -51,13 +55,31 @@ __global__ void __launch_bounds__(kWarps * 32)
     amax = group_max(amax, 8);  // the 32 channels of this lane's block
     const int e = ue8m0_exponent_for(amax, __fmul_rn(kE2m1Max, exp2_int(-126)), kE2m1Max);
     const float s = exp2_int(e);
+    int twice[4];  // 2·e2m1: exact integers in [-12, 12]
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const float qv = fminf(fmaxf(__fmul_rn(x[i], exp2_int(-e)), -kE2m1Max), kE2m1Max);
-        x[i] = round_bf16(__fmul_rn(e2m1_to_f32(f32_to_e2m1(qv)), s));
+        const float code_value = e2m1_to_f32(f32_to_e2m1(qv));
+        x[i] = round_bf16(__fmul_rn(code_value, s));
+        twice[i] = int(2.0f * code_value);
     }
     const __nv_bfloat162 out_lo = __floats2bfloat162_rn(x[0], x[1]), out_hi = __floats2bfloat162_rn(x[2], x[3]);
     *p = make_uint2(*reinterpret_cast<const uint32_t*>(&out_lo), *reinterpret_cast<const uint32_t*>(&out_hi));
+    if (q_int) {
+        int lo_e = e, hi_e = e;  // over the warp: the head's four blocks
+#pragma unroll
+        for (int o = 8; o < 32; o <<= 1) {
+            lo_e = min(lo_e, __shfl_xor_sync(0xffffffffu, lo_e, o));
+            hi_e = max(hi_e, __shfl_xor_sync(0xffffffffu, hi_e, o));
+        }
+        const bool fold = hi_e - lo_e <= 3;
+        const int shift = fold ? e - lo_e : 0;
+        uint32_t packed = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) packed |= uint32_t((twice[i] * (1 << shift)) & 0xff) << (8 * i);
+        reinterpret_cast<uint32_t*>(q_int + v * 128)[lane] = packed;
+        if ((lane & 7) == 0) q_exp[v * 4 + lane / 8] = int8_t((fold ? lo_e : e) - 1);
+    }
 }
 
 }  // namespace
@@ -67,12 +89,14 @@ Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream) {
     if (!a.q || !a.positions || a.tokens < 0 || a.heads <= 0)
         return invalid_argument(std::string(op) + ": null pointer or bad shape");
     if (!is_aligned(a.q, 8)) return invalid_argument(std::string(op) + ": q must be 8-byte aligned");
+    if (a.q_int && (!a.q_exp || !is_aligned(a.q_int, 4)))
+        return invalid_argument(std::string(op) + ": q_int needs q_exp and 4-byte alignment");
     const int64_t vectors = a.tokens * a.heads;
     if (vectors == 0) return Status::ok();
     const int64_t blocks = (vectors + kWarps - 1) / kWarps;
     if (blocks > 0x7fffffff || a.heads > 0x7fffffff) return invalid_argument(std::string(op) + ": too many rows");
     sm90_indexer_q_finish_kernel<<<unsigned(blocks), kWarps * 32, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(a.q), vectors, int(a.heads), a.positions, a.freqs);
+        static_cast<__nv_bfloat16*>(a.q), vectors, int(a.heads), a.positions, a.freqs, a.q_int, a.q_exp);
     return launch_status(op);
 }
 

@@ -1,30 +1,27 @@
-// Indexer scores on integer wgmma (kReference, packed FP4 keys, a query that is already FP4-simulated): the engine's
-// path (docs/kernels/attention.md, "Indexer scores on integer wgmma").
+// Indexer scores on integer wgmma (kReference, packed FP4 keys, the query's integer form from
+// sm90_indexer_q_finish): the engine's path (docs/kernels/attention.md, "Indexer scores on integer wgmma").
 //
 // Both operands are e2m1 values times power-of-two block scales (MODEL_SPEC §5.4.5, §7.2), so every product is an
-// integer times a power of two: a key value e·2^(s-127) is the integer 2e (in [-12, 12]) times 2^(s-128), and a
-// query block whose largest magnitude lies in [8, 16)·2^E holds integers in [-15, 15] times 2^E (checked for every
-// value; a query that is not exactly such a simulation makes its token's scores NaN). An s8 x s8 -> s32 wgmma sums
-// them exactly, and the f32 dot assembled from the integer sums is the exact dot, as the bf16 tensor-core path
-// computes it whenever that path's f32 sums are exact (they are for keys and queries within a few binades; the
-// test checks bit identity against it). Two ways to assemble:
-//  * fast (a tile whose 64 keys each span at most 3 binades over their four 32-channel blocks, a token whose heads
-//    do too): the block scales are folded into the integers — key 2e·2^(s_b - s_min) <= 96, query int·2^(E_b -
-//    E_min) <= 120 — so one accumulator over K = 128 (4 k32 steps) gives dot = I · 2^(E_min) · 2^(s_min - 128),
-//    |I| <= 128·120·96 < 2^24 exact in f32;
-//  * general (any other tile): four k32 wgmmas into their own accumulators on the unscaled integers, dot =
-//    Σ_b I_b · 2^(E_b) · 2^(s_b - 128) in block order.
+// integer times a power of two: a key value e·2^(s-127) is the integer 2e (in [-12, 12]) times 2^(s-128), and the
+// query finish hands over q = q_int · 2^q_exp per 32-channel block. An s8 x s8 -> s32 wgmma sums them exactly, and
+// the f32 dot assembled from the integer sums is the exact dot, as the bf16 tensor-core path computes it whenever
+// that path's f32 sums are exact (they are for keys and queries within a few binades; the test checks bit identity
+// against it). Two ways to assemble:
+//  * fast (a tile whose 64 keys each span at most 3 binades over their four blocks, a token whose heads each have
+//    one exponent): the key's block scales are folded into its integers — 2e·2^(s_b - s_min) <= 96, the query's
+//    are already (<= 96) — so one accumulator over K = 128 (4 k32 steps) gives dot = I · 2^q_exp · 2^(s_min - 128),
+//    |I| <= 128·96·96 < 2^24 exact in f32;
+//  * general (any other tile): four k32 wgmmas into their own accumulators on the unscaled key integers, dot =
+//    Σ_b I_b · 2^q_exp[b] · 2^(s_b - 128) in block order.
 // Then, as the bf16 path: bf16(dot), ReLU, bf16(· w_h), f32 sum over the heads in head order, bf16 out.
 //
-// Structure: grid (CTAs per token, tokens), at most one wave of kCtasPerSm CTAs per SM; a CTA converts its token's
-// query once into a 64 x 128 s8 tile in the 128-byte swizzle (folded when every head spans at most 3 binades, else
-// unscaled), then walks the token's key tiles tile = blockIdx.x + i·gridDim.x. Thread 0 keeps kStages pages in
-// flight as 4,352-byte bulk copies (a page = 64 packed rows, the unit of the page table); a tile that is not a whole
-// page (the last, partial one, or a negative page) is read by the threads directly. Per tile: 128 threads widen the
-// page's nibbles to s8 (two threads per key, prmt tables), a block vote picks the fold, wgmma m64n64k32 (keys = M,
-// heads = N), the fold writes bf16(w·ReLU(bf16(dot))) per (key, head) to shared memory, and 64 threads sum one
-// key's heads each, in head order.
-
+// Structure: grid (CTAs per token, tokens), at most one wave of kCtasPerSm CTAs per SM; a CTA copies its token's
+// query integers into a 64 x 128 s8 tile in the 128-byte swizzle, then walks the token's key tiles tile = blockIdx.x
+// + i·gridDim.x. Thread 0 keeps kStages pages in flight as 4,352-byte bulk copies (a page = 64 packed rows, the unit
+// of the page table); a tile that is not a whole page (the last, partial one, or a negative page) is read by the
+// threads directly. Per tile: 128 threads widen the page's nibbles to s8 (two threads per key, prmt tables), a block
+// vote picks the fold, wgmma m64n64k32 (keys = M, heads = N), the fold writes bf16(w·ReLU(bf16(dot))) per (key,
+// head) to shared memory, and 64 threads sum one key's heads each, in head order.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +40,6 @@ struct IndexerS8Config {
     static constexpr int kThreads = 128;
     static constexpr int kCtasPerSm = 5;  // 20 warps per SM: the kernel is issue- and latency-bound (96 registers)
     static constexpr int kStages = 3;
-    static constexpr int kQEmpty = 1 << 20;                          // exponent of an all-zero query block (ignored)
     static constexpr int kPageBytes = kKeys * int(kKeyFp4RowBytes);  // 4,352
     static constexpr int kProdLd = 72;  // bf16 per product row: 144 B, conflict-free 16-byte reads by key
     // shared memory (offsets from a 1024-byte aligned base)
@@ -113,7 +109,8 @@ __device__ __forceinline__ IndexerS8Tile indexer_s8_tile(int64_t tile, int64_t t
 }
 
 __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kCtasPerSm)
-    sm90_indexer_scores_s8_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restrict__ keys,
+    sm90_indexer_scores_s8_kernel(const int8_t* __restrict__ q_int, const int8_t* __restrict__ q_exp,
+                                  const uint8_t* __restrict__ keys,
                                   const __nv_bfloat16* __restrict__ w, int heads, int64_t n, int64_t ratio,
                                   const int64_t* __restrict__ positions, __nv_bfloat16* __restrict__ scores,
                                   bool visible_only, const int32_t* __restrict__ key_pages, int64_t pages_per_token) {
@@ -129,7 +126,6 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
     auto* sq_s = reinterpret_cast<float*>(smem + Cfg::kSqOff);
     auto* w_s = reinterpret_cast<__nv_bfloat162*>(smem + Cfg::kWOff);
     auto* sk_s = reinterpret_cast<float*>(smem + Cfg::kSkOff);
-    auto* e_s = reinterpret_cast<int*>(smem + Cfg::kEOff);
     auto* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);
 
     const int tid = threadIdx.x;
@@ -164,86 +160,25 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
         for (int64_t i = 0; i < min(count, int64_t(Cfg::kStages)); ++i) issue(i);
     }
 
-    // The query: thread = (head, block) pairs p and p + 128. Pass 1: the block's exponent E (largest magnitude in
-    // [8, 16)·2^E) and its integers, checked exact.
-    const __nv_bfloat16* qt = q + t * heads * Cfg::kDim;
-    int qi[2][32];
-    int qe[2];
-    bool q_ok = true;
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const int p = tid + u * Cfg::kThreads, h = p >> 2, b = p & 3;
-        uint32_t bits[16];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const uint4 v = h < heads ? *reinterpret_cast<const uint4*>(qt + h * Cfg::kDim + b * 32 + c * 8)
-                                      : make_uint4(0, 0, 0, 0);
-            bits[4 * c] = v.x, bits[4 * c + 1] = v.y, bits[4 * c + 2] = v.z, bits[4 * c + 3] = v.w;
-        }
-        uint32_t amax = 0;
-#pragma unroll
-        for (int k = 0; k < 16; ++k) amax = max(amax, max(bits[k] & 0x7fffu, (bits[k] >> 16) & 0x7fffu));
-        const int ef = int(amax >> 7);  // biased exponent of the largest magnitude
-        // zero block: no exponent (Cfg::kQEmpty); Inf / NaN or magnitudes below 2^-123: not a simulation this path
-        // takes
-        if (amax >= 0x7f80u || (amax != 0 && ef < 4)) q_ok = false;
-        const int e = amax == 0 ? Cfg::kQEmpty : ef - 130;
-        qe[u] = e;
-        const float inv = __int_as_float(amax == 0 || !q_ok ? 127 << 23 : (127 - e) << 23);  // 2^-E
-#pragma unroll
-        for (int k = 0; k < 32; ++k) {
-            const float v = __uint_as_float(((bits[k >> 1] >> (16 * (k & 1))) & 0xffffu) << 16);
-            const float x = __fmul_rn(v, inv);
-            q_ok = q_ok && x == rintf(x);
-            qi[u][k] = int(x);
-        }
-        e_s[h * 4 + b] = e;
+    // The query's integer form (sm90_indexer_q_finish): 64 rows of 128 int8 into the 128-byte swizzle (heads past
+    // `heads` zero), per head and block the scale 2^exp, and the head weights. The token folds fast when every head
+    // has one exponent for its four blocks (its integers carry the block offsets).
+    for (int c = tid; c < Cfg::kHeads * 8; c += Cfg::kThreads) {
+        const int h = c >> 3, chunk = c & 7;
+        const uint4 v = h < heads ? *reinterpret_cast<const uint4*>(q_int + (t * heads + h) * Cfg::kDim + 16 * chunk)
+                                  : make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(q_s + sw128_offset(h, chunk)) = v;
     }
-    __syncthreads();
-    // Per head: E_min over its non-empty blocks; the head is fast when its blocks span at most 3 binades.
     bool head_fast = true;
-    int head_e[4] = {0, 0, 0, 0}, head_emin = 0;
     if (tid < Cfg::kHeads) {
-        int lo = Cfg::kQEmpty, hi = -Cfg::kQEmpty;
+        const uint32_t ex = tid < heads ? *reinterpret_cast<const uint32_t*>(q_exp + (t * heads + tid) * 4) : 0u;
+        head_fast = ex == (ex & 0xffu) * 0x01010101u;
 #pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            const int e = e_s[tid * 4 + b];
-            head_e[b] = e == Cfg::kQEmpty ? 0 : e;
-            if (e != Cfg::kQEmpty) lo = min(lo, e), hi = max(hi, e);
-        }
-        head_fast = hi - lo <= 3 || lo == Cfg::kQEmpty;
-        head_emin = lo == Cfg::kQEmpty ? 0 : lo;
+        for (int b = 0; b < 4; ++b) sq_s[b * Cfg::kHeads + tid] = exp2_int(int(int8_t(ex >> (8 * b))));
         reinterpret_cast<__nv_bfloat16*>(w_s)[tid] = tid < heads ? w[t * heads + tid] : __float2bfloat16_rn(0.0f);
-        e_s[tid * 4] = head_emin;  // each head's slot 0 now holds E_min (read by others only after the barriers below)
-    }
-    const bool token_ok = __syncthreads_and(q_ok);
-    const bool token_fast = __syncthreads_and(head_fast);
-    // The query tile (head = row, channel = byte, 128-byte swizzle): a fast token's integers carry their block's
-    // offset from E_min (scale 2^E_min per head), another token's are unscaled (scale 2^E_b per head and block).
-    if (tid < Cfg::kHeads)
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-            sq_s[b * Cfg::kHeads + tid] = __int_as_float((127 + (token_fast ? head_emin : head_e[b])) << 23);
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const int p = tid + u * Cfg::kThreads, h = p >> 2, b = p & 3;
-        const int shift = qe[u] == Cfg::kQEmpty || !token_fast ? 0 : qe[u] - e_s[h * 4];
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {  // 16-byte chunks 2b, 2b + 1
-            uint32_t word[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                uint32_t f = 0;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) f |= uint32_t((qi[u][16 * c + 4 * k + i] * (1 << shift)) & 0xff) << (8 * i);
-                word[k] = f;
-            }
-            *reinterpret_cast<uint4*>(q_s + sw128_offset(h, 2 * b + c)) =
-                make_uint4(word[0], word[1], word[2], word[3]);
-        }
     }
     fence_proxy_async_smem();
-    __syncthreads();
+    const bool token_fast = __syncthreads_and(head_fast);
 
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int key = tid >> 1, half = tid & 1;  // conversion: key row, channels 64·half .. 64·half + 63
@@ -370,7 +305,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
             } else {
                 for (int h0 = 0; h0 < heads; h0 += 8) add8(*reinterpret_cast<const uint4*>(row + h0), heads - h0);
             }
-            out[tl.s0 + tid] = __float2bfloat16_rn(tl.s0 + tid >= visible ? -INFINITY : token_ok ? total : NAN);
+            out[tl.s0 + tid] = __float2bfloat16_rn(tl.s0 + tid >= visible ? -INFINITY : total);
         }
     }
 }
