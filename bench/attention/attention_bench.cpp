@@ -64,7 +64,6 @@
 #include "backend/cuda/kernels/compressor_decode/compressor_decode.h"
 #include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
-#include "backend/cuda/kernels/indexer/indexer_scores_s8.h"
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "backend/cuda/kernels/synthetic/synthetic.h"
@@ -511,7 +510,7 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     DeviceBuffer d_pages = upload(pages, "key pages");
     CHECK(g->stream.synchronize());
 
-    // the simulated query as the engine hands it over; path: the engine's size rule (kAuto) or one kernel forced
+    // the finished query as the engine hands it over; path: the engine's (kAuto: integer) or the bf16 kernel
     auto score_with = [&](int i, IndexerScoresArgs::Path path) {
         IndexerScoresArgs a = finished_query_call(fq, int64_t(i) * B, keys.data(), w.as<uint8_t>() + size_t(i) * w_bytes,
                                                   B, entries, pos.as<int64_t>(), scores.data(),
@@ -520,10 +519,6 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
         return sm90_indexer_scores(kRef, a, g->s);
     };
     auto score = [&](int i) { return score_with(i, IndexerScoresArgs::Path::kAuto); };
-    // which of the two the engine's size rule picks at this point
-    const IndexerScoresArgs rule = finished_query_call(fq, 0, keys.data(), w.data(), B, entries, pos.as<int64_t>(),
-                                                       scores.data(), d_pages.as<int32_t>(), pps,
-                                                       IndexerScoresArgs::Path::kAuto);
     auto topk = [&]() {
         TopKArgs a;
         a.scores = scores.data();
@@ -544,14 +539,11 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     char note[256];
     std::snprintf(note, sizeof note, "%lld keys/query (68 B); key pool %.1f MB x %d copies; + bf16 scores written",
                   (long long)entries, copy_bytes / 1e6, pool_copies);
-    print_row(B, cn, "indexer scores (paged packed FP4 keys)", ts, key_bytes + double(scores_bytes), flops, note);
-    const Timing ts_int = time_op(rotations, [&](int i) { return score_with(i, IndexerScoresArgs::Path::kInteger); });
+    print_row(B, cn, "indexer scores (paged packed FP4 keys, integer wgmma)", ts, key_bytes + double(scores_bytes),
+              flops, note);
     const Timing ts_bf16 = time_op(rotations, [&](int i) { return score_with(i, IndexerScoresArgs::Path::kBf16); });
-    std::snprintf(note, sizeof note, "the row above runs the %s path (the engine's size rule)",
-                  indexer_scores_s8_applies(rule) ? "integer" : "bf16");
-    print_row(B, cn, "indexer scores, integer wgmma path", ts_int, key_bytes + double(scores_bytes), flops, note);
-    std::snprintf(note, sizeof note, "same scores bit for bit; the integer path is %.2fx its speed",
-                  ts_bf16.us / ts_int.us);
+    std::snprintf(note, sizeof note, "same scores bit for bit; the integer path (row above) is %.2fx its speed",
+                  ts_bf16.us / ts.us);
     print_row(B, cn, "indexer scores, bf16 mma.sync path", ts_bf16, key_bytes + double(scores_bytes), flops, note);
     Timing tk = tt;
     tk.us = std::max(1e-3, tt.us - ts.us);

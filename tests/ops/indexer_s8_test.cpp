@@ -210,5 +210,22 @@ TEST(IndexerScoresS8, TakesTheQueryFinishOutput) {
     EXPECT_EQ(diff, 0u);
 }
 
+// Asking for the integer path where it cannot run is a clear error, not a silent bf16 call.
+TEST(IndexerScoresS8, ForcedIntegerPathWithoutItsInputsIsAnError) {
+    DSV4_REQUIRE_GPU();
+    auto buf = DeviceBuffer::allocate(1 << 16);
+    ASSERT_TRUE(buf.is_ok());
+    IndexerScoresArgs a{buf->data(), buf->data(), buf->data(), 1, 64, 64, kRatio, buf->as<int64_t>(), buf->data()};
+    a.keys_packed = true;
+    a.path = IndexerScoresArgs::Path::kInteger;  // no q_int
+    Status s = sm90_indexer_scores(Precision::kReference, a, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("integer path needs"), std::string::npos) << s.message();
+    a.q_int = buf->as<int8_t>() + 4, a.q_exp = buf->as<int8_t>();  // misaligned
+    EXPECT_EQ(sm90_indexer_scores(Precision::kReference, a, nullptr).code(), StatusCode::kInvalidArgument);
+    a.q_int = buf->as<int8_t>();
+    EXPECT_EQ(sm90_indexer_scores(Precision::kF32, a, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace dsv4::cuda

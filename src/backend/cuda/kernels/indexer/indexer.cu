@@ -23,9 +23,13 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
         return invalid_argument(op + ": " + std::to_string(a.n) + " keys need pages_per_token >= " +
                                 std::to_string((a.n + IndexerConfig::kKeys - 1) / IndexerConfig::kKeys) + " (got " +
                                 std::to_string(a.pages_per_token) + ")");
+    const bool integer = precision == Precision::kReference && indexer_scores_s8_applies(a);
+    if (a.path == IndexerScoresArgs::Path::kInteger && !integer)
+        return invalid_argument(op + ": the integer path needs kReference, packed keys, q_int and q_exp, and 16-byte "
+                                     "aligned keys and q_int");
     if (a.tokens == 0 || a.n == 0) return Status::ok();
     if (a.tokens > 65535) return invalid_argument(op + ": at most 65535 tokens per call");
-    if (precision == Precision::kReference && indexer_scores_s8_applies(a)) return launch_indexer_scores_s8(a, stream);
+    if (integer) return launch_indexer_scores_s8(a, stream);
     const dim3 grid(unsigned((a.n + IndexerConfig::kKeys - 1) / IndexerConfig::kKeys), unsigned(a.tokens));
     if (precision == Precision::kReference)
         (packed ? sm90_indexer_scores_kernel<__nv_bfloat16, true> : sm90_indexer_scores_kernel<__nv_bfloat16, false>)

@@ -31,13 +31,14 @@ struct IndexerScoresArgs {
     // keys are contiguous [n] rows.
     const int32_t* key_pages = nullptr;  // device [T, pages_per_token]
     int64_t pages_per_token = 0;
-    // kReference with packed keys: q's integer form from sm90_indexer_q_finish (IndexerQFinishArgs::q_int / q_exp).
-    // With it, calls with at least one 64-key tile per CTA slot of the GPU run on integer tensor cores, bit-identical
-    // to the bf16 path (which reads q) while that path's f32 sums are exact; keys must then be 16-byte aligned.
-    const int8_t* q_int = nullptr;  // [T, IH, 128], 16-byte aligned
+    // kReference with packed keys: q's integer form (value = q_int · 2^q_exp per 32-channel block, |q_int| <= 127,
+    // one exponent per head to take the folded path), as sm90_indexer_q_finish writes it. With it the scores run on
+    // integer tensor cores, bit-identical to the bf16 path (which reads q) while that path's f32 sums are exact; keys
+    // and q_int must then be 16-byte aligned (otherwise the bf16 path runs).
+    const int8_t* q_int = nullptr;  // [T, IH, 128]
     const int8_t* q_exp = nullptr;  // [T, IH, 4]
-    // Which kernel a call with q_int takes: by the size rule above, or (tests, benchmarks) always the integer one or
-    // always the bf16 one.
+    // kAuto: integer whenever it can run; kInteger: integer, or an invalid-argument error saying why not; kBf16: the
+    // bf16 kernel even with q_int (tests and benchmarks compare the two).
     enum class Path { kAuto, kInteger, kBf16 };
     Path path = Path::kAuto;
 };

@@ -14,7 +14,7 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kWarps = 8;                // (token, head) vectors per block, one per warp
+constexpr int kWarps = 8;  // (token, head) vectors per block, one per warp
 constexpr float kE2m1Max = 6.0f;
 
 // Warp = one 128-channel head vector; lane L holds channels 4L..4L+3 (hadamard128_warp's layout), so lanes 16..31

@@ -110,10 +110,10 @@ __device__ __forceinline__ IndexerS8Tile indexer_s8_tile(int64_t tile, int64_t t
 
 __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kCtasPerSm)
     sm90_indexer_scores_s8_kernel(const int8_t* __restrict__ q_int, const int8_t* __restrict__ q_exp,
-                                  const uint8_t* __restrict__ keys,
-                                  const __nv_bfloat16* __restrict__ w, int heads, int64_t n, int64_t ratio,
-                                  const int64_t* __restrict__ positions, __nv_bfloat16* __restrict__ scores,
-                                  bool visible_only, const int32_t* __restrict__ key_pages, int64_t pages_per_token) {
+                                  const uint8_t* __restrict__ keys, const __nv_bfloat16* __restrict__ w, int heads,
+                                  int64_t n, int64_t ratio, const int64_t* __restrict__ positions,
+                                  __nv_bfloat16* __restrict__ scores, bool visible_only,
+                                  const int32_t* __restrict__ key_pages, int64_t pages_per_token) {
     using Cfg = IndexerS8Config;
     pdl_enter();
     extern __shared__ uint8_t smem_raw[];
