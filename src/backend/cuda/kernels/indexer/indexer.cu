@@ -25,8 +25,8 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
                                 std::to_string(a.pages_per_token) + ")");
     const bool integer = precision == Precision::kReference && indexer_scores_s8_applies(a);
     if (a.path == IndexerScoresArgs::Path::kInteger && !integer)
-        return invalid_argument(op + ": the integer path needs kReference, packed keys, q_int and q_exp, and 16-byte "
-                                     "aligned keys and q_int");
+        return invalid_argument(op + ": the integer path needs kReference, packed keys, q_int and q_exp, 16-byte "
+                                     "aligned keys and q_int, and a 4-byte aligned q_exp");
     if (a.tokens == 0 || a.n == 0) return Status::ok();
     if (a.tokens > 65535) return invalid_argument(op + ": at most 65535 tokens per call");
     if (integer) return launch_indexer_scores_s8(a, stream);

@@ -34,7 +34,7 @@ struct IndexerScoresArgs {
     // kReference with packed keys: q's integer form (value = q_int · 2^q_exp per 32-channel block, |q_int| <= 127,
     // one exponent per head to take the folded path), as sm90_indexer_q_finish writes it. With it the scores run on
     // integer tensor cores, bit-identical to the bf16 path (which reads q) while that path's f32 sums are exact; keys
-    // and q_int must then be 16-byte aligned (otherwise the bf16 path runs).
+    // and q_int must then be 16-byte aligned and q_exp 4-byte aligned (otherwise the bf16 path runs).
     const int8_t* q_int = nullptr;  // [T, IH, 128]
     const int8_t* q_exp = nullptr;  // [T, IH, 4]
     // kAuto: integer whenever it can run; kInteger: integer, or an invalid-argument error saying why not; kBf16: the

@@ -12,7 +12,7 @@ namespace dsv4::cuda {
 // measured point (H200, 1.2x at batch 1 and 4K context to 2.4x on an 8K prefill pass; docs/kernels/attention.md).
 bool indexer_scores_s8_applies(const IndexerScoresArgs& a) {
     if (!a.keys_packed || !a.q_int || !a.q_exp || (reinterpret_cast<uintptr_t>(a.keys) & 15) != 0 ||
-        (reinterpret_cast<uintptr_t>(a.q_int) & 15) != 0)
+        (reinterpret_cast<uintptr_t>(a.q_int) & 15) != 0 || (reinterpret_cast<uintptr_t>(a.q_exp) & 3) != 0)
         return false;
     return a.path != IndexerScoresArgs::Path::kBf16;
 }

@@ -50,8 +50,7 @@ struct IndexerS8Config {
     static constexpr int kSqOff = kProdOff + kKeys * kProdLd * 2;      // [4][64] f32: the query's scale per head
     static constexpr int kWOff = kSqOff + kBlocks * kHeads * 4;        // [32] bf16 pairs: head weights (0 past heads)
     static constexpr int kSkOff = kWOff + kHeads * 2;                  // [4][64] f32: the keys' scales
-    static constexpr int kEOff = kSkOff + kBlocks * kKeys * 4;         // [64][4] int: query block exponents
-    static constexpr int kBarOff = kEOff + kHeads * kBlocks * 4;       // kStages mbarriers
+    static constexpr int kBarOff = kSkOff + kBlocks * kKeys * 4;       // kStages mbarriers
     static constexpr int kSmem = kBarOff + kStages * 8 + 1024;         // + alignment slack
     static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "kCtasPerSm CTAs must fit one SM's shared memory");
 };
@@ -142,7 +141,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
     const int64_t count = first < live_tiles ? (live_tiles - 1 - first) / step + 1 : 0;
     if (count == 0) return;
 
-    // Thread 0: the first pages in flight before the query is converted.
+    // Thread 0: the first pages in flight before the query is loaded.
     const auto issue = [&](int64_t i) {
         uint64_t* bar = bars + i % Cfg::kStages;
         const IndexerS8Tile tl = indexer_s8_tile(first + i * step, t, n, key_pages, pages_per_token);
