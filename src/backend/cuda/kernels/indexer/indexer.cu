@@ -25,18 +25,19 @@ Status sm90_indexer_scores(Precision precision, const IndexerScoresArgs& a, Stre
                                 std::to_string(a.pages_per_token) + ")");
     const bool integer = precision == Precision::kReference && indexer_scores_s8_applies(a);
     if (a.path == IndexerScoresArgs::Path::kInteger && !integer)
-        return invalid_argument(op + ": the integer path needs kReference, packed keys, q_int and q_exp, 16-byte "
-                                     "aligned keys and q_int, and a 4-byte aligned q_exp");
+        return invalid_argument(op +
+                                ": the integer path needs kReference, packed keys, q_int and q_exp, 16-byte "
+                                "aligned keys and q_int, and a 4-byte aligned q_exp");
     if (a.tokens == 0 || a.n == 0) return Status::ok();
     if (a.tokens > 65535) return invalid_argument(op + ": at most 65535 tokens per call");
     if (integer) return launch_indexer_scores_s8(a, stream);
     const dim3 grid(unsigned((a.n + IndexerConfig::kKeys - 1) / IndexerConfig::kKeys), unsigned(a.tokens));
     if (precision == Precision::kReference)
-        (packed ? sm90_indexer_scores_kernel<__nv_bfloat16, true> : sm90_indexer_scores_kernel<__nv_bfloat16, false>)
-            <<<grid, IndexerConfig::kThreads, 0, stream>>>(
-                static_cast<const __nv_bfloat16*>(a.q), a.keys, static_cast<const __nv_bfloat16*>(a.w), int(a.heads),
-                a.n, a.ratio, a.positions, static_cast<__nv_bfloat16*>(a.scores), a.visible_only, a.key_pages,
-                a.pages_per_token);
+        (packed ? sm90_indexer_scores_kernel<__nv_bfloat16, true>
+                : sm90_indexer_scores_kernel<__nv_bfloat16, false>)<<<grid, IndexerConfig::kThreads, 0, stream>>>(
+            static_cast<const __nv_bfloat16*>(a.q), a.keys, static_cast<const __nv_bfloat16*>(a.w), int(a.heads), a.n,
+            a.ratio, a.positions, static_cast<__nv_bfloat16*>(a.scores), a.visible_only, a.key_pages,
+            a.pages_per_token);
     else
         sm90_indexer_scores_kernel<float, false><<<grid, IndexerConfig::kThreads, 0, stream>>>(
             static_cast<const float*>(a.q), a.keys, static_cast<const float*>(a.w), int(a.heads), a.n, a.ratio,
