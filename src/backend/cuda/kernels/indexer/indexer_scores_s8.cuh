@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
                                   int64_t n, int64_t ratio, const int64_t* __restrict__ positions,
                                   __nv_bfloat16* __restrict__ scores, bool visible_only,
                                   const int32_t* __restrict__ key_pages, int64_t pages_per_token) {
-    using Cfg = IndexerS8Config;
     pdl_enter();
+    using Cfg = IndexerS8Config;
     extern __shared__ uint8_t smem_raw[];
     // aligned by pointer arithmetic on the shared array (an integer round trip would make every access generic)
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
