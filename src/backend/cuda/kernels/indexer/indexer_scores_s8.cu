@@ -1,5 +1,5 @@
-// Launcher of the integer-wgmma indexer scores: one CTA per (share of the key tiles, token), about three CTAs per SM
-// over the whole grid so that each CTA converts its token's query once and walks many tiles.
+// Launcher of the integer-wgmma indexer scores: one CTA per (share of the key tiles, token), at most kCtasPerSm CTAs
+// per SM over the whole grid (one wave), so that each CTA loads its token's query once and walks many tiles.
 #include <algorithm>
 
 #include "backend/cuda/common/cuda_status.cuh"
