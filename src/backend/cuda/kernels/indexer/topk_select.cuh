@@ -3,8 +3,8 @@
 // (long rows) instead of five times from one CTA.
 //
 // Keys: a score maps to an order-preserving unsigned key, exactly the order of topk_key (indexer.cuh): bf16 bits b
-// → 16-bit key (b | 0x8000 when positive, ~b when negative, NaN → 0), f32 → topk_key. A pick is (key << 32) |
-// (0xffffffff - index): one 64-bit compare orders by key descending, then index ascending; 0 is no pick.
+// → 16-bit key (b | 0x8000 when positive, ~b when negative, NaN → 0), f32 → topk_key. A pick is a PickCode
+// (key above the index's complement): one compare orders by key descending, then index ascending; 0 is no pick.
 // Select: P passes (2 for 16-bit keys, 4 for 32-bit) of 8-bit digits from the top. Pass p histograms digit p of the
 // keys whose higher digits equal the prefix chosen so far; the chosen digit d is the largest whose bin and the bins
 // above it hold >= `remaining` keys; remaining -= keys in the bins above d. After the last pass the prefix is the
@@ -12,22 +12,23 @@
 // keys == T by index complete the picks: the same set and tie rule as sm90_topk's loop (its fallback to digit 0
 // is never needed: the histogrammed keys always number >= remaining).
 //
-// Short rows (n <= kShortMax, or <= kShortLimit in calls of many rows): one CTA per row, keys in shared memory; the load builds pass 0's histogram.
-// Long rows: chunks of the row, one launch per pass (hist kernel: chunk histogram in shared memory, added into the
-// row's histogram in the workspace with integer atomics, whose sums do not depend on their order). Every CTA derives
-// the digits of the earlier passes again from the finished histograms. The last pass also stores, per chunk and
-// last digit d, the chunk's count of keys > (prefix | d) and == (prefix | d); the collect kernel turns those into
-// its output offsets by summing over the chunks before it, writes its picks into the row's pick slots in the
-// workspace, and the row's last CTA to finish (ticket after a fence) sorts them and writes the output.
+// Short rows (n <= kShortMax, or <= kShortLimit in calls of many rows): one CTA per row, keys in shared memory; the
+// load builds pass 0's histogram. Long rows: chunks of the row, one launch per pass (hist kernel: chunk histogram in
+// shared memory, added into the row's histogram in the workspace with integer atomics, whose sums do not depend on
+// their order). Every CTA derives the digits of the earlier passes again from the finished histograms. The last pass
+// also stores, per chunk and last digit d, the chunk's count of keys > (prefix | d) and == (prefix | d); the collect
+// kernel turns those into its output offsets by summing over the chunks before it, writes its picks into the row's pick
+// slots in the workspace, and the row's last CTA to finish (ticket after a fence) sorts them and writes the output.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/indexer/indexer.cuh"
 #include "backend/cuda/kernels/indexer/indexer.h"
-#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -37,12 +38,12 @@ struct TopKSelectConfig {
     static constexpr int kMaxK = 1024;
     static constexpr int kBins = 256;
     static constexpr int kMaxPasses = 4;
-    static constexpr int kBatch = 8;  // global loads in flight per thread
+    static constexpr int kBatch = 8;                               // global loads in flight per thread
     static constexpr int64_t kShortMax = kTopkSelectShortMax;      // indexer.h: the switch
     static constexpr int64_t kShortLimit = kTopkSelectShortLimit;  // the one-block path's shared-memory bound
     static constexpr int64_t kShortRows = kTopkSelectShortRows;
     static constexpr int kChunkMin = 2048, kChunkMax = kThreads * kBatch;  // long rows: scores per chunk
-    static constexpr int64_t kTargetCtas = 264;                           // ≈ 2 CTAs per SM on 132 SMs
+    static constexpr int64_t kTargetCtas = 264;                            // ≈ 2 CTAs per SM on 132 SMs
 };
 
 template <typename ScoreT>
@@ -94,9 +95,19 @@ __device__ __forceinline__ int64_t select_row_count(int64_t n, const int64_t* __
     return visible < n ? (visible > 0 ? visible : 0) : n;
 }
 
-__device__ __forceinline__ unsigned long long pick_code(uint32_t key, int64_t index) {
-    return (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - uint32_t(index));
-}
+// A pick as one unsigned Code: the key above the index's complement, so one compare orders by key descending, then
+// index ascending, and 0 is no pick. 64-bit codes hold any int32 index; the short-row path's bf16 codes are 32-bit
+// (16-bit key, index < 65,536 > kShortLimit): half the shuffles and one compare per sorting exchange.
+template <typename Code>
+struct PickCode {
+    static constexpr int kIndexBits = int(sizeof(Code)) * 4;
+    static constexpr Code kIndexMask = Code(~Code(0)) >> kIndexBits;
+    __device__ __forceinline__ static Code of(uint32_t key, int64_t index) {
+        return (Code(key) << kIndexBits) | (kIndexMask - Code(index));
+    }
+    __device__ __forceinline__ static uint32_t key(Code c) { return uint32_t(c >> kIndexBits); }
+    __device__ __forceinline__ static int32_t index(Code c) { return int32_t(kIndexMask - (c & kIndexMask)); }
+};
 
 // hist[bin] += 1 for every active lane, one shared atomic per distinct bin of the warp. All 32 lanes call it.
 __device__ __forceinline__ void hist_add_warp(unsigned* hist, uint32_t bin, bool active) {
@@ -165,18 +176,19 @@ __device__ __forceinline__ void warp_select_prefix(const unsigned* hist, int pas
 // other warps neither wait nor issue), smaller ones through shuffles. A compare-exchange takes the partner's value
 // when it belongs on this side (larger for the lower index of a descending pair): one 64-bit compare and a select,
 // not a min and a max.
-__device__ __forceinline__ unsigned long long block_sort_desc(unsigned long long v, int len, unsigned long long* buf) {
+template <typename Code>
+__device__ __forceinline__ Code block_sort_desc(Code v, int len, Code* buf) {
     constexpr int kT = TopKSelectConfig::kThreads;
     const int tid = int(threadIdx.x);
     int parity = 0;
     // pair (i, i ^ stride), i the lower: in a descending run (i & size == 0) i keeps the larger
-    const auto exchange = [&](unsigned long long other, int size, int stride) {
+    const auto exchange = [&](Code other, int size, int stride) {
         const bool keep_max = ((tid & size) == 0) == ((tid & stride) == 0);
         if ((other > v) == keep_max) v = other;  // equal values: either is right
     };
     for (int size = 2; size <= len; size <<= 1) {
         for (int stride = size >> 1; stride >= 32; stride >>= 1) {  // len >= 64 here: a whole number of warps
-            unsigned long long* b = buf + parity * kT;
+            Code* b = buf + parity * kT;
             parity ^= 1;
             b[tid] = v;
             asm volatile("bar.sync 1, %0;" ::"r"(len) : "memory");
@@ -193,10 +205,10 @@ __device__ __forceinline__ unsigned long long block_sort_desc(unsigned long long
 // == thr whose rank r = eq_base + rank < remaining at out[n_above + r], ranks in index order. Warp w owns a
 // contiguous segment; phase 1 counts, phase 2 writes after an exclusive prefix over the warps. counts: shared [64].
 // Ends without a barrier after the writes.
-template <typename KeyT>
+template <typename Code, typename KeyT>
 __device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64_t first_index, uint32_t thr,
-                                              uint32_t gt_base, uint32_t eq_base, uint32_t remaining,
-                                              uint32_t n_above, unsigned long long* out, unsigned* counts) {
+                                              uint32_t gt_base, uint32_t eq_base, uint32_t remaining, uint32_t n_above,
+                                              Code* out, unsigned* counts) {
     constexpr int kWarps = TopKSelectConfig::kThreads / 32;
     const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
     const int seg = ((count + kWarps - 1) / kWarps + 31) & ~31;
@@ -219,10 +231,10 @@ __device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64
         const uint32_t key = i < end ? uint32_t(keys[i]) : 0;
         const bool is_gt = i < end && key > thr, is_eq = i < end && key == thr;
         const unsigned b_gt = __ballot_sync(0xffffffffu, is_gt), b_eq = __ballot_sync(0xffffffffu, is_eq);
-        if (is_gt) out[gt + __popc(b_gt & below)] = pick_code(key, first_index + i);
+        if (is_gt) out[gt + __popc(b_gt & below)] = PickCode<Code>::of(key, first_index + i);
         if (is_eq) {
             const unsigned r = eq + __popc(b_eq & below);
-            if (r < remaining) out[n_above + r] = pick_code(key, first_index + i);
+            if (r < remaining) out[n_above + r] = PickCode<Code>::of(key, first_index + i);
         }
         gt += __popc(b_gt), eq += __popc(b_eq);
     }
@@ -230,21 +242,35 @@ __device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64
 
 // Block: sort the kk picks in buf[0..kk) (thread t reads slot t only) and write the row's k outputs. Only the warps
 // that hold picks sort; every thread < k writes.
-template <typename ScoreT>
-__device__ __forceinline__ void block_sort_write(unsigned long long v, int kk, int k, unsigned long long* buf,
-                                                 int32_t* __restrict__ out) {
+template <typename ScoreT, typename Code>
+__device__ __forceinline__ void block_sort_write(Code v, int kk, int k, Code* buf, int32_t* __restrict__ out) {
     int len = 1;
     while (len < kk) len <<= 1;
     const int tid = int(threadIdx.x);
     if (tid < (len > 32 ? len : 32)) v = block_sort_desc(v, len, buf);
     if (tid < k) {
         int32_t r = -1;
-        if (tid < kk && uint32_t(v >> 32) > SelectKey<ScoreT>::kNegInf) r = int32_t(0xffffffffu - uint32_t(v));
+        if (tid < kk && PickCode<Code>::key(v) > SelectKey<ScoreT>::kNegInf) r = PickCode<Code>::index(v);
         out[tid] = r;
     }
 }
 
+// Short rows: pick codes of the one-block path (32-bit for bf16 keys, see PickCode).
+template <typename ScoreT>
+using ShortCode = std::conditional_t<SelectKey<ScoreT>::kPasses == 2, uint32_t, unsigned long long>;
+
+// hist[bin] += 1 for every active lane by one shared atomic each. In the one-CTA path this is faster than
+// hist_add_warp's match_any aggregation even for the top digit, where most of a warp's keys share a few bins
+// (docs/kernels/attention.md, "Top-k select at batch 1").
+__device__ __forceinline__ void hist_add_spread(unsigned* hist, uint32_t bin, bool active) {
+    if (active) atomicAdd(&hist[bin], 1u);
+}
+
 // Short rows: grid = rows, kThreads threads, dynamic shared memory = 2·kThreads picks + n keys (topk_select.cu).
+// One CTA's chain of barriers is the cost at these sizes, so the row's loads are issued before its visible count is
+// known (the whole stride is read, keys past the count are masked) and every pass has its own histogram (zeroed
+// once, while those loads are in flight). One warp picks each digit (every warp picking it redundantly measured
+// slower: 32 warps' shuffle chains contend for the schedulers).
 template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
@@ -253,16 +279,21 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
     using KeyT = typename Key::T;
+    using Code = ShortCode<ScoreT>;
     constexpr int kP = Key::kPasses;
     extern __shared__ __align__(16) unsigned char topk_select_smem[];
-    auto* buf = reinterpret_cast<unsigned long long*>(topk_select_smem);  // [2][kThreads]; buf[0..kk) = picks
-    auto* keys = reinterpret_cast<KeyT*>(buf + 2 * Cfg::kThreads);         // [n]
-    __shared__ unsigned hist[Cfg::kBins];
+    auto* buf = reinterpret_cast<Code*>(topk_select_smem);  // [2][kThreads]; buf[0..kk) = picks
+    auto* keys = reinterpret_cast<KeyT*>(topk_select_smem + 2 * Cfg::kThreads * sizeof(unsigned long long));  // [n]
+    __shared__ unsigned hist[kP][Cfg::kBins];
     __shared__ unsigned counts[64];
-    __shared__ uint32_t sel_digit, sel_remaining;
+    __shared__ DigitPick sel[kP];
 
     const int64_t row = blockIdx.x;
     const int tid = int(threadIdx.x);
+    const int len = int(stride);  // <= kShortLimit (launcher)
+    const ScoreT* src = scores + row * stride;
+    ScoreT v[Cfg::kBatch];
+    load_score_batch(v, src, 0, len, tid);  // in flight while the count is read and the histograms zeroed
     const int n = int(select_row_count(stride, positions, ratio, row));
     const int kk = min(n, k);
     int32_t* out = idx + row * k;
@@ -270,19 +301,17 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         for (int j = tid; j < k; j += Cfg::kThreads) out[j] = -1;
         return;
     }
-    if (tid < Cfg::kBins) hist[tid] = 0;
+    for (int j = tid; j < kP * Cfg::kBins; j += Cfg::kThreads) (&hist[0][0])[j] = 0;
     __syncthreads();
-    // load: keys to shared memory, pass 0's histogram (top digit, every key)
-    const ScoreT* src = scores + row * stride;
+    // keys to shared memory, pass 0's histogram (top digit, every key)
     for (int base = 0; base < n; base += Cfg::kThreads * Cfg::kBatch) {
-        ScoreT v[Cfg::kBatch];
-        load_score_batch(v, src, base, n, tid);
+        if (base > 0) load_score_batch(v, src, base, n, tid);
 #pragma unroll
         for (int u = 0; u < Cfg::kBatch; ++u) {
             const int i = base + u * Cfg::kThreads + tid;
             const uint32_t key = i < n ? Key::of(v[u]) : 0u;
             if (i < n) keys[i] = KeyT(key);
-            hist_add_warp(hist, key >> (8 * (kP - 1)), i < n);
+            hist_add_spread(hist[0], key >> (8 * (kP - 1)), i < n);
         }
     }
     __syncthreads();
@@ -292,28 +321,27 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     for (int p = 0; p < kP; ++p) {
         const int shift = 8 * (kP - 1 - p);
         if (p > 0) {
-            if (tid < Cfg::kBins) hist[tid] = 0;
-            __syncthreads();
             for (int i = tid; i < n_pad; i += Cfg::kThreads) {
                 const uint32_t key = i < n ? uint32_t(keys[i]) : 0u;
-                hist_add_warp(hist, (key >> shift) & 0xffu, i < n && (key & mask) == prefix);
+                hist_add_spread(hist[p], (key >> shift) & 0xffu, i < n && (key & mask) == prefix);
             }
             __syncthreads();
         }
         if (tid < 32) {
-            const DigitPick d = warp_select_digit(hist, remaining);
-            if (tid == 0) sel_digit = d.digit, sel_remaining = d.remaining;
+            const DigitPick dd = warp_select_digit(hist[p], remaining);
+            if (tid == 0) sel[p] = dd;
         }
-        __syncthreads();  // the next writes of hist / sel_* come after the next pass's barriers
-        prefix |= sel_digit << shift;
+        __syncthreads();
+        const DigitPick d = sel[p];
+        prefix |= d.digit << shift;
         mask |= 0xffu << shift;
-        remaining = sel_remaining;
+        remaining = d.remaining;
     }
     const uint32_t n_above = uint32_t(kk) - remaining;
     block_collect(keys, n, 0, prefix, 0u, 0u, remaining, n_above, buf, counts);
     __syncthreads();
-    const unsigned long long v = tid < kk ? buf[tid] : 0ull;
-    block_sort_write<ScoreT>(v, kk, k, buf, out);
+    const Code c = tid < kk ? buf[tid] : Code(0);
+    block_sort_write<ScoreT>(c, kk, k, buf, out);
 }
 
 // Long rows, pass `pass`: grid = rows · chunks (block b: row b / chunks, chunk b % chunks), kThreads threads.
@@ -402,8 +430,8 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     constexpr int kP = Key::kPasses;
     constexpr int kKeyBytes = Cfg::kChunkMax * int(sizeof(KeyT)), kSortBytes = 2 * Cfg::kThreads * 8;
     __shared__ __align__(16) unsigned char smem[kKeyBytes > kSortBytes ? kKeyBytes : kSortBytes];
-    auto* keys = reinterpret_cast<KeyT*>(smem);                 // [chunk] (collect)
-    auto* buf = reinterpret_cast<unsigned long long*>(smem);    // [2][kThreads] (sort, row's last CTA)
+    auto* keys = reinterpret_cast<KeyT*>(smem);               // [chunk] (collect)
+    auto* buf = reinterpret_cast<unsigned long long*>(smem);  // [2][kThreads] (sort, row's last CTA)
     __shared__ unsigned counts[64];
     __shared__ uint32_t sel_prefix, sel_remaining;
     __shared__ unsigned offsets[2], mine[2];
@@ -462,7 +490,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     if (!is_last) return;
     __threadfence();
     const unsigned long long v = tid < kk ? __ldcg(row_picks + tid) : 0ull;
-    block_sort_write<ScoreT>(v, kk, k, buf, idx + row * k);
+    block_sort_write<ScoreT, unsigned long long>(v, kk, k, buf, idx + row * k);
 }
 
 }  // namespace dsv4::cuda
