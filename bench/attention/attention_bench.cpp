@@ -25,9 +25,9 @@
 // launches. Direct launches replace the graph if capture fails (reported).
 //
 // --prefill adds a prefill-shaped point first (--prefill-only runs only it): CSA attention of the last 2,048 queries
-// of one 8K sequence (each its own window and top-512 of the sequence's 2,048 entries), in one call (the wgmma prefill kernel from kSparseAttnPrefillMinTokens tokens) and the same queries in
-// calls of 256 (the one-pass mma.sync kernel, one 16-head tile per block), so the prefill kernel's gain is measured
-// at kernel level.
+// of one 8K sequence (each its own window and top-512 of the sequence's 2,048 entries), in one call (the wgmma prefill
+// kernel from kSparseAttnPrefillMinTokens tokens) and the same queries in calls of 256 (the one-pass mma.sync kernel,
+// one 16-head tile per block), so the prefill kernel's gain is measured at kernel level.
 // --layer runs only the CSA layer at batch 1, 8K (its parts, then all of them in one graph: bench_layer_graph); a
 // full run ends with the same measurement. --indexer-only runs only the indexer points, first an 8K prefill pass's
 // scores (bench_indexer_prefill).
@@ -36,8 +36,11 @@
 // same packed inputs, next to the one-pass kernel (the layer point times it always); --attention-only skips the
 // indexer, compressor and layer parts. Without a usable CUDA GPU it says so and exits with status 1.
 //
+// --indexer-only ends with the select alone on capacity-wide rows (a session sized for 1M tokens at 8K context).
+// --indexer-point B CONTEXT runs that one indexer point (e.g. to profile its kernels).
+//
 // Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] [--layer]
-//                             [--indexer-only]
+//                             [--indexer-only] [--indexer-point B CONTEXT]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -53,6 +56,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../bench_check.h"
 #include "backend/cuda/common/buffer.h"
 #include "backend/cuda/common/copy.h"
 #include "backend/cuda/common/graph.h"
@@ -68,7 +72,6 @@
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "backend/cuda/kernels/synthetic/synthetic.h"
 #include "backend/ops.h"
-#include "../bench_check.h"
 
 namespace {
 
@@ -88,13 +91,13 @@ constexpr double kGraphTargetUs = 10000;  // calls per timed graph: about this l
 constexpr int kMaxRotations = 4096;
 constexpr double kMarginBytes = double(size_t(1) << 30);  // free memory a point leaves untouched
 
-#define CHECK_CUDA(call)                                                                                   \
-    do {                                                                                                   \
-        const cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                           \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-            std::exit(1);                                                                                  \
-        }                                                                                                  \
+#define CHECK_CUDA(call)                                                                                \
+    do {                                                                                                \
+        const cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                        \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                               \
+        }                                                                                               \
     } while (0)
 
 struct Env {
@@ -243,8 +246,8 @@ bool fits(double need, int64_t B, const std::string& ctx, const char* op) {
     size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
     if (need + kMarginBytes <= double(free_b)) return true;
-    std::printf("| %lld | %s | %s | skipped: needs %.2f GB, %.2f GB free (1 GiB kept) | | | | | | | |\n",
-                (long long)B, ctx.c_str(), op, need / 1e9, double(free_b) / 1e9);
+    std::printf("| %lld | %s | %s | skipped: needs %.2f GB, %.2f GB free (1 GiB kept) | | | | | | | |\n", (long long)B,
+                ctx.c_str(), op, need / 1e9, double(free_b) / 1e9);
     std::fflush(stdout);
     return false;
 }
@@ -392,12 +395,12 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
         });
     }
     const Timing tu = time_op(rotations, [&](int i) {
-        return sm90_kv_unpack(kRef, pool.data(), d_idx.as<int32_t>() + size_t(i) * list, int64_t(list),
-                              unpacked.data(), g->s);
+        return sm90_kv_unpack(kRef, pool.data(), d_idx.as<int32_t>() + size_t(i) * list, int64_t(list), unpacked.data(),
+                              g->s);
     });
     const Timing tb = time_op(rotations, [&](int i) {
-        DSV4_RETURN_IF_ERROR(sm90_kv_unpack(kRef, pool.data(), d_idx.as<int32_t>() + size_t(i) * list,
-                                            int64_t(list), unpacked.data(), g->s));
+        DSV4_RETURN_IF_ERROR(sm90_kv_unpack(kRef, pool.data(), d_idx.as<int32_t>() + size_t(i) * list, int64_t(list),
+                                            unpacked.data(), g->s));
         return sm90_sparse_attn(kRef, args(i, false), g->s);
     });
     const double bytes = double(list) * double(kKvFp8RowBytes + 4) + 2.0 * double(q_bytes);
@@ -407,8 +410,10 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
                   copy_bytes / 1e6, pool_copies);
     print_row(B, cn, op, tp, bytes, flops, note);
     if (B >= kSparseAttnPrefillMinTokens) {
-        std::snprintf(note, sizeof note, "the same queries in calls of %lld (one-pass mma.sync kernel); the one "
-                      "call (wgmma prefill kernel) is %.2fx faster", (long long)kDecodeMaxRows, t_small.us / tp.us);
+        std::snprintf(note, sizeof note,
+                      "the same queries in calls of %lld (one-pass mma.sync kernel); the one "
+                      "call (wgmma prefill kernel) is %.2fx faster",
+                      (long long)kDecodeMaxRows, t_small.us / tp.us);
         print_row(B, cn, csa ? "CSA attention, calls of 256" : "HCA attention, calls of 256", t_small, bytes, flops,
                   note);
     }
@@ -421,8 +426,10 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
                       tp.us / ts_ref.us, double(ws_bytes) / 1e6);
         print_row(B, cn, csa ? "CSA split attention, reference max" : "HCA split attention, reference max", ts_ref,
                   bytes, flops, note);
-        std::snprintf(note, sizeof note, "chunk %lld; partials + combine (P re-rounded per chunk); %.2fx the one-pass "
-                      "speed", (long long)split_chunk, tp.us / ts_plain.us);
+        std::snprintf(note, sizeof note,
+                      "chunk %lld; partials + combine (P re-rounded per chunk); %.2fx the one-pass "
+                      "speed",
+                      (long long)split_chunk, tp.us / ts_plain.us);
         print_row(B, cn, csa ? "CSA split attention, plain" : "HCA split attention, plain", ts_plain, bytes, flops,
                   note);
     }
@@ -512,9 +519,9 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
 
     // the finished query as the engine hands it over; path: the engine's (kAuto: integer) or the bf16 kernel
     auto score_with = [&](int i, IndexerScoresArgs::Path path) {
-        IndexerScoresArgs a = finished_query_call(fq, int64_t(i) * B, keys.data(), w.as<uint8_t>() + size_t(i) * w_bytes,
-                                                  B, entries, pos.as<int64_t>(), scores.data(),
-                                                  d_pages.as<int32_t>() + size_t(i) * size_t(B * pps), pps, path);
+        IndexerScoresArgs a = finished_query_call(
+            fq, int64_t(i) * B, keys.data(), w.as<uint8_t>() + size_t(i) * w_bytes, B, entries, pos.as<int64_t>(),
+            scores.data(), d_pages.as<int32_t>() + size_t(i) * size_t(B * pps), pps, path);
         a.visible_only = true;
         return sm90_indexer_scores(kRef, a, g->s);
     };
@@ -562,6 +569,19 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     tks.us = std::max(1e-3, tsel.us - ts.us);
     std::snprintf(note, sizeof note, "sm90_topk_select, same picks; %.2fx the speed of sm90_topk", tk.us / tks.us);
     print_row(B, cn, "top-512 select (total minus scores)", tks, topk_bytes, 0, note);
+    if (entries > kTopkSelectShortMax) {  // rows the one-block path does not take: the chunked path beside the default
+        TopKArgs ca = sa;
+        ca.select_path = TopKSelectPath::kChunked;
+        const size_t chunked_bytes = sm90_topk_select_workspace_bytes(ca);
+        DeviceBuffer chunked_ws = alloc(chunked_bytes, "chunked top-k select workspace");
+        Timing tc = time_op(rotations, [&](int i) {
+            DSV4_RETURN_IF_ERROR(score(i));
+            return sm90_topk_select(kRef, ca, chunked_ws.data(), chunked_bytes, g->s);
+        });
+        tc.us = std::max(1e-3, tc.us - ts.us);
+        std::snprintf(note, sizeof note, "same picks; the default path (row above) is %.2fx its speed", tc.us / tks.us);
+        print_row(B, cn, "top-512 select, chunked path (total minus scores)", tc, topk_bytes, 0, note);
+    }
     print_row(B, cn, "indexer total (scores + top-512)", tt, key_bytes + double(scores_bytes) + topk_bytes, flops,
               "fused minimum would be keys + q + w + picks");
     IndexerTimes times;
@@ -570,6 +590,32 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
         with_parts(Part{rotations, score},
                    Part{1, [&](int) { return sm90_topk_select(kRef, sa, sel_ws.data(), sel_bytes, g->s); }});
     return times;
+}
+
+// The top-512 select as a decode step runs it in a session sized for `capacity` tokens, at context ctx: rows of
+// capacity / 4 scores of which ctx / 4 are visible (the engine's calls span the session's key capacity), each path
+// on the same scores, the select alone.
+void bench_select_capacity(int64_t B, int64_t capacity, int64_t ctx) {
+    const int64_t n = capacity / kCsaRatio;
+    if (!fits(double(B * n) * 2 + 33e6, B, ctx_name(ctx), "select")) return;
+    DeviceBuffer scores = random_bf16(B * n, "scores", -4.0f, 4.0f);
+    DeviceBuffer picks = alloc(size_t(B * kTopk) * 4, "top-k");
+    DeviceBuffer pos = positions_at(B, ctx - 1);
+    const std::string where = ctx_name(ctx) + " of " + ctx_name(capacity);
+    const double bytes = double(B) * double(ctx / kCsaRatio) * 2 + double(B * kTopk) * 4;
+    for (const TopKSelectPath path : {TopKSelectPath::kAuto, TopKSelectPath::kChunked}) {
+        TopKArgs a;
+        a.scores = scores.data(), a.rows = B, a.n = n, a.k = kTopk, a.idx = picks.as<int32_t>();
+        a.positions = pos.as<int64_t>(), a.ratio = kCsaRatio;
+        a.select_path = path;
+        const size_t ws_bytes = sm90_topk_select_workspace_bytes(a);
+        DeviceBuffer ws = alloc(ws_bytes, "top-k select workspace");
+        const Timing t = time_op(1, [&](int) { return sm90_topk_select(kRef, a, ws.data(), ws_bytes, g->s); });
+        print_row(B, where,
+                  path == TopKSelectPath::kAuto ? "top-512 select alone, capacity-wide row (default path)"
+                                                : "top-512 select alone, capacity-wide row (chunked path)",
+                  t, bytes, 0, "decode in a session sized for the larger context: only the visible scores are read");
+    }
 }
 
 // The indexer scores of an 8K prefill pass as the engine runs them: 8,192 queries at positions 0..8191 of one
@@ -594,12 +640,11 @@ void bench_indexer_prefill() {
     DeviceBuffer d_pages = upload(pages, "key pages");
     CHECK(g->stream.synchronize());
     auto score = [&](int i, IndexerScoresArgs::Path path) {
-        return sm90_indexer_scores(kRef,
-                                   finished_query_call(fq, int64_t(i) * T, keys.data(),
-                                                       w.as<uint8_t>() + size_t(i) * w_bytes, T, entries,
-                                                       d_pos.as<int64_t>(), scores.data(), d_pages.as<int32_t>(), pps,
-                                                       path),
-                                   g->s);
+        return sm90_indexer_scores(
+            kRef,
+            finished_query_call(fq, int64_t(i) * T, keys.data(), w.as<uint8_t>() + size_t(i) * w_bytes, T, entries,
+                                d_pos.as<int64_t>(), scores.data(), d_pages.as<int32_t>(), pps, path),
+            g->s);
     };
     const Timing ti = time_op(rotations, [&](int i) { return score(i, IndexerScoresArgs::Path::kInteger); });
     const Timing tb = time_op(rotations, [&](int i) { return score(i, IndexerScoresArgs::Path::kBf16); });
@@ -623,8 +668,8 @@ struct CompressorTimes {
     double six = -1, fused = -1;
 };
 CompressorTimes bench_compressor(int64_t B, bool indexer) {
-    const char* op = indexer ? "compressor close, CSA indexer keys (6 launches)"
-                             : "compressor close, CSA main (6 launches)";
+    const char* op =
+        indexer ? "compressor close, CSA indexer keys (6 launches)" : "compressor close, CSA main (6 launches)";
     const char* fused_op = indexer ? "compressor close, CSA indexer keys (fused, 1 launch)"
                                    : "compressor close, CSA main (fused, 1 launch)";
     const int64_t hd = indexer ? kIndexDim : kHeadDim, width = 2 * hd, ratio = kCsaRatio;
@@ -717,13 +762,15 @@ CompressorTimes bench_compressor(int64_t B, bool indexer) {
     // per window: append (proj read, open written), pool (2 arrays x 8 slots x hd read, hd bf16 written), finish
     // (hd bf16 in and out), pack (hd bf16 in, one row out), roll (open read, prev written); the fused launch keeps
     // the bf16 pooled row on chip, so its bytes are the same less the pool write, finish and pack reads
-    const double per_io = 4.0 * double(width) * 4 + 2.0 * 8 * double(hd) * 4 + double(row_bytes) +
-                          2.0 * 2 * double(ratio * width) * 4;
+    const double per_io =
+        4.0 * double(width) * 4 + 2.0 * 8 * double(hd) * 4 + double(row_bytes) + 2.0 * 2 * double(ratio * width) * 4;
     const double per = per_io + 2.0 * double(hd) + 4.0 * double(hd) + 2.0 * double(hd);
     print_row(B, "any", op, t, double(B) * per, 0, "append, pool, finish, entry rows, pack, roll; all B windows close");
     char note[256];
-    std::snprintf(note, sizeof note, "sm90_compressor_decode_fused, same bytes written; %.2fx the speed of the 6 "
-                  "launches (%.2f us saved)", t.us / tf.us, t.us - tf.us);
+    std::snprintf(note, sizeof note,
+                  "sm90_compressor_decode_fused, same bytes written; %.2fx the speed of the 6 "
+                  "launches (%.2f us saved)",
+                  t.us / tf.us, t.us - tf.us);
     print_row(B, "any", fused_op, tf, double(B) * per_io, 0, note);
     return out;
 }
@@ -741,8 +788,7 @@ double bench_compressor_pair(int64_t B, const std::function<void(const Part& pai
     };
     const int64_t pps = (kCompressorPosition + 1) / ratio / kPage;
     const size_t state_main = size_t(B * ratio * 2 * kHeadDim) * 4, state_keys = size_t(B * ratio * 2 * kIndexDim) * 4;
-    const int rotations =
-        std::min(kMaxRotations, std::max(2, copies_for(double(4 * (state_main + state_keys)))));
+    const int rotations = std::min(kMaxRotations, std::max(2, copies_for(double(4 * (state_main + state_keys)))));
     const double need = double(rotations) * 5.0 * double(state_main + state_keys) +
                         double(B * kPage * (kKvFp8RowBytes + kKeyFp4RowBytes)) + 1e6;
     if (!fits(need, B, "any", op)) return -1;
@@ -791,8 +837,10 @@ double bench_compressor_pair(int64_t B, const std::function<void(const Part& pai
         return launch(sides[1], i, true);
     });
     char note[256];
-    std::snprintf(note, sizeof note, "the key compressor independent_of_previous; the same pair waiting: %.2f us "
-                  "(%.2fx)", serial.us, serial.us / overlapped.us);
+    std::snprintf(note, sizeof note,
+                  "the key compressor independent_of_previous; the same pair waiting: %.2f us "
+                  "(%.2fx)",
+                  serial.us, serial.us / overlapped.us);
     print_row(B, "any", op, overlapped, 0, 0, note);
     if (with_part)
         with_part(Part{rotations, [&](int i) {
@@ -814,10 +862,11 @@ void bench_layer_graph() {
         bench_indexer(B, ctx, [&](const Part& scores, const Part& select) {
             bench_attention(true, B, ctx, true, [&](const Part& attn) {
                 const Timing parts[4] = {time_op(pair.rotations, pair.call), time_op(scores.rotations, scores.call),
-                                         time_op(select.rotations, [&](int i) {
-                                             DSV4_RETURN_IF_ERROR(scores.call(i % scores.rotations));
-                                             return select.call(i);
-                                         }),
+                                         time_op(select.rotations,
+                                                 [&](int i) {
+                                                     DSV4_RETURN_IF_ERROR(scores.call(i % scores.rotations));
+                                                     return select.call(i);
+                                                 }),
                                          time_op(attn.rotations, attn.call)};
                 const int rotations = std::max({pair.rotations, scores.rotations, attn.rotations});
                 const Timing whole = time_op(rotations, [&](int i) {
@@ -828,11 +877,12 @@ void bench_layer_graph() {
                 });
                 const double select_us = parts[2].us - parts[1].us;
                 const double sum = parts[0].us + parts[2].us + parts[3].us;
-                std::printf("\nCSA layer at batch 1, 8K context, best kernels: parts timed alone %.2f us = compressor "
-                            "pair %.2f + indexer scores %.2f + top-512 select %.2f + split attention %.2f; "
-                            "**one graph of the layer's launches: %.2f us** (target <= 25 us: %s)\n",
-                            sum, parts[0].us, parts[1].us, select_us, parts[3].us, whole.us,
-                            whole.us <= 25.0 ? "met" : "missed");
+                std::printf(
+                    "\nCSA layer at batch 1, 8K context, best kernels: parts timed alone %.2f us = compressor "
+                    "pair %.2f + indexer scores %.2f + top-512 select %.2f + split attention %.2f; "
+                    "**one graph of the layer's launches: %.2f us** (target <= 25 us: %s)\n",
+                    sum, parts[0].us, parts[1].us, select_us, parts[3].us, whole.us,
+                    whole.us <= 25.0 ? "met" : "missed");
             });
         });
     });
@@ -883,8 +933,8 @@ CopyBandwidth measure_copy_bandwidth() {
 bool gpu_usable(const char* argv0) {
     auto n = dsv4::cuda::device_count();
     if (!n.is_ok() || *n == 0) {
-        std::fprintf(stderr, "%s: no CUDA GPU: %s; this benchmark times sm_90a kernels and needs an H100/H200\n",
-                     argv0, n.is_ok() ? "no device is visible" : n.status().to_string().c_str());
+        std::fprintf(stderr, "%s: no CUDA GPU: %s; this benchmark times sm_90a kernels and needs an H100/H200\n", argv0,
+                     n.is_ok() ? "no device is visible" : n.status().to_string().c_str());
         return false;
     }
     const Status s = dsv4::cuda::check_device_supported(0, 0);
@@ -901,6 +951,7 @@ int main(int argc, char** argv) {
     std::string date = "undated";
     bool split = false, attention_only = false, prefill = false, prefill_only = false, layer_only = false,
          indexer_only = false;
+    int64_t point_batch = 0, point_context = 0;  // --indexer-point: that one indexer point alone
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--date") == 0 && i + 1 < argc) {
             date = argv[++i];
@@ -916,10 +967,13 @@ int main(int argc, char** argv) {
             layer_only = true;
         } else if (std::strcmp(argv[i], "--indexer-only") == 0) {
             indexer_only = true;
+        } else if (std::strcmp(argv[i], "--indexer-point") == 0 && i + 2 < argc) {
+            point_batch = std::atoll(argv[i + 1]), point_context = std::atoll(argv[i + 2]);
+            i += 2;
         } else {
             std::fprintf(stderr,
                          "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] "
-                         "[--layer] [--indexer-only]\n",
+                         "[--layer] [--indexer-only] [--indexer-point B CONTEXT]\n",
                          argv[0]);
             return 2;
         }
@@ -943,18 +997,24 @@ int main(int argc, char** argv) {
     std::printf("## Sparse-attention decode, V4-Flash shapes, reference numerics (%s)\n\n", date.c_str());
     std::printf("GPU: %s, %d SMs, L2 %d MB, %.1f GB (%.1f GB free at start)\n", prop.name, prop.multiProcessorCount,
                 prop.l2CacheSize >> 20, double(total_b) / 1e9, double(free_b) / 1e9);
-    std::printf("Copy bandwidth (device-to-device 1 GiB, read + write): %.3f TB/s (median of %d copies after %d "
-                "untimed warm-up copies, %.0f ms)\n\n",
-                copy.tbs, kTimings, copy.warm_copies, copy.warm_ms);
-    std::printf("Time per call: CUDA graph of `calls` consecutive calls on rotated inputs (>= 150 MB rotated or the "
-                "calls that fit ~10 ms), median of 21 timings after 2 warm-ups. MB = bytes that must move per call "
-                "(attention: packed rows gathered + idx + q + out; indexer: packed keys + q + w + scores; top-k: "
-                "scores + picks). Baseline = sm90_kv_unpack of the same rows to contiguous bf16, then "
-                "sm90_sparse_attn over rows 0..n-1 (unpacked); its TB/s uses the packed path's bytes.\n\n");
+    std::printf(
+        "Copy bandwidth (device-to-device 1 GiB, read + write): %.3f TB/s (median of %d copies after %d "
+        "untimed warm-up copies, %.0f ms)\n\n",
+        copy.tbs, kTimings, copy.warm_copies, copy.warm_ms);
+    std::printf(
+        "Time per call: CUDA graph of `calls` consecutive calls on rotated inputs (>= 150 MB rotated or the "
+        "calls that fit ~10 ms), median of 21 timings after 2 warm-ups. MB = bytes that must move per call "
+        "(attention: packed rows gathered + idx + q + out; indexer: packed keys + q + w + scores; top-k: "
+        "scores + picks). Baseline = sm90_kv_unpack of the same rows to contiguous bf16, then "
+        "sm90_sparse_attn over rows 0..n-1 (unpacked); its TB/s uses the packed path's bytes.\n\n");
     print_table_header();
 
     if (layer_only) {
         bench_layer_graph();
+        return 0;
+    }
+    if (point_batch > 0 && point_context > 0) {
+        bench_indexer(point_batch, point_context);
         return 0;
     }
     const int64_t batches[] = {1, 8, 64}, contexts[] = {4096, 65536, 1048576};
@@ -962,6 +1022,7 @@ int main(int argc, char** argv) {
         bench_indexer_prefill();
         for (int64_t ctx : contexts)
             for (int64_t B : batches) bench_indexer(B, ctx);
+        for (int64_t B : batches) bench_select_capacity(B, 1048576, 8192);
         return 0;
     }
     if (prefill) {  // 2,048 queries of one 8K sequence: a prefill pass's shape
@@ -991,18 +1052,20 @@ int main(int argc, char** argv) {
         return 0;
     }
     const double sum = main_b1.six + keys_b1.six + index.with_topk + attn.one_pass;
-    std::printf("\nCSA layer at batch 1, 8K context: %.2f us = compressor close main %.2f + indexer keys %.2f + "
-                "indexer scores and top-512 %.2f + CSA attention %.2f (target <= 25 us: %s; projections, index "
-                "lists and the window ring are not counted)\n",
-                sum, main_b1.six, keys_b1.six, index.with_topk, attn.one_pass, sum <= 25.0 ? "met" : "missed");
+    std::printf(
+        "\nCSA layer at batch 1, 8K context: %.2f us = compressor close main %.2f + indexer keys %.2f + "
+        "indexer scores and top-512 %.2f + CSA attention %.2f (target <= 25 us: %s; projections, index "
+        "lists and the window ring are not counted)\n",
+        sum, main_b1.six, keys_b1.six, index.with_topk, attn.one_pass, sum <= 25.0 ? "met" : "missed");
     // the same layer with the best kernel of each part: fused compressors, top-k select, reference-max split
     const double compressors = pair_b1 > 0 ? pair_b1 : main_b1.fused + keys_b1.fused;
     const double best = compressors + index.with_select + attn.split_ref;
-    std::printf("CSA layer at batch 1, 8K context, best kernels: %.2f us = fused compressors %.2f (%s) + indexer "
-                "scores and top-512 select %.2f + CSA split attention (reference max) %.2f (target <= 25 us: %s; "
-                "%.2fx the first composition)\n",
-                best, compressors, pair_b1 > 0 ? "overlapped pair" : "main + indexer keys", index.with_select,
-                attn.split_ref, best <= 25.0 ? "met" : "missed", sum / best);
+    std::printf(
+        "CSA layer at batch 1, 8K context, best kernels: %.2f us = fused compressors %.2f (%s) + indexer "
+        "scores and top-512 select %.2f + CSA split attention (reference max) %.2f (target <= 25 us: %s; "
+        "%.2fx the first composition)\n",
+        best, compressors, pair_b1 > 0 ? "overlapped pair" : "main + indexer keys", index.with_select, attn.split_ref,
+        best <= 25.0 ? "met" : "missed", sum / best);
     // the parts' sum ignores how the launches overlap in a step's graph: the same layer as one graph (as --layer)
     std::printf("\nThe same layer as one graph of its launches (dsv4_bench_attention --layer):\n\n");
     print_table_header();

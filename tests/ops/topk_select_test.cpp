@@ -1,12 +1,13 @@
 // sm90_topk_select against sm90_topk and backend::cpu::topk (std::partial_sort): the same scores in, bit-identical
-// index lists out, both precisions. Rows of n in {1, 5, 511, 512, 513, 1024, S, S + 1, 16384, 65536, 262144} (S =
-// kTopkSelectShortMax: both sides of the switch between the shared-memory and the chunked path; the 64-row cases
-// straddle the row-count switch up to kTopkSelectShortLimit), k in {8, 16, 512, 1024}, 1..64 rows, rows drawn
-// continuous, from a few values (exact ties across the k-th place), with -inf / NaN / +inf entries, almost all -inf,
-// masked tails; rows shorter than k; rows cut by positions / ratio; signed zeros (against sm90_topk only: the CPU
-// treats -0 == +0, the GPU keys order -0 below +0). Outputs are poisoned with a byte pattern that is neither an
-// index nor -1, with a guard past the last row; the workspace starts poisoned and is reused by a second call that
-// must give the same picks.
+// index lists out, both precisions. Rows of n in {1, 5, 511, 512, 513, 1024, S, S + 1, 16384, 65536, 262144, C + 1}
+// (S = kTopkSelectShortMax: both sides of the switch between the one-block and the cluster path; C =
+// kTopkSelectClusterMax: past the cluster path, the chunked one; the 64-row cases straddle the row-count switch up
+// to kTopkSelectShortLimit; every path forced on the same rows in EveryPathGivesTheSamePicks), k in {8, 16, 512,
+// 1024}, 1..64 rows, rows drawn continuous, from a few values (exact ties across the k-th place), with -inf / NaN /
+// +inf entries, almost all -inf, masked tails; rows shorter than k; rows cut by positions / ratio; signed zeros
+// (against sm90_topk only: the CPU treats -0 == +0, the GPU keys order -0 below +0). Outputs are poisoned with a byte
+// pattern that is neither an index nor -1, with a guard past the last row; the workspace starts poisoned and is reused
+// by a second call that must give the same picks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,8 +38,12 @@ void fill_row(Precision prec, std::mt19937_64& rng, RowKind kind, float* s, int6
     for (int64_t i = 0; i < n; ++i) {
         float v = 0;
         switch (kind) {
-            case RowKind::kContinuous: v = normal(rng); break;
-            case RowKind::kFewValues: v = few[level4(rng)]; break;
+            case RowKind::kContinuous:
+                v = normal(rng);
+                break;
+            case RowKind::kFewValues:
+                v = few[level4(rng)];
+                break;
             case RowKind::kSpecials: {
                 const float r = u01(rng);
                 v = r < 0.10f ? -INFINITY : r < 0.15f ? NAN : r < 0.17f ? INFINITY : float(level16(rng)) * 0.5f - 4.0f;
@@ -96,8 +101,8 @@ std::vector<int32_t> run_select(Precision prec, const DeviceBuffer& scores, TopK
         const Status s = sm90_topk_select(prec, a, ws->data(), ws_bytes, nullptr);
         EXPECT_TRUE(s.is_ok()) << s.to_string();
         auto all = to_host<int32_t>(*idx, count + kGuard);
-        const int64_t guard_hit = std::count_if(all.begin() + int64_t(count), all.end(),
-                                                [](int32_t v) { return v != 0x5a5a5a5a; });
+        const int64_t guard_hit =
+            std::count_if(all.begin() + int64_t(count), all.end(), [](int32_t v) { return v != 0x5a5a5a5a; });
         EXPECT_EQ(guard_hit, 0) << "slots past rows·k were written";
         all.resize(count);
         if (call == 0)
@@ -149,7 +154,7 @@ TEST_P(TopKSelectTest, IdenticalToTopkAndCpu) {
     const Precision prec = GetParam();
     std::mt19937_64 rng(fresh_seed());
     constexpr int64_t S = kTopkSelectShortMax;
-    const int64_t ns[] = {1, 5, 511, 512, 513, 1024, S, S + 1, 16384, 65536, 262144};
+    const int64_t ns[] = {1, 5, 511, 512, 513, 1024, S, S + 1, 16384, 65536, 262144, kTopkSelectClusterMax + 1};
     const int64_t ks[] = {8, 16, 512, 1024};
     constexpr int64_t kElementBudget = int64_t(2) << 20;  // rows · n per case, 1..64 rows
     int salt = 0;
@@ -180,11 +185,10 @@ TEST_P(TopKSelectTest, SixtyFourLongRows) {
         int64_t rows, n, k;
     };
     constexpr int64_t S = kTopkSelectShortMax, L = kTopkSelectShortLimit, R = kTopkSelectShortRows;
-    // both sides of the row-count switch: S + 1 and L scores at R rows (one-block path) and R - 1 rows (chunked),
-    // L + 1 at R rows (chunked)
-    const Case cases[] = {{64, 262144, 512}, {64, 65536, 1024}, {64, S, 1024},  {64, S + 1, 8},
-                          {64, 1024, 16},    {R, L, 512},        {R - 1, L, 512}, {R, S + 1, 16},
-                          {R - 1, S + 1, 16}, {R, L + 1, 512}};
+    // both sides of the row-count switch: S + 1 and L scores at R rows (one-block path) and R - 1 rows (cluster),
+    // L + 1 at R rows (cluster)
+    const Case cases[] = {{64, 262144, 512}, {64, 65536, 1024}, {64, S, 1024},  {64, S + 1, 8},     {64, 1024, 16},
+                          {R, L, 512},       {R - 1, L, 512},   {R, S + 1, 16}, {R - 1, S + 1, 16}, {R, L + 1, 512}};
     int salt = 0;
     int64_t picks = 0;
     for (const Case& c : cases) {
@@ -208,14 +212,14 @@ TEST_P(TopKSelectTest, PositionsCutEachRow) {
     const Precision prec = GetParam();
     std::mt19937_64 rng(fresh_seed());
     constexpr int64_t kRatio = 4;
-    const int64_t ns[] = {700, kTopkSelectShortMax, kTopkSelectShortMax + 1, 100000, 262144};
+    const int64_t ns[] = {700, kTopkSelectShortMax, kTopkSelectShortMax + 1, 100000, 262144, kTopkSelectClusterMax + 1};
     const int64_t ks[] = {16, 512, 1024};
     int salt = 0;
     int64_t picks = 0;
     for (int64_t n : ns)
         for (int64_t k : ks) {
-            const int64_t rows = std::uniform_int_distribution<int64_t>(1, std::clamp<int64_t>((int64_t(2) << 20) / n,
-                                                                                               1, 64))(rng);
+            const int64_t rows =
+                std::uniform_int_distribution<int64_t>(1, std::clamp<int64_t>((int64_t(2) << 20) / n, 1, 64))(rng);
             SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n) + " k " + std::to_string(k));
             // visible counts: none, one, fewer than k, a partial chunk, all, past the capacity
             std::vector<int64_t> pos(static_cast<size_t>(rows));
@@ -237,6 +241,46 @@ TEST_P(TopKSelectTest, PositionsCutEachRow) {
             EXPECT_EQ(first_difference(got, run_topk(prec, *ds, a), k), "") << "against sm90_topk";
             EXPECT_EQ(first_difference(got, run_cpu(prec, s, rows, n, k, &pos, kRatio), k), "") << "against cpu::topk";
             picks += real_picks(got);
+        }
+    EXPECT_GT(picks, 0) << "no case picked a real entry";
+}
+
+// The three paths forced on the same rows (the automatic choice covers each only on its side of the switches): the
+// cluster and chunked paths at row lengths where the other or the one-block path is the default, with and without
+// positions, k from 16 to 1024, the cluster shapes from 2 to 8 CTAs.
+TEST_P(TopKSelectTest, EveryPathGivesTheSamePicks) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    constexpr int64_t kRatio = 4;
+    const int64_t ns[] = {700, kTopkSelectShortMax + 1, 40000, 65536, kTopkSelectClusterMax};
+    const int64_t ks[] = {16, 512, 1024};
+    const TopKSelectPath paths[] = {TopKSelectPath::kAuto, TopKSelectPath::kCluster, TopKSelectPath::kChunked};
+    int salt = 0;
+    int64_t picks = 0;
+    for (int64_t n : ns)
+        for (int64_t k : ks) {
+            const int64_t rows =
+                std::uniform_int_distribution<int64_t>(1, std::clamp<int64_t>((int64_t(2) << 20) / n, 1, 40))(rng);
+            const bool cut = (salt % 2) == 1;
+            SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n) + " k " + std::to_string(k) +
+                         (cut ? " positions" : ""));
+            std::vector<int64_t> pos(static_cast<size_t>(rows));
+            std::uniform_int_distribution<int64_t> any_pos(0, kRatio * n + 100);
+            for (auto& p : pos) p = any_pos(rng);
+            const auto s = random_rows(prec, rng, rows, n, salt++);
+            auto ds = act_to_device(prec, s);
+            auto dpos = to_device(pos);
+            ASSERT_TRUE(ds.is_ok() && dpos.is_ok());
+            TopKArgs a{nullptr, rows, n, k, nullptr};
+            if (cut) a.positions = dpos->as<int64_t>(), a.ratio = kRatio;
+            const auto want = run_topk(prec, *ds, a);
+            for (const TopKSelectPath path : paths) {
+                a.select_path = path;
+                const auto got = run_select(prec, *ds, a);
+                EXPECT_EQ(first_difference(got, want, k), "") << "path " << int(path) << " against sm90_topk";
+                picks += real_picks(got);
+            }
         }
     EXPECT_GT(picks, 0) << "no case picked a real entry";
 }
@@ -277,15 +321,21 @@ TEST(TopKSelectValidation, ClearErrors) {
     no_ratio.positions = buf->as<int64_t>();
     s = sm90_topk_select(Precision::kReference, no_ratio, nullptr, 0, nullptr);
     EXPECT_NE(s.message().find("compression ratio"), std::string::npos) << s.message();
-    // short rows need no workspace; long rows name the size they need
+    // the one-block and cluster paths need no workspace; the chunked path (rows past the cluster bound, or forced)
+    // names the size it needs
     EXPECT_EQ(sm90_topk_select_workspace_bytes({buf->data(), 8, kTopkSelectShortMax, 512, buf->as<int32_t>()}), 0u);
     EXPECT_EQ(sm90_topk_select_workspace_bytes(
-                  {buf->data(), kTopkSelectShortRows, kTopkSelectShortLimit, 512, buf->as<int32_t>()}),
+                  {buf->data(), kTopkSelectShortRows - 1, kTopkSelectClusterMax, 512, buf->as<int32_t>()}),
               0u);
-    EXPECT_GT(sm90_topk_select_workspace_bytes(
-                  {buf->data(), kTopkSelectShortRows - 1, kTopkSelectShortLimit, 512, buf->as<int32_t>()}),
-              0u);
-    const TopKArgs long_rows{buf->data(), 2, kTopkSelectShortMax + 1, 512, buf->as<int32_t>()};
+    TopKArgs chunked{buf->data(), 3, kTopkSelectShortMax, 512, buf->as<int32_t>()};
+    chunked.select_path = TopKSelectPath::kChunked;
+    EXPECT_GT(sm90_topk_select_workspace_bytes(chunked), 0u);
+    TopKArgs too_long{buf->data(), 1, kTopkSelectClusterMax + 1, 512, buf->as<int32_t>()};
+    too_long.select_path = TopKSelectPath::kCluster;
+    s = sm90_topk_select(Precision::kReference, too_long, nullptr, 0, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("cluster path takes rows of up to"), std::string::npos) << s.message();
+    const TopKArgs long_rows{buf->data(), 2, kTopkSelectClusterMax + 1, 512, buf->as<int32_t>()};
     const size_t need = sm90_topk_select_workspace_bytes(long_rows);
     EXPECT_GT(need, 0u);
     s = sm90_topk_select(Precision::kReference, long_rows, buf->data(), need - 1, nullptr);

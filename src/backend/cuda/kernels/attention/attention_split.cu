@@ -1,11 +1,9 @@
 // Launcher of the split-candidate sparse attention: plan the chunks, lay out the workspace, validate, launch the
 // block-max pass (reference-max mode, more than one chunk), the partial pass and the combine.
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 
+#include "backend/cuda/common/cluster_occupancy.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/attention/attention.h"
@@ -60,40 +58,6 @@ SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
     return p;
 }
 
-// Clusters of `size` CTAs of `kernel` (one CTA per SM at its shared memory) that can be resident at once on the
-// current device, asked once per (device, kernel, size): a cluster's CTAs must share a GPC, so this is below
-// SMs / size.
-int max_active_clusters(const void* kernel, size_t smem, int size) {
-    static std::mutex mu;
-    static std::map<std::tuple<int, const void*, int>, int> known;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    const std::lock_guard<std::mutex> lock(mu);
-    const auto key = std::make_tuple(dev, kernel, size);
-    if (const auto it = known.find(key); it != known.end()) return it->second;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(1, unsigned(size), 1);
-    cfg.blockDim = dim3(Cfg::kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = unsigned(size);
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        n = 0;
-    }
-    known.emplace(key, n);
-    return n;
-}
-
 // Packed rows: the head tiles of one token and chunk run as a thread-block cluster of 4 (or 2) CTAs along y, which
 // share each block's gather and decode (attention_split.cuh), when the grid's clusters are all resident at once.
 // Otherwise the next smaller size: 33 clusters of 4 (HCA at 1M context, batch 1) ran in two waves on the H200,
@@ -102,7 +66,7 @@ int max_active_clusters(const void* kernel, size_t smem, int size) {
 int split_cluster_size(const void* kernel, size_t smem, bool packed, int64_t tiles, int64_t ctas) {
     if (!packed) return 1;
     for (const int size : {4, 2})
-        if (tiles % size == 0 && ctas / size <= max_active_clusters(kernel, smem, size)) return size;
+        if (tiles % size == 0 && ctas / size <= max_active_clusters(kernel, Cfg::kThreads, smem, size)) return size;
     return 1;
 }
 
@@ -110,8 +74,8 @@ template <bool kPacked, int kPass>
 Status launch_pass(const SplitAttnParams& sp, int64_t grid_x, int64_t tiles, int64_t tokens, cudaStream_t s) {
     constexpr size_t smem = Cfg::smem_bytes(kPacked);
     auto* kernel = sm90_sparse_attn_split_kernel<kPacked, kPass>;
-    const char* what = kPass == kSplitBlockMax ? "sm90_sparse_attn_split (block maxima)"
-                                               : "sm90_sparse_attn_split (partials)";
+    const char* what =
+        kPass == kSplitBlockMax ? "sm90_sparse_attn_split (block maxima)" : "sm90_sparse_attn_split (partials)";
     DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                   "sm90_sparse_attn_split: shared memory opt-in");
     cudaLaunchConfig_t cfg{};
@@ -122,8 +86,8 @@ Status launch_pass(const SplitAttnParams& sp, int64_t grid_x, int64_t tiles, int
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = unsigned(split_cluster_size(reinterpret_cast<const void*>(kernel), smem, kPacked, tiles,
-                                                        grid_x * tiles * tokens));
+    attr.val.clusterDim.y = unsigned(
+        split_cluster_size(reinterpret_cast<const void*>(kernel), smem, kPacked, tiles, grid_x * tiles * tokens));
     attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;

@@ -14,12 +14,12 @@ namespace dsv4::cuda {
 // kReference (bf16 q, keys, w, scores): bf16(dot) on tensor cores (f32 accumulation), relu, bf16(w·relu), f32 sum
 // over heads in head order, bf16 out. kF32: f32 everywhere.
 struct IndexerScoresArgs {
-    const void* q = nullptr;     // [T, IH, 128]
-    const void* keys = nullptr;  // [n, 128], or pages of packed keys (keys_packed / key_pages)
-    const void* w = nullptr;     // [T, IH]
+    const void* q = nullptr;                           // [T, IH, 128]
+    const void* keys = nullptr;                        // [n, 128], or pages of packed keys (keys_packed / key_pages)
+    const void* w = nullptr;                           // [T, IH]
     int64_t tokens = 0, heads = 64, n = 0, ratio = 4;  // 1 <= heads <= 64 (padded to 16 inside)
-    const int64_t* positions = nullptr;  // device [T]
-    void* scores = nullptr;      // [T, n]
+    const int64_t* positions = nullptr;                // device [T]
+    void* scores = nullptr;                            // [T, n]
     // When set, key blocks entirely at or beyond row t's visible count (pos_t + 1) / ratio are neither computed nor
     // written (n may then be the cache's capacity; read the scores through TopKArgs::positions).
     bool visible_only = false;
@@ -53,42 +53,49 @@ Status sm90_indexer_scores(backend::Precision precision, const IndexerScoresArgs
 // integers carry their block's offset from the smallest scale and the four exponents are equal (|q_int| <= 96);
 // otherwise each block keeps its own exponent (|q_int| <= 12: twice the e2m1 value).
 struct IndexerQFinishArgs {
-    void* q = nullptr;                   // [tokens, heads, 128] bf16
+    void* q = nullptr;  // [tokens, heads, 128] bf16
     int64_t tokens = 0, heads = 0;
     const int64_t* positions = nullptr;  // device [tokens]
     backend::RopeFreqs freqs;
-    int8_t* q_int = nullptr;             // [tokens, heads, 128] or null
-    int8_t* q_exp = nullptr;             // [tokens, heads, 4]; with q_int
+    int8_t* q_int = nullptr;  // [tokens, heads, 128] or null
+    int8_t* q_exp = nullptr;  // [tokens, heads, 4]; with q_int
 };
 Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream);
+
+// sm90_topk_select's route for a call (kAuto: the rule below); kCluster / kChunked force a path for every row length
+// the path supports (tests and benchmarks compare the paths on the same rows).
+enum class TopKSelectPath { kAuto, kCluster, kChunked };
 
 // Per row the k largest scores, descending, equal scores in ascending index order; a pick whose score is -inf or
 // NaN, or past the row's n entries, is -1. Scores bf16 (kReference) or f32 (kF32); k <= 1024.
 struct TopKArgs {
     const void* scores = nullptr;  // [rows, n]
     int64_t rows = 0, n = 0, k = 0;
-    int32_t* idx = nullptr;        // [rows, k]
+    int32_t* idx = nullptr;  // [rows, k]
     // When set, row t reads only its first min(n, (positions[t] + 1) / ratio) scores: picks are exactly those of
     // a call with n = that count (the rest of the row is never read).
-    const int64_t* positions = nullptr;  // device [rows] or null
-    int64_t ratio = 0;                   // > 0 when positions is set
+    const int64_t* positions = nullptr;                  // device [rows] or null
+    int64_t ratio = 0;                                   // > 0 when positions is set
+    TopKSelectPath select_path = TopKSelectPath::kAuto;  // sm90_topk_select only
 };
 Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
 
-// The picks of sm90_topk, identical for every input (same indices, order and -1s), by a radix select that reads a
-// row of n <= kTopkSelectShortMax scores once (one block per row, keys in shared memory) and a longer row 2 (bf16)
-// or 4 (f32) times in chunks spread over many blocks. Longer rows need `workspace` (device memory, 16-byte aligned,
-// contents ignored) of sm90_topk_select_workspace_bytes(a) bytes, which covers both precisions; n must fit an int32
-// index. Not safe to run concurrently on one workspace.
-// The switch (H200, docs/kernels/attention.md §6 and "Seventh run"): the one-block path costs ≈ 8.4 µs + 1.45 µs per
-// 1,000 scores whatever the row count; the chunked one ≈ 22 µs for 1-8 rows almost regardless of n, but its passes
-// grow with rows × chunks (64 rows of 16,384 scores: 56 µs against the one-block path's 33.4). So rows of up to
+// The picks of sm90_topk, identical for every input (same indices, order and -1s), by a radix select on three paths:
+// one block per row (n <= kTopkSelectShortMax scores, keys in shared memory, the row read once); one thread-block
+// cluster of 2-8 CTAs per row (n <= kTopkSelectClusterMax: each CTA keeps its share of the keys in shared memory, the
+// histograms are summed and the picks gathered through distributed shared memory, the row read once, one launch);
+// and chunks over many blocks, one launch per pass (longer rows, or when the device cannot hold a cluster), which
+// read the row 2 (bf16) or 4 (f32) times and need `workspace` (device memory, 16-byte aligned, contents ignored) of
+// sm90_topk_select_workspace_bytes(a) bytes, which covers both precisions. n must fit an int32 index. Not safe to
+// run concurrently on one workspace.
+// The switch (H200, docs/kernels/attention.md §6, "Seventh run" and "Top-k select at batch 1"): rows of up to
 // kTopkSelectShortMax scores always take the one-block path, rows up to kTopkSelectShortLimit (its shared-memory
-// bound) take it when a call has at least kTopkSelectShortRows of them (the crossing lies between 8 rows, where the
-// chunked path wins, and 64), and longer rows take the chunked path.
+// bound) take it when a call has at least kTopkSelectShortRows of them, longer rows take the cluster path up to
+// kTopkSelectClusterMax and the chunked path beyond.
 inline constexpr int64_t kTopkSelectShortMax = 8192;
 inline constexpr int64_t kTopkSelectShortLimit = 16384;
 inline constexpr int64_t kTopkSelectShortRows = 32;
+inline constexpr int64_t kTopkSelectClusterMax = 262144;  // 8 CTAs x 32,768 keys: a 1M context's CSA entries
 size_t sm90_topk_select_workspace_bytes(const TopKArgs& a);
 Status sm90_topk_select(backend::Precision precision, const TopKArgs& a, void* workspace, size_t workspace_bytes,
                         StreamHandle stream);

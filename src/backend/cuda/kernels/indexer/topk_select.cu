@@ -1,11 +1,14 @@
-// Launchers of sm90_topk_select (indexer.h): validate, choose the short-row or the chunked long-row path, lay out
-// the workspace, launch on the stream.
+// Launchers of sm90_topk_select (indexer.h): validate, choose the one-block, cluster or chunked path, lay out the
+// chunked path's workspace, launch on the stream.
+#include <algorithm>
 #include <string>
 
+#include "backend/cuda/common/cluster_occupancy.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/indexer/topk_select.cuh"
+#include "backend/cuda/kernels/indexer/topk_select_cluster.cuh"
 
 namespace dsv4::cuda {
 
@@ -43,8 +46,60 @@ SelectLayout select_layout(int64_t rows, int64_t n) {
     return l;
 }
 
+using ClusterCfg = TopKClusterConfig;
+static_assert(int64_t(ClusterCfg::kMaxCtas) * ClusterCfg::kCtaKeysMax == kTopkSelectClusterMax);
+
 bool long_rows(const TopKArgs& a) {
     return a.n > Cfg::kShortLimit || (a.n > Cfg::kShortMax && a.rows < Cfg::kShortRows);
+}
+
+// Cluster path: CTAs per row (2, 4 or 8, doubling while a share would pass kCtaKeysTarget) and the largest share.
+struct ClusterShape {
+    int ctas = 2;
+    int64_t share = 0;
+};
+ClusterShape cluster_shape(int64_t n) {
+    ClusterShape c;
+    while (c.ctas < ClusterCfg::kMaxCtas && (n + c.ctas - 1) / c.ctas > ClusterCfg::kCtaKeysTarget) c.ctas *= 2;
+    c.share = ((n + c.ctas - 1) / c.ctas + 31) / 32 * 32;
+    return c;
+}
+
+template <typename ScoreT>
+constexpr size_t cluster_smem(int64_t share) {
+    return ClusterCfg::kPickBytes + size_t(share) * sizeof(typename SelectKey<ScoreT>::T);
+}
+
+// The row's cluster shape, or ctas = 0 when one such cluster cannot be resident on this device.
+template <typename ScoreT>
+ClusterShape cluster_for(int64_t n) {
+    const ClusterShape c = cluster_shape(n);
+    auto* kernel = sm90_topk_select_cluster_kernel<ScoreT>;
+    constexpr size_t kMaxSmem = cluster_smem<ScoreT>(ClusterCfg::kCtaKeysMax);
+    if (c.share > ClusterCfg::kCtaKeysMax ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return {0, 0};
+    }
+    const bool fits = max_active_clusters(reinterpret_cast<const void*>(kernel), Cfg::kThreads,
+                                          cluster_smem<ScoreT>(c.share), c.ctas) > 0;
+    return fits ? c : ClusterShape{0, 0};
+}
+
+enum class Route { kShort, kCluster, kChunked };
+
+template <typename ScoreT>
+Route route(const TopKArgs& a) {
+    switch (a.select_path) {
+        case TopKSelectPath::kChunked:
+            return Route::kChunked;
+        case TopKSelectPath::kCluster:
+            return Route::kCluster;
+        case TopKSelectPath::kAuto:
+            break;
+    }
+    if (!long_rows(a)) return Route::kShort;
+    return a.n <= kTopkSelectClusterMax && cluster_for<ScoreT>(a.n).ctas > 0 ? Route::kCluster : Route::kChunked;
 }
 
 template <typename ScoreT>
@@ -60,6 +115,33 @@ Status launch_short(const TopKArgs& a, StreamHandle stream, const std::string& o
     kernel<<<unsigned(a.rows), Cfg::kThreads, smem, stream>>>(static_cast<const ScoreT*>(a.scores), a.n, int(a.k),
                                                               a.positions, a.ratio, a.idx);
     return launch_status(op.c_str());
+}
+
+template <typename ScoreT>
+Status launch_cluster(const TopKArgs& a, StreamHandle stream, const std::string& op) {
+    if (a.n > kTopkSelectClusterMax)
+        return invalid_argument(op + ": the cluster path takes rows of up to " + std::to_string(kTopkSelectClusterMax) +
+                                " scores, got " + std::to_string(a.n));
+    const ClusterShape c = cluster_for<ScoreT>(a.n);
+    if (c.ctas == 0) return invalid_argument(op + ": this device cannot hold the cluster path's thread-block cluster");
+    if (a.rows * c.ctas > 0x7fffffff) return invalid_argument(op + ": too many rows for one launch");
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(a.rows * c.ctas));
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = cluster_smem<ScoreT>(c.share);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(c.ctas);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    DSV4_CUDA_TRY(
+        cudaLaunchKernelEx(&cfg, sm90_topk_select_cluster_kernel<ScoreT>, static_cast<const ScoreT*>(a.scores), a.n,
+                           int(a.k), a.positions, a.ratio, int(std::min<int64_t>(c.share, Cfg::kShortMax)), a.idx),
+        op + ": cluster launch");
+    return launch_status((op + " (cluster)").c_str());
 }
 
 template <typename ScoreT>
@@ -85,10 +167,38 @@ Status launch_long(const TopKArgs& a, const SelectLayout& l, void* workspace, St
     return launch_status((op + " collect").c_str());
 }
 
+// Whether a call may take the chunked path (either precision): its workspace is needed then.
+bool may_chunk(const TopKArgs& a) {
+    return route<__nv_bfloat16>(a) == Route::kChunked || route<float>(a) == Route::kChunked;
+}
+
+template <typename ScoreT>
+Status run(const TopKArgs& a, void* workspace, size_t workspace_bytes, StreamHandle stream, const std::string& op) {
+    switch (route<ScoreT>(a)) {
+        case Route::kShort:
+            return launch_short<ScoreT>(a, stream, op);
+        case Route::kCluster:
+            return launch_cluster<ScoreT>(a, stream, op);
+        case Route::kChunked:
+            break;
+    }
+    const SelectLayout l = select_layout(a.rows, a.n);
+    if (!workspace || workspace_bytes < l.total)
+        return invalid_argument(op + ": rows of " + std::to_string(a.n) + " scores need a workspace of " +
+                                std::to_string(l.total) + " bytes (sm90_topk_select_workspace_bytes), got " +
+                                std::to_string(workspace ? workspace_bytes : 0));
+    if (reinterpret_cast<uintptr_t>(workspace) & 15)
+        return invalid_argument(op + ": workspace must be 16-byte aligned");
+    if (a.rows * l.chunks > 0x7fffffff)
+        return invalid_argument(op + ": " + std::to_string(a.rows) + " rows of " + std::to_string(a.n) +
+                                " scores are too many blocks for one launch");
+    return launch_long<ScoreT>(a, l, workspace, stream, op);
+}
+
 }  // namespace
 
 size_t sm90_topk_select_workspace_bytes(const TopKArgs& a) {
-    if (a.rows <= 0 || a.k <= 0 || !long_rows(a)) return 0;
+    if (a.rows <= 0 || a.k <= 0 || !may_chunk(a)) return 0;
     return select_layout(a.rows, a.n).total;
 }
 
@@ -104,20 +214,8 @@ Status sm90_topk_select(Precision precision, const TopKArgs& a, void* workspace,
         return invalid_argument(op + ": n " + std::to_string(a.n) + " scores per row do not fit an int32 index");
     if (a.rows == 0 || a.k == 0) return Status::ok();
     if (a.rows > 0x7fffffff) return invalid_argument(op + ": too many rows");
-    const bool ref = precision == Precision::kReference;
-    if (!long_rows(a))
-        return ref ? launch_short<__nv_bfloat16>(a, stream, op) : launch_short<float>(a, stream, op);
-    const SelectLayout l = select_layout(a.rows, a.n);
-    if (!workspace || workspace_bytes < l.total)
-        return invalid_argument(op + ": rows of " + std::to_string(a.n) + " scores need a workspace of " +
-                                std::to_string(l.total) + " bytes (sm90_topk_select_workspace_bytes), got " +
-                                std::to_string(workspace ? workspace_bytes : 0));
-    if (reinterpret_cast<uintptr_t>(workspace) & 15) return invalid_argument(op + ": workspace must be 16-byte aligned");
-    if (a.rows * l.chunks > 0x7fffffff)
-        return invalid_argument(op + ": " + std::to_string(a.rows) + " rows of " + std::to_string(a.n) +
-                                " scores are too many blocks for one launch");
-    return ref ? launch_long<__nv_bfloat16>(a, l, workspace, stream, op)
-               : launch_long<float>(a, l, workspace, stream, op);
+    return precision == Precision::kReference ? run<__nv_bfloat16>(a, workspace, workspace_bytes, stream, op)
+                                              : run<float>(a, workspace, workspace_bytes, stream, op);
 }
 
 }  // namespace dsv4::cuda

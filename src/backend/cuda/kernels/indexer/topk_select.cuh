@@ -122,13 +122,13 @@ struct DigitPick {
     uint32_t digit, remaining;
 };
 
-// One warp: the largest digit d whose bins d..255 of `hist` hold >= remaining keys, and remaining minus the keys in
-// the bins above d. Lane l owns bins 8l..8l+7. Returns the same value in every lane.
-__device__ __forceinline__ DigitPick warp_select_digit(const unsigned* hist, uint32_t remaining) {
+// One warp: the largest digit d whose bins d..255 hold >= remaining keys, and remaining minus the keys in the bins
+// above d; lane l holds bins 8l..8l+7 in h. Returns the same value in every lane.
+__device__ __forceinline__ DigitPick warp_pick_digit(const uint32_t (&h)[8], uint32_t remaining) {
     const int lane = int(threadIdx.x & 31);
-    uint32_t h[8], sum = 0;
+    uint32_t sum = 0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) h[j] = hist[lane * 8 + j], sum += h[j];
+    for (int j = 0; j < 8; ++j) sum += h[j];
     uint32_t incl = sum;  // keys in the bins of lanes >= lane
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
@@ -154,6 +154,15 @@ __device__ __forceinline__ DigitPick warp_select_digit(const unsigned* hist, uin
     }
     const int src = 31 - __clz(int(hits));
     return {uint32_t(__shfl_sync(0xffffffffu, found, src)), remaining - __shfl_sync(0xffffffffu, found_above, src)};
+}
+
+// One warp: warp_pick_digit over the kBins bins of `hist`.
+__device__ __forceinline__ DigitPick warp_select_digit(const unsigned* hist, uint32_t remaining) {
+    const int lane = int(threadIdx.x & 31);
+    uint32_t h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = hist[lane * 8 + j];
+    return warp_pick_digit(h, remaining);
 }
 
 // One warp: the digits of passes 0..passes-1 from the row histograms hist[p][kBins] (long rows).
@@ -266,42 +275,30 @@ __device__ __forceinline__ void hist_add_spread(unsigned* hist, uint32_t bin, bo
     if (active) atomicAdd(&hist[bin], 1u);
 }
 
-// Short rows: grid = rows, kThreads threads, dynamic shared memory = 2·kThreads picks + n keys (topk_select.cu).
-// One CTA's chain of barriers is the cost at these sizes, so the row's loads are issued before its visible count is
-// known (the whole stride is read, keys past the count are masked) and every pass has its own histogram (zeroed
-// once, while those loads are in flight). One warp picks each digit (every warp picking it redundantly measured
-// slower: 32 warps' shuffle chains contend for the schedulers).
-template <typename ScoreT>
-__global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
-    sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
-                                  const int64_t* __restrict__ positions, int64_t ratio, int32_t* __restrict__ idx) {
-    pdl_enter();
+// Shared memory of block_select beside the caller's pick slots and keys.
+template <int kP>
+struct BlockSelectShared {
+    unsigned hist[kP][TopKSelectConfig::kBins];  // one per pass, zeroed once
+    unsigned counts[64];
+    DigitPick sel[kP];
+};
+
+// Block: the row's k outputs from its n scores at src (1 <= n, kk = min(n, k) >= 1), the whole row in one CTA: keys
+// in keys[n], picks in buf [2][kThreads]. v holds the first batch of scores (load_score_batch at base 0, loaded for
+// at least i < n): callers issue it before they know n. Every pass has its own histogram (zeroed once, while those
+// loads are in flight); one warp picks each digit (every warp picking it redundantly measured slower: 32 warps'
+// shuffle chains contend for the schedulers).
+template <typename ScoreT, typename Code>
+__device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int n, int kk, int k,
+                                             int32_t* __restrict__ out, ScoreT (&v)[TopKSelectConfig::kBatch],
+                                             Code* buf, typename SelectKey<ScoreT>::T* keys,
+                                             BlockSelectShared<SelectKey<ScoreT>::kPasses>& sh) {
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
     using KeyT = typename Key::T;
-    using Code = ShortCode<ScoreT>;
     constexpr int kP = Key::kPasses;
-    extern __shared__ __align__(16) unsigned char topk_select_smem[];
-    auto* buf = reinterpret_cast<Code*>(topk_select_smem);  // [2][kThreads]; buf[0..kk) = picks
-    auto* keys = reinterpret_cast<KeyT*>(topk_select_smem + 2 * Cfg::kThreads * sizeof(unsigned long long));  // [n]
-    __shared__ unsigned hist[kP][Cfg::kBins];
-    __shared__ unsigned counts[64];
-    __shared__ DigitPick sel[kP];
-
-    const int64_t row = blockIdx.x;
     const int tid = int(threadIdx.x);
-    const int len = int(stride);  // <= kShortLimit (launcher)
-    const ScoreT* src = scores + row * stride;
-    ScoreT v[Cfg::kBatch];
-    load_score_batch(v, src, 0, len, tid);  // in flight while the count is read and the histograms zeroed
-    const int n = int(select_row_count(stride, positions, ratio, row));
-    const int kk = min(n, k);
-    int32_t* out = idx + row * k;
-    if (kk == 0) {
-        for (int j = tid; j < k; j += Cfg::kThreads) out[j] = -1;
-        return;
-    }
-    for (int j = tid; j < kP * Cfg::kBins; j += Cfg::kThreads) (&hist[0][0])[j] = 0;
+    for (int j = tid; j < kP * Cfg::kBins; j += Cfg::kThreads) (&sh.hist[0][0])[j] = 0;
     __syncthreads();
     // keys to shared memory, pass 0's histogram (top digit, every key)
     for (int base = 0; base < n; base += Cfg::kThreads * Cfg::kBatch) {
@@ -311,7 +308,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
             const int i = base + u * Cfg::kThreads + tid;
             const uint32_t key = i < n ? Key::of(v[u]) : 0u;
             if (i < n) keys[i] = KeyT(key);
-            hist_add_spread(hist[0], key >> (8 * (kP - 1)), i < n);
+            hist_add_spread(sh.hist[0], key >> (8 * (kP - 1)), i < n);
         }
     }
     __syncthreads();
@@ -323,25 +320,56 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         if (p > 0) {
             for (int i = tid; i < n_pad; i += Cfg::kThreads) {
                 const uint32_t key = i < n ? uint32_t(keys[i]) : 0u;
-                hist_add_spread(hist[p], (key >> shift) & 0xffu, i < n && (key & mask) == prefix);
+                hist_add_spread(sh.hist[p], (key >> shift) & 0xffu, i < n && (key & mask) == prefix);
             }
             __syncthreads();
         }
         if (tid < 32) {
-            const DigitPick dd = warp_select_digit(hist[p], remaining);
-            if (tid == 0) sel[p] = dd;
+            const DigitPick dd = warp_select_digit(sh.hist[p], remaining);
+            if (tid == 0) sh.sel[p] = dd;
         }
         __syncthreads();
-        const DigitPick d = sel[p];
+        const DigitPick d = sh.sel[p];
         prefix |= d.digit << shift;
         mask |= 0xffu << shift;
         remaining = d.remaining;
     }
     const uint32_t n_above = uint32_t(kk) - remaining;
-    block_collect(keys, n, 0, prefix, 0u, 0u, remaining, n_above, buf, counts);
+    block_collect(keys, n, 0, prefix, 0u, 0u, remaining, n_above, buf, sh.counts);
     __syncthreads();
     const Code c = tid < kk ? buf[tid] : Code(0);
     block_sort_write<ScoreT>(c, kk, k, buf, out);
+}
+
+// Short rows: grid = rows, kThreads threads, dynamic shared memory = 2·kThreads picks + n keys (topk_select.cu).
+// One CTA's chain of barriers is the cost at these sizes, so the row's loads are issued before its visible count is
+// known (the whole stride is read, keys past the count are masked).
+template <typename ScoreT>
+__global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
+    sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
+                                  const int64_t* __restrict__ positions, int64_t ratio, int32_t* __restrict__ idx) {
+    pdl_enter();
+    using Cfg = TopKSelectConfig;
+    using KeyT = typename SelectKey<ScoreT>::T;
+    using Code = ShortCode<ScoreT>;
+    extern __shared__ __align__(16) unsigned char topk_select_smem[];
+    auto* buf = reinterpret_cast<Code*>(topk_select_smem);  // [2][kThreads]; buf[0..kk) = picks
+    auto* keys = reinterpret_cast<KeyT*>(topk_select_smem + 2 * Cfg::kThreads * sizeof(unsigned long long));  // [n]
+    __shared__ BlockSelectShared<SelectKey<ScoreT>::kPasses> sh;
+
+    const int64_t row = blockIdx.x;
+    const int tid = int(threadIdx.x);
+    const ScoreT* src = scores + row * stride;
+    ScoreT v[Cfg::kBatch];
+    load_score_batch(v, src, 0, int(stride), tid);  // stride <= kShortLimit (launcher); in flight while n is read
+    const int n = int(select_row_count(stride, positions, ratio, row));
+    const int kk = min(n, k);
+    int32_t* out = idx + row * k;
+    if (kk == 0) {
+        for (int j = tid; j < k; j += Cfg::kThreads) out[j] = -1;
+        return;
+    }
+    block_select(src, n, kk, k, out, v, buf, keys, sh);
 }
 
 // Long rows, pass `pass`: grid = rows · chunks (block b: row b / chunks, chunk b % chunks), kThreads threads.
