@@ -275,6 +275,40 @@ __device__ __forceinline__ void hist_add_spread(unsigned* hist, uint32_t bin, bo
     if (active) atomicAdd(&hist[bin], 1u);
 }
 
+// Block: keys[0..count) of the scores at src into shared memory, and pass 0's histogram (top digit, every key) into
+// hist0. kFirstLoaded: v already holds the first batch (load_score_batch at base 0 for at least i < count), issued
+// by the caller before it knew count. No barrier at the end.
+template <bool kFirstLoaded, typename ScoreT>
+__device__ __forceinline__ void block_load_keys(const ScoreT* __restrict__ src, int count,
+                                                ScoreT (&v)[TopKSelectConfig::kBatch],
+                                                typename SelectKey<ScoreT>::T* keys, unsigned* hist0) {
+    using Cfg = TopKSelectConfig;
+    using Key = SelectKey<ScoreT>;
+    const int tid = int(threadIdx.x);
+    for (int base = 0; base < count; base += Cfg::kThreads * Cfg::kBatch) {
+        if (!kFirstLoaded || base > 0) load_score_batch(v, src, base, count, tid);
+#pragma unroll
+        for (int u = 0; u < Cfg::kBatch; ++u) {
+            const int i = base + u * Cfg::kThreads + tid;
+            const uint32_t key = i < count ? Key::of(v[u]) : 0u;
+            if (i < count) keys[i] = typename Key::T(key);
+            hist_add_spread(hist0, key >> (8 * (Key::kPasses - 1)), i < count);
+        }
+    }
+}
+
+// Block: the histogram of digit (key >> shift) & 0xff of the keys[0..count) whose higher digits (mask) equal prefix.
+// No barrier at the end.
+template <typename KeyT>
+__device__ __forceinline__ void block_pass_hist(const KeyT* keys, int count, unsigned* hist, int shift, uint32_t mask,
+                                                uint32_t prefix) {
+    const int count_pad = (count + 31) & ~31;  // warp-uniform trip counts
+    for (int i = int(threadIdx.x); i < count_pad; i += TopKSelectConfig::kThreads) {
+        const uint32_t key = i < count ? uint32_t(keys[i]) : 0u;
+        hist_add_spread(hist, (key >> shift) & 0xffu, i < count && (key & mask) == prefix);
+    }
+}
+
 // Shared memory of block_select beside the caller's pick slots and keys.
 template <int kP>
 struct BlockSelectShared {
@@ -294,34 +328,18 @@ __device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int
                                              Code* buf, typename SelectKey<ScoreT>::T* keys,
                                              BlockSelectShared<SelectKey<ScoreT>::kPasses>& sh) {
     using Cfg = TopKSelectConfig;
-    using Key = SelectKey<ScoreT>;
-    using KeyT = typename Key::T;
-    constexpr int kP = Key::kPasses;
+    constexpr int kP = SelectKey<ScoreT>::kPasses;
     const int tid = int(threadIdx.x);
     for (int j = tid; j < kP * Cfg::kBins; j += Cfg::kThreads) (&sh.hist[0][0])[j] = 0;
     __syncthreads();
-    // keys to shared memory, pass 0's histogram (top digit, every key)
-    for (int base = 0; base < n; base += Cfg::kThreads * Cfg::kBatch) {
-        if (base > 0) load_score_batch(v, src, base, n, tid);
-#pragma unroll
-        for (int u = 0; u < Cfg::kBatch; ++u) {
-            const int i = base + u * Cfg::kThreads + tid;
-            const uint32_t key = i < n ? Key::of(v[u]) : 0u;
-            if (i < n) keys[i] = KeyT(key);
-            hist_add_spread(sh.hist[0], key >> (8 * (kP - 1)), i < n);
-        }
-    }
+    block_load_keys<true>(src, n, v, keys, sh.hist[0]);
     __syncthreads();
     uint32_t prefix = 0, mask = 0, remaining = uint32_t(kk);
-    const int n_pad = (n + 31) & ~31;  // warp-uniform trip counts
 #pragma unroll 1
     for (int p = 0; p < kP; ++p) {
         const int shift = 8 * (kP - 1 - p);
         if (p > 0) {
-            for (int i = tid; i < n_pad; i += Cfg::kThreads) {
-                const uint32_t key = i < n ? uint32_t(keys[i]) : 0u;
-                hist_add_spread(sh.hist[p], (key >> shift) & 0xffu, i < n && (key & mask) == prefix);
-            }
+            block_pass_hist(keys, n, sh.hist[p], shift, mask, prefix);
             __syncthreads();
         }
         if (tid < 32) {

@@ -130,30 +130,15 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     for (int j = tid; j < kP * Cfg::kBins; j += Cfg::kThreads) (&hist[0][0])[j] = 0;
     if (tid == 0) gt_next = 0;  // before the first cluster barrier, so before any CTA's atomic on it
     __syncthreads();
-    // keys to shared memory, pass 0's histogram (top digit, every key)
-    const ScoreT* src = scores + row * stride + begin;
-    for (int base = 0; base < count; base += Cfg::kThreads * Cfg::kBatch) {
-        ScoreT v[Cfg::kBatch];
-        load_score_batch(v, src, base, count, tid);
-#pragma unroll
-        for (int u = 0; u < Cfg::kBatch; ++u) {
-            const int i = base + u * Cfg::kThreads + tid;
-            const uint32_t key = i < count ? Key::of(v[u]) : 0u;
-            if (i < count) keys[i] = KeyT(key);
-            hist_add_spread(hist[0], key >> (8 * (kP - 1)), i < count);
-        }
-    }
+    ScoreT v[Cfg::kBatch];
+    block_load_keys<false>(scores + row * stride + begin, count, v, keys, hist[0]);
     cluster.sync();  // every CTA's pass-0 histogram is complete (and every CTA has started)
     uint32_t prefix = 0, mask = 0, remaining = uint32_t(kk);
-    const int count_pad = (count + 31) & ~31;  // warp-uniform trip counts
 #pragma unroll 1
     for (int p = 0; p < kP; ++p) {
         const int shift = 8 * (kP - 1 - p);
         if (p > 0) {
-            for (int i = tid; i < count_pad; i += Cfg::kThreads) {
-                const uint32_t key = i < count ? uint32_t(keys[i]) : 0u;
-                hist_add_spread(hist[p], (key >> shift) & 0xffu, i < count && (key & mask) == prefix);
-            }
+            block_pass_hist(keys, count, hist[p], shift, mask, prefix);
             cluster.sync();
         }
         if (tid < 32) {  // bins 8·lane .. 8·lane + 7 summed over the cluster's histograms
@@ -179,8 +164,8 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
                     cluster.map_shared_rank(&gt_next, 0), counts, &cta_ties, cluster, rank);
     cluster.sync();  // every pick is in CTA 0's slots; no CTA reads another's memory after this
     if (rank != 0) return;
-    const Code v = tid < kk ? buf[tid] : Code(0);
-    block_sort_write<ScoreT>(v, kk, k, buf, idx + row * k);
+    const Code c = tid < kk ? buf[tid] : Code(0);
+    block_sort_write<ScoreT>(c, kk, k, buf, idx + row * k);
 }
 
 }  // namespace dsv4::cuda
