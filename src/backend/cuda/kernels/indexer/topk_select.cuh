@@ -13,7 +13,8 @@
 // is never needed: the histogrammed keys always number >= remaining).
 //
 // Short rows (n <= kShortMax, or <= kShortLimit in calls of many rows): one CTA per row, keys in shared memory; the
-// load builds pass 0's histogram. Long rows: chunks of the row, one launch per pass (hist kernel: chunk histogram in
+// load builds pass 0's histogram. Long rows up to kTopkSelectClusterMax: one cluster of CTAs per row
+// (topk_select_cluster.cuh). Longer rows: chunks of the row, one launch per pass (hist kernel: chunk histogram in
 // shared memory, added into the row's histogram in the workspace with integer atomics, whose sums do not depend on
 // their order). Every CTA derives the digits of the earlier passes again from the finished histograms. The last pass
 // also stores, per chunk and last digit d, the chunk's count of keys > (prefix | d) and == (prefix | d); the collect
