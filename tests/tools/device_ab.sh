@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# scripts/device-ab on a throw-away tree (a copy of the script beside a one-line file; no build): the base run and
-# each variant see their own tree, every patch is taken back afterwards, and a patch that is missing or does not
-# apply stops the run before anything changes.
+# scripts/device-ab on a throw-away tree (a copy of the script beside a one-line file; builds by a stand-in cmake):
+# the base run and each variant see their own tree, every patch is taken back afterwards, the base is built again
+# last, and a patch that is missing or does not apply stops the run before anything changes.
 # Usage: device_ab.sh SOURCE_ROOT
 set -euo pipefail
 root="${1:?usage: device_ab.sh SOURCE_ROOT}"
@@ -31,6 +31,14 @@ out="$(OUT="$t/out" tree/scripts/device-ab --no-build --grep . beta=patches/beta
 grep -q '^== base (rc 0' <<<"$out" && grep -q '^== beta (rc 0' <<<"$out" || fail "headers: $out"
 [ "$(cat "$t/out/beta.txt")" = beta ] || fail "beta.txt holds '$(cat "$t/out/beta.txt")'"
 [ "$(cat tree/value.txt)" = alpha ] || fail "the patch was not taken back"
+# with builds (a stand-in cmake records the tree each build saw): base, the variant, then the base again, so the
+# build directory is not left holding the variant's binaries
+mkdir -p "$t/bin"
+printf '#!/usr/bin/env bash\ncat "$FAKE_TREE/value.txt" >> "$FAKE_LOG"\n' > "$t/bin/cmake"
+chmod +x "$t/bin/cmake"
+FAKE_TREE="$t/tree" FAKE_LOG="$t/builds.txt" PATH="$t/bin:$PATH" OUT="$t/out2" \
+    tree/scripts/device-ab --build-dir "$t/build" beta=patches/beta.patch -- true > /dev/null
+[ "$(tr '\n' ' ' < "$t/builds.txt")" = "alpha beta alpha " ] || fail "builds saw: $(tr '\n' ' ' < "$t/builds.txt")"
 set +e
 msg="$(tree/scripts/device-ab --no-build stale=patches/stale.patch -- cat tree/value.txt 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'does not apply' <<<"$msg" || fail "stale patch: rc $rc, '$msg'"
@@ -39,4 +47,4 @@ msg="$(tree/scripts/device-ab --no-build gone=patches/none.patch -- true 2>&1)";
 msg="$(tree/scripts/device-ab --no-build 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'no command' <<<"$msg" || fail "no command: rc $rc, '$msg'"
 [ "$(cat tree/value.txt)" = alpha ] || fail "a failed run changed the tree"
-echo "device-ab: variants run on their own trees, patches taken back, bad patches refused"
+echo "device-ab: variants run on their own trees, patches taken back, the base rebuilt last, bad patches refused"
