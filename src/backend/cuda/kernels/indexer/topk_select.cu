@@ -67,7 +67,7 @@ ClusterShape cluster_shape(int64_t n) {
 
 template <typename ScoreT>
 constexpr size_t cluster_smem(int64_t share) {
-    return ClusterCfg::kPickBytes + ClusterCfg::kKeyAlignBytes + size_t(share) * sizeof(typename SelectKey<ScoreT>::T);
+    return ClusterCfg::kPickBytes + size_t(share) * sizeof(typename SelectKey<ScoreT>::T);
 }
 
 // The row's cluster shape, or ctas = 0 when one such cluster cannot be resident on this device.

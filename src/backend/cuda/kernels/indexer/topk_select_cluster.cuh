@@ -15,7 +15,6 @@
 
 #include <cooperative_groups.h>
 
-#include "backend/cuda/kernels/indexer/topk_keys_x8.cuh"
 #include "backend/cuda/kernels/indexer/topk_select.cuh"
 
 namespace dsv4::cuda {
@@ -25,28 +24,7 @@ struct TopKClusterConfig {
     static constexpr int kCtaKeysTarget = 8192;  // C doubles from 2 while a CTA's share would exceed this
     static constexpr int kCtaKeysMax = 32768;    // a CTA's share at most: n <= kMaxCtas · this
     static constexpr size_t kPickBytes = 2 * TopKSelectConfig::kThreads * sizeof(unsigned long long);
-    static constexpr size_t kKeyAlignBytes = 16;  // bf16 keys start at their source's offset in a 16-byte granule
 };
-
-// Every warp of every CTA in the cluster: the number of keys equal to the threshold before this warp's segment
-// (earlier warps of this CTA, then all of the earlier CTAs), from each warp's count n_eq. counts: shared [32];
-// cta_ties: this CTA's count, read by the later CTAs. Synchronises the cluster once.
-__device__ __forceinline__ unsigned cluster_ties_before(unsigned n_eq, unsigned* counts, unsigned* cta_ties,
-                                                        const cooperative_groups::cluster_group& cluster, int rank) {
-    const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-    if (lane == 0) counts[warp] = n_eq;
-    __syncthreads();
-    if (warp == 0) {
-        const unsigned t = __reduce_add_sync(0xffffffffu, counts[lane]);
-        if (lane == 0) *cta_ties = t;
-    }
-    cluster.sync();  // every CTA's tie count is published
-    unsigned eq = __reduce_add_sync(0xffffffffu, lane < warp ? counts[lane] : 0u);  // ties before this warp's
-#pragma unroll
-    for (int r = 0; r < TopKClusterConfig::kMaxCtas; ++r)
-        if (r < rank) eq += *cluster.map_shared_rank(cta_ties, r);
-    return eq;
-}
 
 // CTA `rank` of the cluster: its picks of keys[0..count) (indices first_index + i) into CTA 0's slots `picks`. Every
 // key > thr goes to a slot taken from CTA 0's counter `gt_next` (any order: CTA 0 sorts the picks), so one pass over
@@ -78,7 +56,17 @@ __device__ __forceinline__ void cluster_collect(const KeyT* keys, int count, int
             if ((b_gt >> lane) & 1u) picks[base + __popc(b_gt & below)] = Code::of(key, first_index + i);
         }
     }
-    unsigned eq = cluster_ties_before(n_eq, counts, cta_ties, cluster, rank);
+    if (lane == 0) counts[warp] = n_eq;
+    __syncthreads();
+    if (warp == 0) {
+        const unsigned t = __reduce_add_sync(0xffffffffu, counts[lane]);
+        if (lane == 0) *cta_ties = t;
+    }
+    cluster.sync();  // every CTA's tie count is published
+    unsigned eq = __reduce_add_sync(0xffffffffu, lane < warp ? counts[lane] : 0u);  // ties before this warp's
+#pragma unroll
+    for (int r = 0; r < TopKClusterConfig::kMaxCtas; ++r)
+        if (r < rank) eq += *cluster.map_shared_rank(cta_ties, r);
     if (n_eq == 0 || eq >= remaining) return;
     for (int i0 = begin; i0 < end && eq < remaining; i0 += 32) {
         const int i = i0 + lane;
@@ -93,87 +81,10 @@ __device__ __forceinline__ void cluster_collect(const KeyT* keys, int count, int
     }
 }
 
-// cluster_collect for bf16 keys stored eight per group (topk_keys_x8.cuh): the same picks in the same slots' order
-// rules. Lane l of a warp iteration holds group g of the warp's segment; a group is looked at key by key only when
-// its largest key reaches thr (rare: the picks and ties are a few hundred of the row's keys), and the lanes' counts
-// are ranked by a warp scan, so ties stay in index order (groups ascend with the lane, then the iteration).
-__device__ __forceinline__ void cluster_collect_x8(const uint4* keys, const KeyGroups& kg, int64_t first_index,
-                                                   uint32_t thr, uint32_t remaining, uint32_t n_above,
-                                                   unsigned long long* picks, unsigned* gt_next, unsigned* counts,
-                                                   unsigned* cta_ties, const cooperative_groups::cluster_group& cluster,
-                                                   int rank) {
-    using Code = PickCode<unsigned long long>;
-    constexpr int kWarps = TopKSelectConfig::kThreads / 32;
-    const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-    const int seg = ((kg.groups + kWarps - 1) / kWarps + 31) & ~31;
-    const int begin = warp * seg, end = min(kg.groups, begin + seg);
-    // this lane's keys of group g above and equal to thr, as bit masks over the group's 8
-    const auto classify = [&](const uint4& k, int g, unsigned& gt_bits, unsigned& eq_bits) {
-        const int lo = kg.lo(g), hi = kg.hi(g);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const uint32_t key = key_half(k, j);
-            const bool valid = j >= lo && j < hi;
-            gt_bits |= unsigned(valid && key > thr) << j;
-            eq_bits |= unsigned(valid && key == thr) << j;
-        }
-    };
-    const auto inclusive_scan = [&](unsigned v) {
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const unsigned t = __shfl_up_sync(0xffffffffu, v, off);
-            if (lane >= off) v += t;
-        }
-        return v;
-    };
-    const auto index_of = [&](int g, int j) { return first_index + 8 * g + j - kg.off; };
-    unsigned n_eq = 0;
-    for (int g0 = begin; g0 < end; g0 += 32) {  // warp-uniform
-        const int g = g0 + lane;
-        const uint4 k = g < end ? keys[g] : make_uint4(0, 0, 0, 0);
-        const bool cand = g < end && group_max_key(k) >= thr;
-        if (!__ballot_sync(0xffffffffu, cand)) continue;
-        unsigned gt_bits = 0, eq_bits = 0;
-        if (cand) classify(k, g, gt_bits, eq_bits);
-        n_eq += __popc(eq_bits);
-        const unsigned n_gt = __popc(gt_bits), incl = inclusive_scan(n_gt);
-        const unsigned total = __shfl_sync(0xffffffffu, incl, 31);
-        if (total) {  // warp-uniform: one slot request for the warp's keys above thr
-            unsigned base = 0;
-            if (lane == 0) base = atomicAdd(gt_next, total);
-            unsigned slot = __shfl_sync(0xffffffffu, base, 0) + incl - n_gt;
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                if ((gt_bits >> j) & 1u) picks[slot++] = Code::of(key_half(k, j), index_of(g, j));
-        }
-    }
-    n_eq = __reduce_add_sync(0xffffffffu, n_eq);
-    unsigned eq = cluster_ties_before(n_eq, counts, cta_ties, cluster, rank);
-    if (n_eq == 0 || eq >= remaining) return;
-    for (int g0 = begin; g0 < end && eq < remaining; g0 += 32) {
-        const int g = g0 + lane;
-        const uint4 k = g < end ? keys[g] : make_uint4(0, 0, 0, 0);
-        const bool cand = g < end && group_max_key(k) >= thr;
-        if (!__ballot_sync(0xffffffffu, cand)) continue;
-        unsigned gt_bits = 0, eq_bits = 0;
-        if (cand) classify(k, g, gt_bits, eq_bits);
-        const unsigned c = __popc(eq_bits), incl = inclusive_scan(c);
-        unsigned r = eq + incl - c;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            if ((eq_bits >> j) & 1u) {
-                if (r < remaining) picks[n_above + r] = Code::of(thr, index_of(g, j));
-                ++r;
-            }
-        eq += __shfl_sync(0xffffffffu, incl, 31);
-    }
-}
-
 // Grid = rows · C CTAs in clusters of C along x (cluster c = row c), kThreads threads, dynamic shared memory =
-// kPickBytes + kKeyAlignBytes + share_max keys, share_max >= the largest share (launcher: ceil(n / C) rounded up to
-// 32). A row whose visible count is at most single_max (<= share_max; decode calls span a session's whole key capacity,
-// of which a short context sees little) is selected by CTA 0 alone on the one-block path's code, without the cluster's
-// barriers.
+// kPickBytes + share_max keys, share_max >= the largest share (launcher: ceil(n / C) rounded up to 32). A row whose
+// visible count is at most single_max (<= share_max; decode calls span a session's whole key capacity, of which a
+// short context sees little) is selected by CTA 0 alone on the one-block path's code, without the cluster's barriers.
 template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_cluster_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
@@ -185,11 +96,9 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     using KeyT = typename Key::T;
     using Code = unsigned long long;  // indices up to kMaxCtas · kCtaKeysMax need more than 16 bits
     constexpr int kP = Key::kPasses;
-    constexpr bool kKeysX8 = kP == 2;  // bf16 scores
     extern __shared__ __align__(16) unsigned char topk_cluster_smem[];
     auto* buf = reinterpret_cast<Code*>(topk_cluster_smem);  // [2][kThreads]; CTA 0: buf[0..kk) = the row's picks
-    // [share] (bf16: [share + 8] positions, 16-byte aligned)
-    auto* keys = reinterpret_cast<KeyT*>(topk_cluster_smem + TopKClusterConfig::kPickBytes);
+    auto* keys = reinterpret_cast<KeyT*>(topk_cluster_smem + TopKClusterConfig::kPickBytes);  // [share]
     __shared__ __align__(16) unsigned hist[kP][Cfg::kBins];
     __shared__ unsigned counts[64];
     __shared__ DigitPick sel[kP];
@@ -221,26 +130,15 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     for (int j = tid; j < kP * Cfg::kBins; j += Cfg::kThreads) (&hist[0][0])[j] = 0;
     if (tid == 0) gt_next = 0;  // before the first cluster barrier, so before any CTA's atomic on it
     __syncthreads();
-    const ScoreT* src = scores + row * stride + begin;
-    KeyGroups kg;  // bf16: the keys eight per group (topk_keys_x8.cuh)
-    auto* keys8 = reinterpret_cast<uint4*>(keys);
-    if constexpr (kKeysX8) {
-        kg = key_groups(src, count);
-        block_load_keys_x8(src, kg, keys8, hist[0]);
-    } else {
-        ScoreT v[Cfg::kBatch];
-        block_load_keys<false>(src, count, v, keys, hist[0]);
-    }
+    ScoreT v[Cfg::kBatch];
+    block_load_keys<false>(scores + row * stride + begin, count, v, keys, hist[0]);
     cluster.sync();  // every CTA's pass-0 histogram is complete (and every CTA has started)
     uint32_t prefix = 0, mask = 0, remaining = uint32_t(kk);
 #pragma unroll 1
     for (int p = 0; p < kP; ++p) {
         const int shift = 8 * (kP - 1 - p);
         if (p > 0) {
-            if constexpr (kKeysX8)
-                block_pass_hist_x8(keys8, kg, hist[p], prefix >> 8);  // p = 1: d0 = prefix >> 8
-            else
-                block_pass_hist(keys, count, hist[p], shift, mask, prefix);
+            block_pass_hist(keys, count, hist[p], shift, mask, prefix);
             cluster.sync();
         }
         if (tid < 32) {  // bins 8·lane .. 8·lane + 7 summed over the cluster's histograms
@@ -262,14 +160,8 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         mask |= 0xffu << shift;
         remaining = d.remaining;
     }
-    if constexpr (kKeysX8)
-        cluster_collect_x8(keys8, kg, begin, prefix, remaining, uint32_t(kk) - remaining,
-                           cluster.map_shared_rank(buf, 0), cluster.map_shared_rank(&gt_next, 0), counts, &cta_ties,
-                           cluster, rank);
-    else
-        cluster_collect(keys, count, begin, prefix, remaining, uint32_t(kk) - remaining,
-                        cluster.map_shared_rank(buf, 0), cluster.map_shared_rank(&gt_next, 0), counts, &cta_ties,
-                        cluster, rank);
+    cluster_collect(keys, count, begin, prefix, remaining, uint32_t(kk) - remaining, cluster.map_shared_rank(buf, 0),
+                    cluster.map_shared_rank(&gt_next, 0), counts, &cta_ties, cluster, rank);
     cluster.sync();  // every pick is in CTA 0's slots; no CTA reads another's memory after this
     if (rank != 0) return;
     const Code c = tid < kk ? buf[tid] : Code(0);
