@@ -6,8 +6,9 @@
 //   indexer         scores over ctx/4 paged packed keys per query (visible_only, positions ctx-1), then top-512
 //   compressor      one CSA close per query (batched decode: append, pool, finish, entry rows, pack, roll), main
 //                   (512-d K=V entries) and indexer (128-d keys); six launches, then the fused one-launch kernel
-//                   (sm90_compressor_decode_fused) on the same inputs; and both fused kernels as a pair (the key
-//                   compressor independent_of_previous, overlapping the main one) against the pair launched to wait
+//                   (sm90_compressor_decode_fused) on the same inputs; and both fused kernels as the engine pairs
+//                   them (the key compressor independent_of_previous, overlapping the main one) against the pair
+//                   launched to wait
 //   baseline        the same rows gathered to contiguous bf16 (sm90_kv_unpack), then the same attention kernel over
 //                   the contiguous rows 0..n-1 (sm90_sparse_attn, unpacked)
 // plus the device copy bandwidth (1 GiB device-to-device, bytes read + written) measured in the same run after
@@ -774,15 +775,10 @@ CompressorTimes bench_compressor(int64_t B, bool indexer) {
     return out;
 }
 
-// Both compressors of a CSA layer's decode step back to back: the main one, then the indexer-key one with
-// CompressorDecodeArgs::independent_of_previous (it starts alongside the main one in the programmatic graph and waits
-// for it at exit) against the same pair without it. Returns the pair's time (µs). with_parts receives the pair as
-// timed and each compressor alone: keys (waiting at entry) and main (independent_of_previous), the two launches of
-// the engine's order, in which the main compressor follows the indexer's select.
-struct CompressorParts {
-    Part pair, keys, main_independent;
-};
-double bench_compressor_pair(int64_t B, const std::function<void(const CompressorParts&)>& with_parts = {}) {
+// Both compressors of a CSA layer's decode step back to back, as the engine launches them: the main one, then the
+// indexer-key one with CompressorDecodeArgs::independent_of_previous (it starts alongside the main one in the
+// programmatic graph and waits for it at exit) against the same pair without it. Returns the pair's time (µs).
+double bench_compressor_pair(int64_t B, const std::function<void(const Part& pair)>& with_part = {}) {
     const char* op = "compressor close, CSA main + indexer keys (fused pair, overlapped)";
     const int64_t ratio = kCsaRatio;
     struct Side {
@@ -846,51 +842,37 @@ double bench_compressor_pair(int64_t B, const std::function<void(const Compresso
                   "(%.2fx)",
                   serial.us, serial.us / overlapped.us);
     print_row(B, "any", op, overlapped, 0, 0, note);
-    if (with_parts)
-        with_parts(CompressorParts{Part{rotations,
-                                        [&](int i) {
-                                            DSV4_RETURN_IF_ERROR(launch(sides[0], i, false));
-                                            return launch(sides[1], i, true);
-                                        }},
-                                   Part{rotations, [&](int i) { return launch(sides[1], i, false); }},
-                                   Part{rotations, [&](int i) { return launch(sides[0], i, true); }}});
+    if (with_part)
+        with_part(Part{rotations, [&](int i) {
+                           DSV4_RETURN_IF_ERROR(launch(sides[0], i, false));
+                           return launch(sides[1], i, true);
+                       }});
     return overlapped.us;
 }
 
 // The CSA layer at batch 1, 8K context with the best kernels, as the sum of its parts timed alone and as one graph
-// of all of its launches (compressors, indexer scores, top-512 select, reference-max split attention — the split's
-// three launches count as one call) with programmatic edges, so that the launch and drain of each kernel overlap its
-// neighbours as in `dsv4 generate`. Two orders: the engine's (key compressor, scores, select, then the main
-// compressor independent_of_previous alongside the select, then the attention) and the earlier one (the compressor
-// pair first). The parts read their own rotated inputs (the attention's index lists are not the select's output), so
-// the graph has the engine's launch chain, not its data flow.
+// of all five launches per layer (compressor pair, indexer scores, top-512 select, reference-max split attention —
+// the split's three launches count as one call) in the order a decode step runs them, with programmatic edges: the
+// launch and drain of each kernel then overlap its neighbours as in `dsv4 generate`. The parts read their own
+// rotated inputs (the attention's index lists are not the select's output), so the graph has the engine's launch
+// chain, not its data flow.
 void bench_layer_graph() {
     constexpr int64_t B = 1, ctx = 8192;
-    bench_compressor_pair(B, [&](const CompressorParts& comp) {
+    bench_compressor_pair(B, [&](const Part& pair) {
         bench_indexer(B, ctx, [&](const Part& scores, const Part& select) {
             bench_attention(true, B, ctx, true, [&](const Part& attn) {
-                const Timing parts[4] = {time_op(comp.pair.rotations, comp.pair.call),
-                                         time_op(scores.rotations, scores.call),
+                const Timing parts[4] = {time_op(pair.rotations, pair.call), time_op(scores.rotations, scores.call),
                                          time_op(select.rotations,
                                                  [&](int i) {
                                                      DSV4_RETURN_IF_ERROR(scores.call(i % scores.rotations));
                                                      return select.call(i);
                                                  }),
                                          time_op(attn.rotations, attn.call)};
-                const int rotations = std::max({comp.pair.rotations, scores.rotations, attn.rotations});
-                const auto indexer = [&](int i) {
+                const int rotations = std::max({pair.rotations, scores.rotations, attn.rotations});
+                const Timing whole = time_op(rotations, [&](int i) {
+                    DSV4_RETURN_IF_ERROR(pair.call(i % pair.rotations));
                     DSV4_RETURN_IF_ERROR(scores.call(i % scores.rotations));
-                    return select.call(i);
-                };
-                const Timing engine_order = time_op(rotations, [&](int i) {
-                    DSV4_RETURN_IF_ERROR(comp.keys.call(i % comp.keys.rotations));
-                    DSV4_RETURN_IF_ERROR(indexer(i));
-                    DSV4_RETURN_IF_ERROR(comp.main_independent.call(i % comp.main_independent.rotations));
-                    return attn.call(i % attn.rotations);
-                });
-                const Timing pair_first = time_op(rotations, [&](int i) {
-                    DSV4_RETURN_IF_ERROR(comp.pair.call(i % comp.pair.rotations));
-                    DSV4_RETURN_IF_ERROR(indexer(i));
+                    DSV4_RETURN_IF_ERROR(select.call(i));
                     return attn.call(i % attn.rotations);
                 });
                 const double select_us = parts[2].us - parts[1].us;
@@ -898,10 +880,9 @@ void bench_layer_graph() {
                 std::printf(
                     "\nCSA layer at batch 1, 8K context, best kernels: parts timed alone %.2f us = compressor "
                     "pair %.2f + indexer scores %.2f + top-512 select %.2f + split attention %.2f; "
-                    "**one graph of the layer's launches: %.2f us** (target <= 25 us: %s); the compressor pair "
-                    "first instead (the earlier order): %.2f us\n",
-                    sum, parts[0].us, parts[1].us, select_us, parts[3].us, engine_order.us,
-                    engine_order.us <= 25.0 ? "met" : "missed", pair_first.us);
+                    "**one graph of the layer's launches: %.2f us** (target <= 25 us: %s)\n",
+                    sum, parts[0].us, parts[1].us, select_us, parts[3].us, whole.us,
+                    whole.us <= 25.0 ? "met" : "missed");
             });
         });
     });

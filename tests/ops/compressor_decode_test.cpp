@@ -341,11 +341,10 @@ std::vector<Case> all_cases() {
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CompressorDecodeFusedTest, ::testing::ValuesIn(all_cases()), case_name);
 
-// A compressor launched with independent_of_previous starts alongside the launch before it in a graph with
-// programmatic edges and waits for it only at exit (common/pdl.cuh); the decode step runs a CSA layer's main
-// compressor so, after the indexer's chain. Both compressors of a CSA layer, B = 3 and 64, the key compressor first and
-// the main one independent of it, replayed in such a graph from the same starting state as a plain stream run, must
-// leave every window and pool byte for byte as that run.
+// The decode step runs the indexer-key compressor right after the main one with independent_of_previous set: in a
+// graph with programmatic edges it starts alongside the main compressor and waits for it only at exit
+// (common/pdl.cuh). Both compressors of a CSA layer, B = 3 and 64, replayed in such a graph from the same starting
+// state as a plain stream run, must leave every window and pool byte for byte as that run.
 TEST(CompressorDecodeFusedGraph, IndependentPairInAProgrammaticGraphMatchesTheStream) {
     DSV4_REQUIRE_GPU();
     std::mt19937_64 rng(fresh_seed());
@@ -428,11 +427,11 @@ TEST(CompressorDecodeFusedGraph, IndependentPairInAProgrammaticGraphMatchesTheSt
         auto plain_main = upload(sides[0].h, true), plain_keys = upload(sides[1].h, true);
         auto graph_main = upload(sides[0].h, true), graph_keys = upload(sides[1].h, true);
         ASSERT_TRUE(plain_main.is_ok() && plain_keys.is_ok() && graph_main.is_ok() && graph_keys.is_ok());
-        DSV4_ASSERT_OK(sm90_compressor_decode_fused(prec, args(1, *plain_keys, false), sh));
         DSV4_ASSERT_OK(sm90_compressor_decode_fused(prec, args(0, *plain_main, false), sh));
+        DSV4_ASSERT_OK(sm90_compressor_decode_fused(prec, args(1, *plain_keys, false), sh));
         auto graph = CapturedGraph::capture(sh, [&]() -> Status {
-            DSV4_RETURN_IF_ERROR(sm90_compressor_decode_fused(prec, args(1, *graph_keys, false), sh));
-            return sm90_compressor_decode_fused(prec, args(0, *graph_main, true), sh);
+            DSV4_RETURN_IF_ERROR(sm90_compressor_decode_fused(prec, args(0, *graph_main, false), sh));
+            return sm90_compressor_decode_fused(prec, args(1, *graph_keys, true), sh);
         });
         DSV4_ASSERT_OK(graph.status());
         EXPECT_EQ(graph->programmatic_edges(), 1u);

@@ -358,27 +358,21 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     GpuLayerCache& lc = cache.layers[size_t(layer_slot)];
     const cuda::StreamHandle st = m.stream.handle();
     const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
-    // The main compressor's pool rows are read only by the attention. In a CSA layer it therefore runs after the
-    // indexer's chain (key compressor, scores, top-k select), whose memory it does not touch: with
-    // CompressorDecodeArgs::independent_of_previous it starts alongside the select in the decode graph and waits
-    // for it only at exit, so the chain in front of the attention is the key compressor's, not the pair's.
-    const auto main_compressor = [&](bool independent_of_previous) {
-        return decode_compressor(m, layer.attn.compressor, lc.open_kv, lc.open_score, lc.prev_kv, lc.prev_score,
-                                 layer.ratio, csa, CompressedKind::kMain, c.head_dim, s.proj_kv.data(),
-                                 s.proj_score.data(), rows, kv_entries(m, layer), lc.kv.data(),
-                                 independent_of_previous);
-    };
+    if (layer.ratio)
+        DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.compressor, lc.open_kv, lc.open_score, lc.prev_kv,
+                                               lc.prev_score, layer.ratio, csa, CompressedKind::kMain,
+                                               c.head_dim, s.proj_kv.data(), s.proj_score.data(), rows,
+                                               kv_entries(m, layer), lc.kv.data(), false));
     const int64_t topk = c.index_topk;
     if (csa) {
+        // right after the main compressor (CSA layers always have one), whose windows and pool rows it does not
+        // touch: it runs alongside it in the decode graph (CompressorDecodeArgs::independent_of_previous)
         DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.index_compressor, lc.iopen_kv, lc.iopen_score,
                                                lc.iprev_kv, lc.iprev_score, 4, true,
                                                CompressedKind::kIndexer, c.index_head_dim, s.index_proj_kv.data(),
                                                s.index_proj_score.data(), rows, key_entries(m), lc.keys.data(),
-                                               false));
+                                               layer.ratio != 0));
         DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true));
-        DSV4_RETURN_IF_ERROR(main_compressor(true));
-    } else if (layer.ratio) {
-        DSV4_RETURN_IF_ERROR(main_compressor(false));
     }
     const int64_t hca_cap = hca ? 64 * cache.hca.pages_per_session : 0;
     const int64_t width = cache.window + (csa ? topk : hca_cap);

@@ -19,8 +19,8 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // kernel after it cannot use that argument: after a deferring kernel only immutable data (weights) may be touched
 // early. Users: the split attention's prefix pass, whose predecessor is always its block-maxima pass
 // (attention_split.cu); the decode compressor when told that the launch before it is independent
-// (CompressorDecodeArgs::independent_of_previous: a CSA layer's main compressor after the indexer's top-k select,
-// which does not defer); the FP8 GEMM and the wo_a decode kernel, which request their first weight tiles before the wait
+// (CompressorDecodeArgs::independent_of_previous: the indexer-key compressor after the layer's main one, which does
+// not defer); the FP8 GEMM and the wo_a decode kernel, which request their first weight tiles before the wait
 // (weights are written only at model load); the mHC collapse at decode, which requests its fn slices into L2.
 __device__ __forceinline__ void pdl_enter(bool wait = true) {
     if (wait) pdl_wait();

@@ -45,8 +45,8 @@ struct CompressorDecodeArgs {
     PagedEntries entries;                // the pool's page table (indexer keys: entry_base 0)
     void* pool = nullptr;                // [pool rows, kv_row_bytes / key_row_bytes(precision)]
     // The launch just before this one on the stream is a backend kernel that writes nothing this one reads or
-    // writes and reads nothing this one writes (the engine: a CSA layer's main compressor right after the indexer's
-    // top-k select). In a graph with programmatic edges the kernel then runs alongside it and waits for it only at
+    // writes and reads nothing this one writes (the engine: the indexer-key compressor right after the layer's main
+    // compressor). In a graph with programmatic edges the kernel then runs alongside it and waits for it only at
     // exit (common/pdl.cuh).
     bool independent_of_previous = false;
 };
