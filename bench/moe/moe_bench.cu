@@ -26,7 +26,7 @@
 // tokens (a quick comparison of prefill variants).
 //
 // A second table times the decode kernel's weight formats (MXFP4, MXFP4 in the repacked layout through f16 mma.sync
-// with register loads and with staged loads, and through FP8 wgmma, NVFP4, FP8 128x128 blocks) at T <= 256. The repacked columns read the same random bytes as if they were repacked (weights and scale
+// and through FP8 wgmma, NVFP4, FP8 128x128 blocks) at T <= 256. The repacked columns read the same random bytes as if they were repacked (weights and scale
 // fields of arbitrary value; the kernel's time does not depend on the values, only on the bytes it reads).
 // A third streams, for T <= 256, exactly the bytes the kernel must read (every touched expert's weights and
 // scales, contiguous per expert here) through sm90_stream_probe — the TMA-ring load pipeline without arithmetic,
@@ -288,10 +288,9 @@ void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4Exp
     CHECK(d_nv->upload(nv.data(), n * sizeof(Nvfp4ExpertPtrs)));
     CHECK(d_fp->upload(fp.data(), n * sizeof(Fp8BlockExpertPtrs)));
     std::printf("\n| T | experts | MXFP4 us | MXFP4 TB/s | repacked us | repacked TB/s | repacked %% copy | "
-                "repacked staged us | staged TB/s | staged %% copy | "
                 "repacked wgmma us | wgmma TB/s | wgmma %% copy | NVFP4 us | NVFP4 TB/s | FP8 block us | "
                 "FP8 block TB/s | FP8 %% copy |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int64_t T : {int64_t(1), int64_t(4), int64_t(16), int64_t(64), int64_t(256)}) {
         std::vector<Routing> routings;
         double experts = 0;
@@ -308,7 +307,7 @@ void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4Exp
         const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, kK, kE, kD, kI);
         auto ws = DeviceBuffer::allocate(ws_bytes, "workspace");
         CHECK(ws.status());
-        auto time_format = [&](MoeWeightFormat f, bool fp8_wgmma = false, bool staged = false) {
+        auto time_format = [&](MoeWeightFormat f, bool fp8_wgmma = false) {
             return median_ms_per_call(s, [&](int i) {
                 const Routing& r = routings[size_t(i % kRoutings)];
                 const int64_t layer = (i % kLayers) * kE;
@@ -318,7 +317,6 @@ void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4Exp
                 a.route_w = r.d_w.as<float>();
                 a.format = f;
                 a.fp8_wgmma = fp8_wgmma;
-                a.staged_loads = staged;
                 if (f == MoeWeightFormat::kMXFP4 || f == MoeWeightFormat::kMXFP4Repacked) a.experts = dev_mx + layer;
                 if (f == MoeWeightFormat::kNVFP4) a.nvfp4_experts = d_nv->as<Nvfp4ExpertPtrs>() + layer;
                 if (f == MoeWeightFormat::kFP8Block) a.fp8_experts = d_fp->as<Fp8BlockExpertPtrs>() + layer;
@@ -331,14 +329,12 @@ void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4Exp
         };
         const float mx = time_format(MoeWeightFormat::kMXFP4), rp = time_format(MoeWeightFormat::kMXFP4Repacked),
                     wg = time_format(MoeWeightFormat::kMXFP4Repacked, true),
-                    st = time_format(MoeWeightFormat::kMXFP4Repacked, false, true),
                     nvt = time_format(MoeWeightFormat::kNVFP4), fpt = time_format(MoeWeightFormat::kFP8Block);
         auto tbs = [&](size_t per_expert, float ms) { return experts * double(per_expert) / (ms * 1e-3) / 1e12; };
-        std::printf("| %lld | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1f%% | "
-                    "%.1f | %.2f | %.1f | %.2f | %.1f%% |\n",
+        std::printf("| %lld | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1f | "
+                    "%.2f | %.1f%% |\n",
                     (long long)T, experts, mx * 1e3, tbs(kExpertBytes, mx), rp * 1e3, tbs(kExpertBytes, rp),
-                    100.0 * tbs(kExpertBytes, rp) / copy_tbs, st * 1e3, tbs(kExpertBytes, st),
-                    100.0 * tbs(kExpertBytes, st) / copy_tbs, wg * 1e3, tbs(kExpertBytes, wg),
+                    100.0 * tbs(kExpertBytes, rp) / copy_tbs, wg * 1e3, tbs(kExpertBytes, wg),
                     100.0 * tbs(kExpertBytes, wg) / copy_tbs, nvt * 1e3, tbs(kNvBytes, nvt), fpt * 1e3,
                     tbs(kFpBytes, fpt), 100.0 * tbs(kFpBytes, fpt) / copy_tbs);
     }
@@ -488,14 +484,13 @@ int main(int argc, char** argv) {
             for (int i = 0; i < 8; ++i) ring_call(i);
             for (int i = 0; i < 8; ++i) register_call(i);
             // the same bytes read as the repacked layout (values differ; the kernel's work does not), through
-            // mma.sync (register and staged loads) and through FP8 wgmma
-            for (const int variant : {0, 1, 2}) {
+            // mma.sync and through FP8 wgmma
+            for (const bool fp8_wgmma : {false, true}) {
                 for (int i = 0; i < 8; ++i) {
                     for (int64_t p = 0; p < passes; ++p) {
                         MoeDecodeArgs a = args_for(i, p, false);
                         a.format = MoeWeightFormat::kMXFP4Repacked;
-                        a.staged_loads = variant == 1;
-                        a.fp8_wgmma = variant == 2;
+                        a.fp8_wgmma = fp8_wgmma;
                         CHECK(sm90_mxfp4_moe_decode(a, s));
                     }
                 }

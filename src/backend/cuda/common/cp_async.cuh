@@ -15,16 +15,6 @@ __device__ __forceinline__ void cp_async8_zfill(void* smem, const void* gmem, bo
     const int n = valid ? 8 : 0;
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-// The shared-memory mbarrier `bar` receives one arrival from this thread once all of its earlier cp.async copies
-// have landed; .noinc: the arrival is one of the barrier's expected count (its init count includes it).
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(void* bar) {
-    const unsigned b = unsigned(__cvta_generic_to_shared(bar));
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(b) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>

@@ -140,22 +140,14 @@ __device__ __forceinline__ void expert_operands(const void* table, int e, const 
 }
 
 // The register kernels' weight source; for repacked MXFP4 it carries the block's e4m3 tables, built here (every
-// thread of the block must call it: it synchronises), for the wgmma stage the token tile in the dynamic shared
-// memory (moe_wgmma_tile_bytes, aligned here to 1024 for the swizzle), and for the staged loads the warps' rings
-// (MoeStagedConfig::block_bytes, set up here for matrices of MATS: 2 gate/up, 1 down).
-template <class Fmt, int MATS>
+// thread of the block must call it: it synchronises), and for the wgmma stage the token tile in the dynamic shared
+// memory (moe_wgmma_tile_bytes, aligned here to 1024 for the swizzle).
+template <class Fmt>
 __device__ __forceinline__ GlobalWeights global_weights() {
     GlobalWeights src;
-    constexpr bool kStaged = std::is_same_v<Fmt, Mxfp4StagedWeights>;
-    if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights> || std::is_same_v<Fmt, Mxfp4WgmmaWeights> || kStaged) {
+    if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights> || std::is_same_v<Fmt, Mxfp4WgmmaWeights>) {
         __shared__ uint2 tables[16];
         if (threadIdx.x < 16) e4m3_table_for_delta(int(threadIdx.x), tables[threadIdx.x].x, tables[threadIdx.x].y);
-        if constexpr (kStaged) {
-            extern __shared__ uint8_t dynamic_smem[];
-            const uint32_t base = smem_u32(dynamic_smem);
-            src.stage = dynamic_smem + (((base + 127u) & ~127u) - base);
-            staged_rings_init(src.stage, MATS);
-        }
         __syncthreads();
         src.e4m3_tables = tables;
     }
@@ -177,7 +169,7 @@ __device__ __forceinline__ void gate_up_block(const MoeKernelParams& p, const vo
     const uint8_t* ws[1][2];
     float wg[1][2];
     expert_operands<Fmt, 2>(table, e, w, ws, wg);
-    moe_gate_up_item<RT, KS, 1>(Fmt{}, global_weights<Fmt, 2>(), p, slot, row0, w, ws, wg, row0, red, flag, [](int) {},
+    moe_gate_up_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, row0, w, ws, wg, row0, red, flag, [](int) {},
                                 [](int) {});
 }
 
@@ -216,7 +208,7 @@ __device__ __forceinline__ void down_block(const MoeKernelParams& p, const void*
     const uint8_t* ws[1][1];
     float wg[1][1];
     expert_operands<Fmt, 1>(table, e, w, ws, wg);
-    moe_down_item<RT, KS, 1>(Fmt{}, global_weights<Fmt, 1>(), p, slot, blockIdx.x, items, w, ws, wg,
+    moe_down_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, blockIdx.x, items, w, ws, wg,
                              blockIdx.x * Cfg::kDownRows, red, flag, [](int) {}, [](int) {});
 }
 
@@ -235,15 +227,10 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
         down_block<Fmt>(p, p.experts, p.active_expert[slot], slot, items, red, &flag);
 }
 
-static_assert(Cfg::kUpRT * Cfg::kUpKS == Cfg::kDownRT * Cfg::kDownKS, "both expert kernels run 8 warps");
-
-// Dynamic shared memory of a kernel instance for K columns and MATS matrices: the wgmma stage's token tile, the
-// staged loads' rings, none for the others.
-template <class Fmt, int MATS, class Kernel>
+// Dynamic shared memory of a kernel instance for K columns: the wgmma stage's token tile, none for the others.
+template <class Fmt, class Kernel>
 Status dynamic_smem_for(Kernel kernel, int64_t K, size_t& bytes) {
-    bytes = std::is_same_v<Fmt, Mxfp4WgmmaWeights>    ? moe_wgmma_tile_bytes(K)
-            : std::is_same_v<Fmt, Mxfp4StagedWeights> ? MoeStagedConfig::block_bytes(MATS, Cfg::kUpRT * Cfg::kUpKS)
-                                                      : 0;
+    bytes = std::is_same_v<Fmt, Mxfp4WgmmaWeights> ? moe_wgmma_tile_bytes(K) : 0;
     if (bytes <= 48 * 1024) return Status::ok();
     return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
                        "sm90_mxfp4_moe_decode: shared memory for the token tile");
@@ -255,8 +242,8 @@ Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
     const unsigned slots = unsigned(p.slots + (p.shared_expert ? 1 : 0));
     const unsigned up_slots = slots + (p.shared_expert ? 1u : 0u);
     size_t up_smem = 0, down_smem = 0;
-    DSV4_RETURN_IF_ERROR((dynamic_smem_for<Fmt, 2>(sm90_moe_gate_up_kernel<Fmt>, p.D, up_smem)));
-    DSV4_RETURN_IF_ERROR((dynamic_smem_for<Fmt, 1>(sm90_moe_down_kernel<Fmt>, p.I, down_smem)));
+    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_gate_up_kernel<Fmt>, p.D, up_smem));
+    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_down_kernel<Fmt>, p.I, down_smem));
     const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), up_slots);
     sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, up_smem, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
@@ -303,10 +290,6 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     if (a.fp8_wgmma && a.format != MoeWeightFormat::kMXFP4Repacked)
         return invalid_argument(op + ": the FP8 wgmma stage reads repacked MXFP4 experts only (format " + fmt +
                                 "): leave fp8_wgmma false");
-    if (a.staged_loads && (a.format != MoeWeightFormat::kMXFP4Repacked || a.fp8_wgmma))
-        return invalid_argument(op + ": the staged loads read repacked MXFP4 experts through the mma.sync stage "
-                                "(format " + fmt + (a.fp8_wgmma ? ", fp8_wgmma set" : "") +
-                                "): leave staged_loads false");
     if (a.shared_expert && a.shared)
         return invalid_argument(op + ": give the shared expert's output (shared) or its weights (shared_expert), "
                                 "not both");
@@ -358,7 +341,6 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
         case MoeWeightFormat::kFP8Block: return launch_expert_kernels<Fp8BlockWeights>(p, stream);
         case MoeWeightFormat::kMXFP4Repacked:
             if (a.fp8_wgmma) return launch_expert_kernels<Mxfp4WgmmaWeights>(p, stream);
-            if (a.staged_loads) return launch_expert_kernels<Mxfp4StagedWeights>(p, stream);
             return launch_expert_kernels<Mxfp4RepackedWeights>(p, stream);
         case MoeWeightFormat::kMXFP4: break;
     }

@@ -93,11 +93,6 @@ struct Mxfp4RepackedWeights {  // the same bytes, bits permuted inside each word
 struct Mxfp4WgmmaWeights {
     static constexpr int kStepK = MoeDecodeConfig::kStepK;
 };
-// The same repacked bytes and arithmetic as Mxfp4RepackedWeights, each warp's rows staged through a shared-memory
-// ring of its own by bulk copies (moe_staged.cuh; MoeDecodeArgs::staged_loads)
-struct Mxfp4StagedWeights {
-    static constexpr int kStepK = MoeDecodeConfig::kStepK;
-};
 struct Nvfp4Weights {
     static constexpr int kStepK = MoeDecodeConfig::kStepK;
 };
@@ -406,8 +401,6 @@ struct GlobalWeights {
     const uint2* e4m3_tables = nullptr;
     // Mxfp4WgmmaWeights: the token tile's e4m3 activations (K · 8 bytes, 1024-byte aligned; mxfp4_wgmma.cuh)
     uint8_t* act_tile = nullptr;
-    // Mxfp4StagedWeights: the warps' weight rings (moe_staged.cuh), 128-byte aligned
-    uint8_t* stage = nullptr;
     __device__ __forceinline__ int tid() const { return int(threadIdx.x); }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }

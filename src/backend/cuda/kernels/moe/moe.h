@@ -88,10 +88,6 @@ struct MoeDecodeArgs {
     // instead of f16 mma.sync. Fewer instructions per weight; the tensor core's FP8 sums make it the prefill MoE's
     // numerics class (rel_l2 of a few 1e-3 against the CPU) instead of the mma.sync path's mostly bit-exact one.
     bool fp8_wgmma = false;
-    // kMXFP4Repacked only, not with fp8_wgmma: each warp of the register kernels stages its weight rows through a
-    // shared-memory ring of its own by bulk copies, two (gate/up) or four (down) K steps ahead, instead of loading
-    // them into registers one step at a time (moe_staged.cuh). The same arithmetic: the same output bits.
-    bool staged_loads = false;
 };
 
 // Scratch the three launches share (token lists, quantised activations, per-pick outputs, counters).

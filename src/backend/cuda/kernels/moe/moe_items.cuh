@@ -14,13 +14,11 @@
 #pragma once
 
 #include "backend/cuda/kernels/moe/moe.cuh"
-#include "backend/cuda/kernels/moe/moe_staged.cuh"
 #include "backend/cuda/kernels/moe/mxfp4_wgmma.cuh"
 
 namespace dsv4::cuda {
 
-// The GEMM core of the item's format: the FP8 wgmma stage (mxfp4_wgmma.cuh), the staged loads (moe_staged.cuh) or
-// expert_rows_gemm (moe.cuh).
+// The GEMM core of the item's format: the FP8 wgmma stage (mxfp4_wgmma.cuh) or expert_rows_gemm (moe.cuh).
 template <class Fmt, int MATS, int RT, int KS, class Src>
 __device__ __forceinline__ void rows_gemm(const Src& src, const uint8_t* const (&w)[MATS],
                                           const uint8_t* const (&ws)[MATS], const float (&wg)[MATS], int K, int row0,
@@ -29,8 +27,6 @@ __device__ __forceinline__ void rows_gemm(const Src& src, const uint8_t* const (
                                           float (&y)[MATS][4]) {
     if constexpr (std::is_same_v<Fmt, Mxfp4WgmmaWeights>)
         expert_rows_gemm_wgmma<MATS, RT, KS>(src, w, ws, K, row0, act, act_s, act_row, ntile, red, y);
-    else if constexpr (std::is_same_v<Fmt, Mxfp4StagedWeights>)
-        expert_rows_gemm_staged<MATS, RT, KS>(src, w, ws, K, row0, act, act_s, act_row, ntile, red, y);
     else
         expert_rows_gemm<Fmt, MATS, RT, KS>(src, w, ws, wg, K, row0, act, act_s, act_row, ntile, red, y);
 }
