@@ -140,9 +140,8 @@ __device__ __forceinline__ void expert_operands(const void* table, int e, const 
 }
 
 // The register kernels' weight source; for repacked MXFP4 it carries the block's e4m3 tables, built here (every
-// thread of the block must call it: it synchronises), for the wgmma stage the e4m3 token tile in the dynamic shared
-// memory (moe_wgmma_tile_bytes, aligned here to 1024 for the swizzle), for the MXFP4 mma.sync stages the f16 one
-// (moe_f16_tile_bytes).
+// thread of the block must call it: it synchronises), and for the wgmma stage the token tile in the dynamic shared
+// memory (moe_wgmma_tile_bytes, aligned here to 1024 for the swizzle).
 template <class Fmt>
 __device__ __forceinline__ GlobalWeights global_weights() {
     GlobalWeights src;
@@ -156,10 +155,6 @@ __device__ __forceinline__ GlobalWeights global_weights() {
         extern __shared__ uint8_t dynamic_smem[];
         const uint32_t base = smem_u32(dynamic_smem);
         src.act_tile = dynamic_smem + (((base + 1023u) & ~1023u) - base);
-    }
-    if constexpr (std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>) {
-        extern __shared__ __align__(16) uint8_t dynamic_smem[];
-        src.tok_f16 = dynamic_smem;
     }
     return src;
 }
@@ -232,12 +227,10 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
         down_block<Fmt>(p, p.experts, p.active_expert[slot], slot, items, red, &flag);
 }
 
-// Dynamic shared memory of a kernel instance for K columns: the token tile of the wgmma and MXFP4 stages, none for
-// the others.
+// Dynamic shared memory of a kernel instance for K columns: the wgmma stage's token tile, none for the others.
 template <class Fmt, class Kernel>
 Status dynamic_smem_for(Kernel kernel, int64_t K, size_t& bytes) {
-    constexpr bool kF16Tile = std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>;
-    bytes = std::is_same_v<Fmt, Mxfp4WgmmaWeights> ? moe_wgmma_tile_bytes(K) : kF16Tile ? moe_f16_tile_bytes(K) : 0;
+    bytes = std::is_same_v<Fmt, Mxfp4WgmmaWeights> ? moe_wgmma_tile_bytes(K) : 0;
     if (bytes <= 48 * 1024) return Status::ok();
     return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
                        "sm90_mxfp4_moe_decode: shared memory for the token tile");

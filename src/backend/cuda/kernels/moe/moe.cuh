@@ -68,8 +68,8 @@ struct MoeDecodeConfig {
     static constexpr int kMaxExperts = 1024;
     static constexpr int kMaxK = 16;
     static constexpr int kMaxTokens = int(kDecodeMaxRows);
-    static constexpr int kTokTile = 8;  // MMA N
-    static constexpr int kStepK = 256;  // K per load step: 2 blocks of 128
+    static constexpr int kTokTile = 8;      // MMA N
+    static constexpr int kStepK = 256;      // K per load step: 2 blocks of 128
     // The register-streaming kernels' blocks (256 threads each): gate/up 4 row tiles x 2 K-splits (64 rows of I,
     // 8 K steps per warp), down 8 row tiles x 1 (128 rows of D, all 8 K steps per warp, no K reduction). Larger
     // blocks pay the per-block chain (metadata loads, reduction, epilogue, arrival counter) for more bytes: the
@@ -102,8 +102,9 @@ struct Fp8BlockWeights {
 
 // Workspace layout (byte offsets, each 256-aligned). Shared by the launcher and the benchmark.
 struct MoeWorkspace {
-    size_t n_active, active_expert, active_start, active_count, list, order, cnt_up, up_done, cnt_down, xq, xs, h, hq,
-        hs, yp, total;
+    size_t n_active, active_expert, active_start, active_count, list, order, cnt_up, up_done, cnt_down, xq, xs, h,
+        hq, hs,
+        yp, total;
     static MoeWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
         MoeWorkspace w{};
         // room for the shared expert as one more slot after the active ones (MoeDecodeArgs::shared_expert): its T
@@ -131,30 +132,30 @@ struct MoeWorkspace {
 };
 
 struct MoeKernelParams {
-    const __nv_bfloat16* x;       // [T, D]
-    const int32_t* idx;           // [T, K]
-    const float* route_w;         // [T, K]
-    const void* experts;          // [E] Mxfp4ExpertPtrs, Nvfp4ExpertPtrs or Fp8BlockExpertPtrs (the kernels' Fmt)
+    const __nv_bfloat16* x;     // [T, D]
+    const int32_t* idx;         // [T, K]
+    const float* route_w;       // [T, K]
+    const void* experts;        // [E] Mxfp4ExpertPtrs, Nvfp4ExpertPtrs or Fp8BlockExpertPtrs (the kernels' Fmt)
     const __nv_bfloat16* shared;  // [T, D] or null
     const Fp8BlockExpertPtrs* shared_expert;  // [1] or null: run as slot n_active (its picks T·K + t)
-    __nv_bfloat16* y;                         // [T, D]
+    __nv_bfloat16* y;           // [T, D]
     int T, K, E, D, I, slots;
     float limit;
-    int* n_active;       // [1]
-    int* active_expert;  // [slots + 1] expert id of each active slot, ascending
-    int* active_start;   // [slots + 1] first list position (the shared slot's: T*K)
-    int* active_count;   // [slots + 1] picks of the expert (the shared slot's: T)
-    int* list;           // [T*K + T] pick index t*K+k grouped by expert, then the shared picks T*K + t
-    int* order;          // [T*K] each token's pick indices sorted by expert id
-    int* cnt_up;         // [slots + 1, I/128] arrivals per 128-row block of I
-    int* up_done;        // [slots + 1] 128-row blocks of I quantised for the down GEMM
-    int* cnt_down;       // [D / kMinDownRows] arrivals per row range of D
-    __half* xq;          // [T, D] e4m3 values of x as f16, pair order
-    float* xs;           // [T, D/128]
-    __nv_bfloat16* h;    // [T*K + T, I] hidden activations by list position
-    __half* hq;          // [T*K + T, I] their e4m3 values as f16, pair order
-    float* hs;           // [T*K + T, I/128]
-    float* yp;           // [T*K + T, D] bf16-rounded expert outputs by pick index
+    int* n_active;              // [1]
+    int* active_expert;         // [slots + 1] expert id of each active slot, ascending
+    int* active_start;          // [slots + 1] first list position (the shared slot's: T*K)
+    int* active_count;          // [slots + 1] picks of the expert (the shared slot's: T)
+    int* list;                  // [T*K + T] pick index t*K+k grouped by expert, then the shared picks T*K + t
+    int* order;                 // [T*K] each token's pick indices sorted by expert id
+    int* cnt_up;                // [slots + 1, I/128] arrivals per 128-row block of I
+    int* up_done;               // [slots + 1] 128-row blocks of I quantised for the down GEMM
+    int* cnt_down;              // [D / kMinDownRows] arrivals per row range of D
+    __half* xq;                 // [T, D] e4m3 values of x as f16, pair order
+    float* xs;                  // [T, D/128]
+    __nv_bfloat16* h;           // [T*K + T, I] hidden activations by list position
+    __half* hq;                 // [T*K + T, I] their e4m3 values as f16, pair order
+    float* hs;                  // [T*K + T, I/128]
+    float* yp;                  // [T*K + T, D] bf16-rounded expert outputs by pick index
 };
 
 // A pick's token and routing weight: routed picks t·K + j carry route_w; the shared expert's picks T·K + t weight 1.
@@ -275,8 +276,8 @@ __device__ __forceinline__ void e2m1_block_mma(const uint4& w_lo, const uint4& w
 
 // One 128-element block (q) of one weight matrix for rows g and g+8 of a warp's 16-row tile, times the token
 // tile: 8 MMAs into a fresh accumulator, then y += acc · (2^(e_max-127) · a_scale) per (row, token).
-__device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi, int t,
-                                             const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
+__device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
+                                             int t, const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
     // s_*: the 4 UE8M0 bytes of the row's 32-blocks in this 128-block; lane t owns block t.
     uint32_t m_lo = __vmaxu4(s_lo, s_lo >> 16), m_hi = __vmaxu4(s_hi, s_hi >> 16);
     m_lo = __vmaxu4(m_lo, m_lo >> 8) & 0xff;
@@ -310,8 +311,9 @@ __device__ __forceinline__ uint32_t ld_stream_u8(const void* p) {
 // NVFP4 stage of one 128-block: as block128_mma, but lane t's 32-block carries two e4m3 group scales per row
 // (sc_lo / sc_hi: bits 0-7 for elements 0-15 = MMAs j < 4, bits 8-15 for elements 16-31), and the per-(row, token)
 // factors f0 / f1 = 2^7 · global · a_scale of tokens 2t and 2t+1 are the same for both rows.
-__device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint4& w_hi, uint32_t sc_lo, uint32_t sc_hi,
-                                                   const uint4 (&act)[4], float f0, float f1, float (&y)[4]) {
+__device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint4& w_hi, uint32_t sc_lo,
+                                                   uint32_t sc_hi, const uint4 (&act)[4], float f0, float f1,
+                                                   float (&y)[4]) {
     constexpr uint32_t kTwo7 = 0x58005800u;  // f16x2 (128, 128)
     const uint32_t s_lo = hmul2_bits(e4m3x2_f16x2(sc_lo), kTwo7), s_hi = hmul2_bits(e4m3x2_f16x2(sc_hi), kTwo7);
     // (s, s) of each group: halves duplicated
@@ -329,8 +331,8 @@ __device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint
 // Pair P(m, r) = (element 8m+3-r, element 8m+7-r) = (byte 3-r of word 2m, byte 3-r of word 2m+1): prmt gathers
 // pairs r = 0, 1 (selector 0x6273) or r = 2, 3 (0x4051) of a word pair into one register, one cvt per pair.
 // f0 / f1 = 2^(s-127) · a_scale of tokens 2t and 2t+1 (one block scale for the tile's 16 rows).
-__device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const uint4 (&w_hi)[2], const uint4 (&act)[4],
-                                                 float f0, float f1, float (&y)[4]) {
+__device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const uint4 (&w_hi)[2],
+                                                 const uint4 (&act)[4], float f0, float f1, float (&y)[4]) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -358,8 +360,8 @@ __device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const u
 // memory. The f16 values are 2^6 times block128_mma's (c · 2^(6 - delta) against c · 2^-delta), all exact, so the f32
 // MMA sums are exactly 2^6 times as large and the fold by 2^(e_max - 133) gives block128_mma's bits.
 __device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo,
-                                                      uint32_t s_hi, int t, const uint2* tables, const uint4 (&act)[4],
-                                                      float sa0, float sa1, float (&y)[4]) {
+                                                      uint32_t s_hi, int t, const uint2* tables,
+                                                      const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
     const uint2 tab_lo = tables[(s_lo >> (8 + 4 * t)) & 15], tab_hi = tables[(s_hi >> (8 + 4 * t)) & 15];
     const uint32_t tl_lo = tab_lo.x, th_lo = tab_lo.y, tl_hi = tab_hi.x, th_hi = tab_hi.y;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -386,12 +388,12 @@ __device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const u
     y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
 }
 
-// Where expert_rows_gemm (and expert_rows_gemm_wgmma) reads from and who runs it. GlobalWeights: weights streamed from
-// global memory straight into registers, by the whole 256-thread block (the register-streaming kernels); activations
-// written by an earlier launch, through the read-only path. RingWeights<kCoherentAct, kThreads>: weights from a
-// shared-memory ring slot (moe_ring.cu), run by one consumer group of kThreads threads (threads group · kThreads ...,
-// named barrier 1 + group, so groups and the producer warp never wait for each other); with kCoherentAct the
-// activations are read through L2 (written by other blocks of the same kernel, which the read-only path may not see).
+// Where expert_rows_gemm (and expert_rows_gemm_wgmma) reads from and who runs it. GlobalWeights: weights streamed from global memory straight
+// into registers, by the whole 256-thread block (the register-streaming kernels); activations written by an earlier
+// launch, through the read-only path. RingWeights<kCoherentAct, kThreads>: weights from a shared-memory ring slot
+// (moe_ring.cu), run by one consumer group of kThreads threads (threads group · kThreads ..., named barrier
+// 1 + group, so groups and the producer warp never wait for each other); with kCoherentAct the activations are read
+// through L2 (written by other blocks of the same kernel, which the read-only path may not see).
 struct GlobalWeights {
     static constexpr int kThreads = 256;
     // Mxfp4RepackedWeights and Mxfp4WgmmaWeights: the 16 e4m3 tables (e4m3_table_for_delta, delta 0..15) in
@@ -399,9 +401,6 @@ struct GlobalWeights {
     const uint2* e4m3_tables = nullptr;
     // Mxfp4WgmmaWeights: the token tile's e4m3 activations (K · 8 bytes, 1024-byte aligned; mxfp4_wgmma.cuh)
     uint8_t* act_tile = nullptr;
-    // Mxfp4Weights, Mxfp4RepackedWeights: the token tile's f16 pair-order activations (moe_f16_tile_bytes, 16-byte
-    // aligned; expert_rows_mxfp4_tiled)
-    uint8_t* tok_f16 = nullptr;
     __device__ __forceinline__ int tid() const { return int(threadIdx.x); }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }
@@ -498,8 +497,8 @@ __device__ __forceinline__ void reduce_k_splits(const Src& src, float* red, floa
 #pragma unroll
             for (int m = 0; m < MATS; ++m) {
                 for (int s = 1; s < KS; ++s) {
-                    const float4 v =
-                        *reinterpret_cast<const float4*>(red + size_t((s * RT + rt) * MATS + m) * 128 + lane * 4);
+                    const float4 v = *reinterpret_cast<const float4*>(red + size_t((s * RT + rt) * MATS + m) * 128 +
+                                                                      lane * 4);
                     y[m][0] = __fadd_rn(y[m][0], v.x), y[m][1] = __fadd_rn(y[m][1], v.y);
                     y[m][2] = __fadd_rn(y[m][2], v.z), y[m][3] = __fadd_rn(y[m][3], v.w);
                 }
@@ -507,102 +506,6 @@ __device__ __forceinline__ void reduce_k_splits(const Src& src, float* red, floa
         }
         src.sync();  // red is reused by the next token tile
     }
-}
-
-// The f16 token tile of the MXFP4 stages (GlobalWeights::tok_f16): token n's pair-order row of K values at
-// n · pitch, pitch = 2K + 64 bytes, its 16-byte chunk c at chunk (c & ~3) | ((c ^ (c >> 2)) & 3). A lane (g, t) reads
-// chunks 16·(2·step + q) + 4t + i of token g in instruction i (load_step_activations' 64 bytes): with the XOR the four
-// t of a token hit four different 16-byte bank groups, and the 64-byte pitch offset puts tokens 2p and 2p + 1 (the
-// other half of a quarter warp) on the other four.
-__host__ __device__ constexpr size_t moe_f16_tile_pitch(int64_t K) { return size_t(K) * 2 + 64; }
-__host__ __device__ constexpr size_t moe_f16_tile_bytes(int64_t K) {
-    return size_t(MoeDecodeConfig::kTokTile) * moe_f16_tile_pitch(K);
-}
-__device__ __forceinline__ int f16_tile_chunk(int c) { return (c & ~3) | ((c ^ (c >> 2)) & 3); }
-
-// The repacked or shipped MXFP4 stage of expert_rows_gemm for the register kernels (GlobalWeights), with the same
-// arithmetic as its loop for the TMA ring's consumers (the same output bits) but two changes to where the operands
-// wait: the tile's activations are copied once per call into shared memory (tok_f16) instead of being loaded from L2
-// by every warp at every step, and the weight registers that frees hold a second K step, so the loads of step j + 1
-// are in flight while step j is converted and multiplied (the one-step loop waited a whole DRAM latency per step:
-// docs/kernels/moe.md, "Decode MoE: where the warps wait").
-template <class Fmt, int MATS, int RT, int KS>
-__device__ __forceinline__ void expert_rows_mxfp4_tiled(const GlobalWeights& src, const uint8_t* const (&w)[MATS],
-                                                        const uint8_t* const (&ws)[MATS], int K, int row0,
-                                                        const __half* act, const float* act_s,
-                                                        const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile,
-                                                        float* red, float (&y)[MATS][4]) {
-    const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
-    const int rt = warp % RT, ks = warp / RT;
-    const int r_lo = row0 + 16 * rt + g, r_hi = r_lo + 8;
-    const size_t row_bytes = size_t(K) / 2, srow_bytes = size_t(K) / 32, pitch = moe_f16_tile_pitch(K);
-    const int nsteps = K / MoeDecodeConfig::kStepK, nq = K / 128;
-    const int nj = ks < nsteps ? (nsteps - ks + KS - 1) / KS : 0;  // this warp's steps ks, ks + KS, ...
-    const bool tok_b = g < ntile;
-    const int c0 = 2 * t, c1 = 2 * t + 1;
-    const float* srow0 = act_s + size_t(c0 < ntile ? act_row[c0] : 0) * size_t(nq);
-    const float* srow1 = act_s + size_t(c1 < ntile ? act_row[c1] : 0) * size_t(nq);
-    struct Step {  // one K step's operands in registers
-        uint4 wv[MATS][2][2];
-        uint2 sv[MATS][2];
-        float sa[2][2];
-    };
-    auto load = [&](int j, Step& st) {
-        const int step = ks + KS * j;
-        load_mxfp4_step<MATS, GlobalWeights>(w, ws, r_lo, r_hi, row_bytes, srow_bytes, step, t, st.wv, st.sv);
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            st.sa[q][0] = c0 < ntile ? GlobalWeights::act_s(srow0 + step * 2 + q) : 0.0f;
-            st.sa[q][1] = c1 < ntile ? GlobalWeights::act_s(srow1 + step * 2 + q) : 0.0f;
-        }
-    };
-    Step a, b;
-    if (nj > 0) load(0, a);  // in flight while the tile is staged
-    src.sync();              // the previous call's reads of the tile are done
-    {
-        const int chunks = K / 8;  // 16-byte chunks of a token's row
-#pragma unroll
-        for (int n = 0; n < MoeDecodeConfig::kTokTile; ++n) {
-            if (n >= ntile) break;
-            const uint4* from = reinterpret_cast<const uint4*>(act + size_t(act_row[n]) * size_t(K));
-            uint8_t* to = src.tok_f16 + size_t(n) * pitch;
-            for (int c = src.tid(); c < chunks; c += GlobalWeights::kThreads)
-                *reinterpret_cast<uint4*>(to + 16 * f16_tile_chunk(c)) = GlobalWeights::act16(from + c);
-        }
-    }
-    src.sync();
-    const uint8_t* tok = src.tok_f16 + size_t(tok_b ? g : 0) * pitch;
-#pragma unroll
-    for (int m = 0; m < MATS; ++m) y[m][0] = y[m][1] = y[m][2] = y[m][3] = 0.0f;
-    auto compute = [&](int j, const Step& st) {
-        const int step = ks + KS * j;
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            uint4 av[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int c = 16 * (2 * step + q) + 4 * t + i;
-                av[i] = tok_b ? *reinterpret_cast<const uint4*>(tok + 16 * f16_tile_chunk(c)) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int m = 0; m < MATS; ++m) {
-                const uint32_t s_lo = q ? st.sv[m][0].y : st.sv[m][0].x, s_hi = q ? st.sv[m][1].y : st.sv[m][1].x;
-                if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>)
-                    block128_mma_repacked(st.wv[m][0][q], st.wv[m][1][q], s_lo, s_hi, t, src.e4m3_tables, av,
-                                          st.sa[q][0], st.sa[q][1], y[m]);
-                else
-                    block128_mma(st.wv[m][0][q], st.wv[m][1][q], s_lo, s_hi, t, av, st.sa[q][0], st.sa[q][1], y[m]);
-            }
-        }
-    };
-    // two register sets alternate: the loads of step j + 1 go out before step j is computed
-    for (int j = 0; j < nj; j += 2) {
-        if (j + 1 < nj) load(j + 1, b);
-        compute(j, a);
-        if (j + 2 < nj) load(j + 2, a);
-        if (j + 1 < nj) compute(j + 1, b);
-    }
-    reduce_k_splits<MATS, RT, KS>(src, red, y);
 }
 
 // The GEMM core shared by both expert GEMMs. The block's warps are RT row tiles x KS K-splits; warp (rt, ks)
@@ -615,10 +518,10 @@ __device__ __forceinline__ void expert_rows_mxfp4_tiled(const GlobalWeights& src
 // matrix: global weights only), wg[m] = the NVFP4 global scale (unused by the other formats).
 template <class Fmt, int MATS, int RT, int KS, class Src>
 __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* const (&w)[MATS],
-                                                 const uint8_t* const (&ws)[MATS], const float (&wg)[MATS], int K,
-                                                 int row0, const __half* act, const float* act_s,
-                                                 const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile, float* red,
-                                                 float (&y)[MATS][4]) {
+                                                 const uint8_t* const (&ws)[MATS], const float (&wg)[MATS],
+                                                 int K, int row0, const __half* act, const float* act_s,
+                                                 const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile,
+                                                 float* red, float (&y)[MATS][4]) {
     const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
     const int rt = warp % RT, ks = warp / RT;
     const int r_lo = row0 + 16 * rt + g, r_hi = r_lo + 8;
@@ -694,10 +597,6 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
     } else {
         static_assert(std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>,
                       "weight format tag");
-        if constexpr (std::is_same_v<Src, GlobalWeights>) {
-            expert_rows_mxfp4_tiled<Fmt, MATS, RT, KS>(src, w, ws, K, row0, act, act_s, act_row, ntile, red, y);
-            return;
-        }
         for (int step = ks; step < nsteps; step += KS) {
             // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
             uint4 wv[MATS][2][2];
@@ -712,8 +611,8 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
                 for (int m = 0; m < MATS; ++m) {
                     const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
                     if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>)
-                        block128_mma_repacked(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, src.e4m3_tables, av[q], sa[q][0],
-                                              sa[q][1], y[m]);
+                        block128_mma_repacked(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, src.e4m3_tables, av[q],
+                                              sa[q][0], sa[q][1], y[m]);
                     else
                         block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
                 }
