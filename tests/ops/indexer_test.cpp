@@ -5,6 +5,8 @@
 // (capacity-wide scores with visible_only, top-k cut by positions) against per-row host-driven calls. Paged and
 // packed (FP4) keys against the contiguous unpacked keys, bit for bit. The fused query finish (RoPE, Hadamard, FP4
 // simulation) against the three kernels it replaces, bit for bit.
+#include "backend/cuda/kernels/indexer/indexer.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,9 +16,10 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/kernels/act_quant/act_quant.h"
-#include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
+#include "backend/cuda/kernels/linear/linear.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
+#include "core/quant_formats.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
 #include "testing/testing.h"
@@ -38,9 +41,9 @@ TEST_P(IndexerScoresTest, MatchesCpu) {
     };
     // decode at 32k context (n 8192 keys), a prefill chunk whose later tokens see more keys (masked tail), odd n;
     // the test models' 4 heads (first key, a 300-token prefill from position 0), head counts off the 16-row tile
-    const Case cases[] = {{1, 8192, 32767}, {3, 2000, 7990}, {17, 130, 100},  {64, 1024, 4000},  {1, 1, 3},
-                          {1, 1, 3, 4},     {300, 75, 0, 4, 1}, {9, 40, 120, 4}, {5, 300, 1000, 20}, {2, 70, 260, 1},
-                          {3, 64, 250, 48}};
+    const Case cases[] = {{1, 8192, 32767},   {3, 2000, 7990}, {17, 130, 100},     {64, 1024, 4000},
+                          {1, 1, 3},          {1, 1, 3, 4},    {300, 75, 0, 4, 1}, {9, 40, 120, 4},
+                          {5, 300, 1000, 20}, {2, 70, 260, 1}, {3, 64, 250, 48}};
     for (const Case& c : cases) {
         SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " n " + std::to_string(c.n) + " heads " +
                      std::to_string(c.heads));
@@ -83,16 +86,24 @@ TEST_P(TopKTest, ExactIncludingTies) {
     std::mt19937_64 rng(fresh_seed());
     struct Case {
         int64_t rows, n, k;
-        int distinct;  // scores drawn from this many values (ties), 0 = continuous
+        int distinct;         // scores drawn from this many values (ties), 0 = continuous
         int64_t masked_tail;  // last entries -inf (not visible)
     };
-    const Case cases[] = {{1, 262144, 1024, 0, 0},  {2, 262144, 512, 64, 1000}, {5, 4096, 512, 0, 100},
-                          {3, 4096, 1024, 16, 3500}, {4, 300, 512, 0, 0},       {7, 1000, 1, 3, 0},
-                          {2, 1500, 1024, 0, 1500},  {64, 1024, 512, 200, 200},
+    const Case cases[] = {{1, 262144, 1024, 0, 0},
+                          {2, 262144, 512, 64, 1000},
+                          {5, 4096, 512, 0, 100},
+                          {3, 4096, 1024, 16, 3500},
+                          {4, 300, 512, 0, 0},
+                          {7, 1000, 1, 3, 0},
+                          {2, 1500, 1024, 0, 1500},
+                          {64, 1024, 512, 200, 200},
                           // the test models: top-k 16 / 8 over fewer keys than k, a 300-token prefill whose rows
                           // are mostly masked, one key
-                          {300, 75, 16, 0, 40},      {300, 37, 8, 4, 30},       {1, 1, 16, 0, 0},
-                          {3, 5, 8, 2, 3},           {2, 20, 16, 0, 20}};
+                          {300, 75, 16, 0, 40},
+                          {300, 37, 8, 4, 30},
+                          {1, 1, 16, 0, 0},
+                          {3, 5, 8, 2, 3},
+                          {2, 20, 16, 0, 20}};
     for (const Case& c : cases) {
         SCOPED_TRACE("rows " + std::to_string(c.rows) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
                      " distinct " + std::to_string(c.distinct));
@@ -201,9 +212,9 @@ TEST_P(IndexerDecodeTest, CapacityWideCallMatchesPerRowHostCalls) {
             }
             // whole key blocks at or past the visible count are never written
             const int64_t untouched = (visible + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
-            const auto first_written = std::find_if(scores.begin() + row0 + size_t(std::min(untouched, n)) * act_bytes,
-                                                    scores.begin() + row0 + size_t(n) * act_bytes,
-                                                    [](uint8_t b) { return b != 0xff; });
+            const auto first_written =
+                std::find_if(scores.begin() + row0 + size_t(std::min(untouched, n)) * act_bytes,
+                             scores.begin() + row0 + size_t(n) * act_bytes, [](uint8_t b) { return b != 0xff; });
             EXPECT_EQ(first_written, scores.begin() + row0 + size_t(n) * act_bytes)
                 << "a score written in an invisible key block";
         }
@@ -323,7 +334,6 @@ TEST(IndexerPagedValidation, PagesMustCoverTheKeys) {
     EXPECT_NE(s.message().find("pages_per_token >= 4"), std::string::npos) << s.message();
 }
 
-
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);
 std::string precision_label(const ::testing::TestParamInfo<Precision>& i) { return backend::precision_name(i.param); }
 // sm90_indexer_q_finish must give the bytes of sm90_rope (channels 64..127), sm90_hadamard128 and
@@ -374,6 +384,68 @@ TEST(IndexerQFinish, MatchesTheThreeKernelsBitForBit) {
     }
 }
 
+// The decode query path without the projection's reduction launch: sm90_linear with LinearArgs::partials leaves the
+// FP8 GEMM's K-split sums and sm90_indexer_q_finish reduces them — the bytes of q, q_int and q_exp must be those of
+// the linear's bf16 output finished as before, at V4-Flash's and V4-Pro's q_lora widths and decode batches; from
+// kFp8LinearGemmMinTokens rows (cuBLASLt, no K split) the linear writes y and reports no partials.
+TEST(IndexerQFinish, ReducesTheProjectionsKSplitsBitForBit) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    const Precision prec = Precision::kReference;
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    constexpr int64_t kHeads = 64, N = kHeads * 128;
+    for (const int64_t K : {int64_t(1024), int64_t(1536)}) {
+        std::normal_distribution<float> wd(0.0f, 0.02f);
+        std::vector<float> wf(size_t(N * K));
+        for (auto& v : wf) v = wd(rng);
+        auto enc = fp8_block_encode(wf, N, K);
+        ASSERT_TRUE(enc.is_ok()) << enc.status().to_string();
+        const backend::WeightView hv{backend::WeightFormat::kFP8Block, N, K, enc->data.data(), enc->scales.data()};
+        auto w = upload_weight(hv, "index wq_b");
+        ASSERT_TRUE(w.is_ok());
+        for (const int64_t T : {int64_t(1), int64_t(5), int64_t(64), kFp8LinearGemmMinTokens}) {
+            SCOPED_TRACE("K " + std::to_string(K) + " tokens " + std::to_string(T));
+            const auto x = random_act(prec, rng, size_t(T * K), 1.0f);
+            std::vector<int64_t> pos(static_cast<size_t>(T));
+            for (auto& p : pos) p = std::uniform_int_distribution<int64_t>(0, 1 << 20)(rng);
+            auto dx = act_to_device(prec, x);
+            auto dpos = to_device(pos);
+            const size_t ws_bytes = sm90_linear_workspace_bytes(prec, T, w->view(), backend::LinearOut::kBF16);
+            auto ws = DeviceBuffer::allocate(std::max<size_t>(ws_bytes, 256));
+            auto qa = DeviceBuffer::allocate(size_t(T * N) * 2), qb = DeviceBuffer::allocate(size_t(T * N) * 2);
+            auto ia = DeviceBuffer::allocate(size_t(T * N)), ib = DeviceBuffer::allocate(size_t(T * N));
+            auto ea = DeviceBuffer::allocate(size_t(T * kHeads * 4)),
+                 eb = DeviceBuffer::allocate(size_t(T * kHeads * 4));
+            ASSERT_TRUE(dx.is_ok() && dpos.is_ok() && ws.is_ok() && qa.is_ok() && qb.is_ok() && ia.is_ok() &&
+                        ib.is_ok() && ea.is_ok() && eb.is_ok());
+            LinearArgs l;
+            l.x = dx->data(), l.tokens = T, l.w = w->view(), l.out = backend::LinearOut::kBF16;
+            l.workspace = ws->data(), l.workspace_bytes = ws->bytes();
+            // the path as it was: the linear's bf16 output, then the finish
+            l.y = qa->data();
+            DSV4_ASSERT_OK(sm90_linear(prec, l, nullptr));
+            DSV4_ASSERT_OK(sm90_indexer_q_finish(
+                {qa->data(), T, kHeads, dpos->as<int64_t>(), freqs, ia->as<int8_t>(), ea->as<int8_t>()}, nullptr));
+            // the partials, reduced by the finish
+            Fp8GemmPartials parts;
+            l.y = qb->data(), l.partials = &parts;
+            DSV4_ASSERT_OK(sm90_linear(prec, l, nullptr));
+            if (T >= kFp8LinearGemmMinTokens) {
+                EXPECT_EQ(parts.splits, 0) << "a prefill-sized projection has no K split to leave";
+            } else {
+                EXPECT_GT(parts.splits, 1) << "decode projections split K";
+            }
+            DSV4_ASSERT_OK(sm90_indexer_q_finish({qb->data(), T, kHeads, dpos->as<int64_t>(), freqs, ib->as<int8_t>(),
+                                                  eb->as<int8_t>(), parts.partial, parts.splits},
+                                                 nullptr));
+            EXPECT_TRUE(to_host<uint16_t>(*qa, size_t(T * N)) == to_host<uint16_t>(*qb, size_t(T * N))) << "q";
+            EXPECT_TRUE(to_host<int8_t>(*ia, size_t(T * N)) == to_host<int8_t>(*ib, size_t(T * N))) << "q_int";
+            EXPECT_TRUE(to_host<int8_t>(*ea, size_t(T * kHeads * 4)) == to_host<int8_t>(*eb, size_t(T * kHeads * 4)))
+                << "q_exp";
+        }
+    }
+}
+
 TEST(IndexerQFinish, BadArgumentsAreClearErrors) {
     DSV4_REQUIRE_GPU();
     auto buf = DeviceBuffer::allocate(1 << 12);
@@ -382,6 +454,12 @@ TEST(IndexerQFinish, BadArgumentsAreClearErrors) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     s = sm90_indexer_q_finish({static_cast<uint8_t*>(buf->data()) + 2, 1, 1, buf->as<int64_t>(), {}}, nullptr);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    for (const int splits : {0, 33}) {  // partials need 1..32 splits
+        s = sm90_indexer_q_finish(
+            {buf->data(), 1, 1, buf->as<int64_t>(), {}, nullptr, nullptr, buf->as<float>(), splits}, nullptr);
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(s.message().find("splits"), std::string::npos) << s.message();
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, IndexerScoresTest, kPrecisions, precision_label);

@@ -60,13 +60,17 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows, const Quan
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t ih = c.index_n_heads, ihd = c.index_head_dim;
-    DSV4_RETURN_IF_ERROR(
-        gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data(), qr_q));
-    if (m.precision == Precision::kReference) {
+    const bool ref = m.precision == Precision::kReference;
+    // reference: where the projection splits K (decode) the finish reduces its partial sums itself
+    cuda::Fp8GemmPartials parts;
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data(),
+                                    qr_q, ref ? &parts : nullptr));
+    if (ref) {
         // RoPE, Hadamard and the FP4 simulation in one launch (the config validation fixes the 128-wide head and
         // its 64 rotated channels)
         DSV4_RETURN_IF_ERROR(cuda::sm90_indexer_q_finish({s.index_q.data(), rows, ih, s.positions, m.freqs_compress,
-                                                          s.index_q_int.as<int8_t>(), s.index_q_exp.as<int8_t>()},
+                                                          s.index_q_int.as<int8_t>(), s.index_q_exp.as<int8_t>(),
+                                                          parts.partial, parts.splits},
                                                          st));
     } else {
         DSV4_RETURN_IF_ERROR(

@@ -38,7 +38,7 @@ Result<QuantizedRows> quantize_rows(GpuModel& m, const void* x, int64_t rows, in
 }
 
 Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y,
-                  const QuantizedRows& q) {
+                  const QuantizedRows& q, cuda::Fp8GemmPartials* partials) {
     cuda::LinearArgs a;
     a.x = x;
     if (q.x == x && q.codes) a.x_codes = q.codes, a.x_scales = q.scales;
@@ -48,6 +48,7 @@ Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightVi
     a.y = y;
     a.workspace = m.pass.workspace.data();
     a.workspace_bytes = m.pass.workspace.bytes();
+    a.partials = partials;
     return cuda::sm90_linear(m.precision, a, m.stream.handle());
 }
 

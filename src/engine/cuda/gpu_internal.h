@@ -14,6 +14,7 @@
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
 #include "backend/cuda/kernels/experts/experts.h"
+#include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/moe/moe.h"
 #include "engine/cuda/gpu_model.h"
 
@@ -248,8 +249,9 @@ Result<QuantizedRows> quantize_rows(GpuModel& m, const void* x, int64_t rows, in
                                     DeviceBuffer& scales);
 
 // y = W·x on the pass's workspace (backend::cpu::linear's meaning; kernels/linear); q: x's codes if quantised.
+// partials: cuda::LinearArgs::partials (the K-split sums left in the pass workspace for the next launch to reduce).
 Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, backend::LinearOut out,
-                  void* y, const QuantizedRows& q = {});
+                  void* y, const QuantizedRows& q = {}, cuda::Fp8GemmPartials* partials = nullptr);
 
 // One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out.
 // decode: every share is one token past position 0; per-sequence steps then read the position from the device plan

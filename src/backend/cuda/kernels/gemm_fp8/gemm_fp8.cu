@@ -59,8 +59,10 @@ size_t sm90_fp8_gemm_workspace_bytes(int64_t tokens, int64_t n, int64_t k) {
     return p.splits > 1 ? size_t(p.splits) * size_t(tokens) * size_t(n) * sizeof(float) : 0;
 }
 
-Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream) {
-    const std::string op = "sm90_fp8_gemm_block128";
+namespace {
+
+// The argument checks of both entry points; on success `plan` is the launch's plan.
+Status check_and_plan(const Fp8GemmArgs& a, const std::string& op, Plan& plan) {
     if (!a.a_codes || !a.a_scale || !a.y || a.w.empty() || !a.w.scale || a.tokens < 0)
         return invalid_argument(op + ": null pointer or negative token count");
     if (a.w.format != backend::WeightFormat::kFP8Block)
@@ -72,18 +74,41 @@ Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream) {
     if ((reinterpret_cast<uintptr_t>(a.a_codes) | reinterpret_cast<uintptr_t>(a.w.data)) & 15)
         return invalid_argument(op + ": activation codes and weight must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
-    const Plan p = make_plan(a.tokens, a.w.rows, a.w.cols);
-    if (p.splits > 1) {
+    plan = make_plan(a.tokens, a.w.rows, a.w.cols);
+    if (plan.splits > 1) {
         const size_t need = sm90_fp8_gemm_workspace_bytes(a.tokens, a.w.rows, a.w.cols);
         if (!a.workspace || a.workspace_bytes < need)
             return invalid_argument(op + ": split-K needs a workspace of " + std::to_string(need) + " bytes, got " +
                                     std::to_string(a.workspace_bytes));
     }
-    const Status st = p.bn == 8    ? launch<8>(a, p, stream)
-                      : p.bn == 16 ? launch<16>(a, p, stream)
-                      : p.bn == 32 ? launch<32>(a, p, stream)
-                                   : launch<64>(a, p, stream);
-    DSV4_RETURN_IF_ERROR(st);
+    return Status::ok();
+}
+
+Status launch_plan(const Fp8GemmArgs& a, const Plan& p, cudaStream_t stream) {
+    return p.bn == 8    ? launch<8>(a, p, stream)
+           : p.bn == 16 ? launch<16>(a, p, stream)
+           : p.bn == 32 ? launch<32>(a, p, stream)
+                        : launch<64>(a, p, stream);
+}
+
+}  // namespace
+
+Status sm90_fp8_gemm_block128_partials(const Fp8GemmArgs& a, Fp8GemmPartials& out, StreamHandle stream) {
+    out = {};
+    Plan p;
+    DSV4_RETURN_IF_ERROR(check_and_plan(a, "sm90_fp8_gemm_block128", p));
+    if (a.tokens == 0 || p.splits <= 1) return Status::ok();
+    DSV4_RETURN_IF_ERROR(launch_plan(a, p, stream));
+    out = {a.workspace, p.splits};
+    return Status::ok();
+}
+
+Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_fp8_gemm_block128";
+    Plan p;
+    DSV4_RETURN_IF_ERROR(check_and_plan(a, op, p));
+    if (a.tokens == 0) return Status::ok();
+    DSV4_RETURN_IF_ERROR(launch_plan(a, p, stream));
     if (p.splits > 1) {
         const int64_t n_out = a.tokens * a.w.rows;
         const unsigned grid = unsigned(std::min<int64_t>((n_out + 255) / 256, int64_t(current_sm_count()) * 8));

@@ -28,4 +28,15 @@ struct Fp8GemmArgs {
 size_t sm90_fp8_gemm_workspace_bytes(int64_t tokens, int64_t n, int64_t k);
 Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream);
 
+// The K-split partial sums of a launch that splits K (decode shapes), left in the workspace for a consumer that
+// reduces them itself as the first step of its own work: y = bf16(partial[0] + partial[1] + ... in split order, each
+// an IEEE f32 add) is exactly sm90_fp8_gemm_block128's y, one launch (its reduction) fewer.
+struct Fp8GemmPartials {
+    const float* partial = nullptr;  // [splits][T][N] f32, in Fp8GemmArgs::workspace
+    int splits = 0;                  // 0: nothing was launched (the launch would not split K)
+};
+// Validates as sm90_fp8_gemm_block128. When the launch would split K: runs the GEMM without its reduction (y is not
+// written) and returns the partials; otherwise launches nothing and returns splits = 0 (call sm90_fp8_gemm_block128).
+Status sm90_fp8_gemm_block128_partials(const Fp8GemmArgs& a, Fp8GemmPartials& out, StreamHandle stream);
+
 }  // namespace dsv4::cuda

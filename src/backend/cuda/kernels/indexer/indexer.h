@@ -59,6 +59,11 @@ struct IndexerQFinishArgs {
     backend::RopeFreqs freqs;
     int8_t* q_int = nullptr;  // [tokens, heads, 128] or null
     int8_t* q_exp = nullptr;  // [tokens, heads, 4]; with q_int
+    // Optional: the query projection's K-split sums (LinearArgs::partials, [splits][tokens · heads · 128] f32)
+    // instead of its bf16 output: the finish first reduces them exactly as the projection's own reduction would
+    // (bf16 of the split-ordered f32 sum) — the projection and the finish in two launches instead of three.
+    const float* partials = nullptr;
+    int splits = 0;
 };
 Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream);
 

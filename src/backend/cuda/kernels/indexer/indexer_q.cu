@@ -14,7 +14,8 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kWarps = 8;  // (token, head) vectors per block, one per warp
+constexpr int kWarps = 8;        // (token, head) vectors per block, one per warp
+constexpr int kMaxQSplits = 32;  // Fp8GemmConfig::kMaxSplits: the projection's K splits the finish can reduce
 constexpr float kE2m1Max = 6.0f;
 
 // Warp = one 128-channel head vector; lane L holds channels 4L..4L+3 (hadamard128_warp's layout), so lanes 16..31
@@ -27,16 +28,39 @@ constexpr float kE2m1Max = 6.0f;
 __global__ void __launch_bounds__(kWarps * 32)
     sm90_indexer_q_finish_kernel(__nv_bfloat16* __restrict__ q, int64_t vectors, int heads,
                                  const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
-                                 int8_t* __restrict__ q_int, int8_t* __restrict__ q_exp) {
+                                 int8_t* __restrict__ q_int, int8_t* __restrict__ q_exp,
+                                 const float* __restrict__ partials, int splits) {
     pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t v = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
     if (v >= vectors) return;
     auto* p = reinterpret_cast<uint2*>(q + v * 128 + 4 * lane);
-    const uint2 in = *p;
-    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in.x));
-    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in.y));
-    float x[4] = {lo.x, lo.y, hi.x, hi.y};
+    float x[4];
+    if (partials) {  // sm90_fp8_gemm_reduce_kernel's sum (split order) and rounding; 4 splits' loads at a time
+        const float* at = partials + size_t(v) * 128 + 4 * lane;
+        const size_t n_out = size_t(vectors) * 128;
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int z0 = 0; z0 < splits; z0 += 4) {
+            float4 part[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (z0 + i < splits) part[i] = *reinterpret_cast<const float4*>(at + size_t(z0 + i) * n_out);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (z0 + i >= splits) break;
+                const float add[4] = {part[i].x, part[i].y, part[i].z, part[i].w};
+#pragma unroll
+                for (int c = 0; c < 4; ++c) sum[c] = z0 + i == 0 ? add[c] : __fadd_rn(sum[c], add[c]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = round_bf16(sum[i]);
+    } else {
+        const uint2 in = *p;
+        const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in.x));
+        const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in.y));
+        x[0] = lo.x, x[1] = lo.y, x[2] = hi.x, x[3] = hi.y;
+    }
     if (lane >= 16) {  // RoPE (sm90_rope: pair i at freqs.f[i], f32 products and sums, bf16 stores)
         const int64_t pos = positions[v / heads];
 #pragma unroll
@@ -91,12 +115,16 @@ Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream) {
     if (!is_aligned(a.q, 8)) return invalid_argument(std::string(op) + ": q must be 8-byte aligned");
     if (a.q_int && (!a.q_exp || !is_aligned(a.q_int, 4)))
         return invalid_argument(std::string(op) + ": q_int needs q_exp and 4-byte alignment");
+    if (a.partials && (a.splits < 1 || a.splits > kMaxQSplits || !is_aligned(a.partials, 16)))
+        return invalid_argument(std::string(op) + ": partials need 1.." + std::to_string(kMaxQSplits) +
+                                " splits and 16-byte alignment, got " + std::to_string(a.splits) + " splits");
     const int64_t vectors = a.tokens * a.heads;
     if (vectors == 0) return Status::ok();
     const int64_t blocks = (vectors + kWarps - 1) / kWarps;
     if (blocks > 0x7fffffff || a.heads > 0x7fffffff) return invalid_argument(std::string(op) + ": too many rows");
     sm90_indexer_q_finish_kernel<<<unsigned(blocks), kWarps * 32, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(a.q), vectors, int(a.heads), a.positions, a.freqs, a.q_int, a.q_exp);
+        static_cast<__nv_bfloat16*>(a.q), vectors, int(a.heads), a.positions, a.freqs, a.q_int, a.q_exp, a.partials,
+        a.partials ? a.splits : 0);
     return launch_status(op);
 }
 

@@ -175,6 +175,7 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
     if (need > 0 && (!a.workspace || a.workspace_bytes < need || !is_aligned(a.workspace, 256)))
         return invalid_argument(op + ": needs a 256-byte aligned workspace of " + std::to_string(need) +
                                 " bytes, got " + std::to_string(a.workspace_bytes));
+    if (a.partials) *a.partials = {};
     if (a.tokens == 0) return Status::ok();
     const int64_t T = a.tokens, N = w.rows, K = w.cols;
     Carver ws{static_cast<uint8_t*>(a.workspace)};
@@ -197,7 +198,12 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
         const size_t gemm_bytes = sm90_fp8_gemm_workspace_bytes(T, N, K);
         auto* gemm_ws = ws.take<float>(gemm_bytes);
         void* gemm_y = a.out == LinearOut::kBF16 ? a.y : ws.take<void>(size_t(T * N) * 2);
-        DSV4_RETURN_IF_ERROR(sm90_fp8_gemm_block128({codes, scales, T, w, gemm_y, gemm_ws, gemm_bytes}, stream));
+        const Fp8GemmArgs g{codes, scales, T, w, gemm_y, gemm_ws, gemm_bytes};
+        if (a.partials && a.out == LinearOut::kBF16) {  // the consumer reduces the K splits (LinearArgs::partials)
+            DSV4_RETURN_IF_ERROR(sm90_fp8_gemm_block128_partials(g, *a.partials, stream));
+            if (a.partials->splits > 0) return Status::ok();
+        }
+        DSV4_RETURN_IF_ERROR(sm90_fp8_gemm_block128(g, stream));
         if (a.out == LinearOut::kBF16) return Status::ok();
         sm90_linear_bf16_to_f32_kernel<<<grid_stride_blocks(T * N, 256), 256, 0, stream>>>(
             static_cast<const __nv_bfloat16*>(gemm_y), T * N, static_cast<float*>(a.y));

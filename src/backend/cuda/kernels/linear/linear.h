@@ -26,6 +26,7 @@
 #include "backend/cuda/common/regimes.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
+#include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/ops.h"
 
 namespace dsv4::cuda {
@@ -43,6 +44,11 @@ struct LinearArgs {
     // that read the same rows; the linear then skips its own quantisation (the same codes: the same result).
     const uint8_t* x_codes = nullptr;
     const float* x_scales = nullptr;
+    // Optional (kReference, FP8-block weight, bf16 out): when the linear runs on sm90_fp8_gemm_block128 and that
+    // launch splits K (decode), it stops before the reduction: y is not written, *partials holds the K-split sums in
+    // the workspace (sm90_fp8_gemm_block128_partials), for a consumer that reduces them itself before anything
+    // reuses the workspace. Otherwise the linear runs as usual and partials->splits is 0.
+    Fp8GemmPartials* partials = nullptr;
 };
 
 // From this many rows (the prefill passes; decode batches are at most 256 rows) kReference FP8-block linears run on
