@@ -18,6 +18,7 @@
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/swizzle.cuh"
+#include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 
 namespace dsv4::cuda {
 
@@ -26,7 +27,7 @@ struct Fp8GemmConfig {
     static constexpr int kBK = 128;      // K per stage = one scale block
     static constexpr int kThreads = 128; // 4 warps x 16 weight rows
     static constexpr int kStages = 4;
-    static constexpr int kMaxSplits = 32;
+    static constexpr int kMaxSplits = kFp8GemmMaxSplits;
     static constexpr int stage_bytes(int bn) { return (kBM + bn) * kBK; }
     static constexpr int smem_bytes(int bn) { return kStages * stage_bytes(bn); }
 };

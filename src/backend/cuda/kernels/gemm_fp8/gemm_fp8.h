@@ -24,6 +24,9 @@ struct Fp8GemmArgs {
     size_t workspace_bytes = 0;
 };
 
+// The most K splits a launch uses (a consumer of Fp8GemmPartials may rely on it).
+inline constexpr int kFp8GemmMaxSplits = 32;
+
 // Workspace the launcher needs for T tokens and an [N, K] weight (0 when it will not split K).
 size_t sm90_fp8_gemm_workspace_bytes(int64_t tokens, int64_t n, int64_t k);
 Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream);

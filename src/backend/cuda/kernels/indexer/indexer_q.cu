@@ -8,14 +8,15 @@
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/warp_ops.cuh"
+#include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kWarps = 8;        // (token, head) vectors per block, one per warp
-constexpr int kMaxQSplits = 32;  // Fp8GemmConfig::kMaxSplits: the projection's K splits the finish can reduce
+constexpr int kWarps = 8;                       // (token, head) vectors per block, one per warp
+constexpr int kMaxQSplits = kFp8GemmMaxSplits;  // the projection's K splits the finish can reduce
 constexpr float kE2m1Max = 6.0f;
 
 // Warp = one 128-channel head vector; lane L holds channels 4L..4L+3 (hadamard128_warp's layout), so lanes 16..31
