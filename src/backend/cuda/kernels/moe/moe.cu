@@ -183,57 +183,48 @@ __device__ __forceinline__ bool is_shared_slot(const MoeKernelParams& p, int slo
 // twice the bytes of an MXFP4 row, and at the batches that run it here (<= kFusedSharedExpertMaxRows tokens) its
 // blocks were the launch's last to finish; so its blocks take 32 rows (2 row tiles x 4 K splits, the same warps) over
 // two grid rows: row n_active covers rows 0 .. I/2 − 1 of I, row n_active + 1 the rest, both as slot n_active.
-template <class Fmt, bool kSmall>
+template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kUpRT * Cfg::kUpKS, 2) sm90_moe_gate_up_kernel(MoeKernelParams p) {
     pdl_enter();
     __shared__ __align__(16) float red[Cfg::kUpKS * Cfg::kUpRT * 2 * 128];
     __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
     if (p.shared_expert && (slot == n_active || slot == n_active + 1)) {
-        constexpr int kRows = 32;  // a grid row covers gridDim.x · 32 rows: half of I, or all of it with small blocks
-        const int row0 = (slot - n_active) * int(gridDim.x) * kRows + int(blockIdx.x) * kRows;
-        if (row0 >= p.I) return;
+        constexpr int kRows = 32;
+        const int row0 = (slot - n_active) * (p.I / 2) + int(blockIdx.x) * kRows;
         gate_up_block<Fp8BlockWeights, kRows / 16, Cfg::kUpRT * Cfg::kUpKS * 16 / kRows>(p, p.shared_expert, 0,
                                                                                         n_active, row0, red, &flag);
     } else if (slot < n_active) {
-        const int e = p.active_expert[slot];
-        if constexpr (kSmall)
-            gate_up_block<Fmt, Cfg::kSmallUpRT, Cfg::kSmallUpKS>(p, p.experts, e, slot,
-                                                                 int(blockIdx.x) * Cfg::kSmallUpRows, red, &flag);
-        else
-            gate_up_block<Fmt>(p, p.experts, e, slot, int(blockIdx.x) * Cfg::kUpRows, red, &flag);
+        gate_up_block<Fmt>(p, p.experts, p.active_expert[slot], slot, int(blockIdx.x) * Cfg::kUpRows, red, &flag);
     }
 }
 
-// One down block of slot `slot` (expert e of `table`, format Fmt): 16·RT rows of D as RT row tiles x KS K splits;
-// `items` = blocks per row range that combine.
-template <class Fmt, int RT = Cfg::kDownRT, int KS = Cfg::kDownKS>
+// One down block of slot `slot` (expert e of `table`, format Fmt); `items` = blocks per row range that combine.
+template <class Fmt>
 __device__ __forceinline__ void down_block(const MoeKernelParams& p, const void* table, int e, int slot, int items,
                                            float* red, int* flag) {
-    static_assert(RT * KS == Cfg::kDownRT * Cfg::kDownKS, "the kernel's warps");
+    constexpr int RT = Cfg::kDownRT, KS = Cfg::kDownKS;
     const uint8_t* w[1][1];
     const uint8_t* ws[1][1];
     float wg[1][1];
     expert_operands<Fmt, 1>(table, e, w, ws, wg);
     moe_down_item<RT, KS, 1>(Fmt{}, global_weights<Fmt>(), p, slot, blockIdx.x, items, w, ws, wg,
-                             blockIdx.x * 16 * RT, red, flag, [](int) {}, [](int) {});
+                             blockIdx.x * Cfg::kDownRows, red, flag, [](int) {}, [](int) {});
 }
 
 // Launch 3: block (128 rows of D, slot): Cfg::kDownRT row tiles x kDownKS K splits; the last block of a row range
 // combines all tokens.
-template <class Fmt, bool kSmall>
+template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
     pdl_enter();
     __shared__ __align__(16) float red[Cfg::kDownKS * Cfg::kDownRT * 128];
     __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
     const int items = n_active + (p.shared_expert ? 1 : 0);  // every slot's block of a row range arrives once
-    // every slot's blocks cover the same rows (their arrivals share the row ranges' counters)
-    constexpr int RT = kSmall ? Cfg::kSmallDownRT : Cfg::kDownRT, KS = kSmall ? Cfg::kSmallDownKS : Cfg::kDownKS;
     if (is_shared_slot(p, slot, n_active))
-        down_block<Fp8BlockWeights, RT, KS>(p, p.shared_expert, 0, slot, items, red, &flag);
+        down_block<Fp8BlockWeights>(p, p.shared_expert, 0, slot, items, red, &flag);
     else if (slot < n_active)
-        down_block<Fmt, RT, KS>(p, p.experts, p.active_expert[slot], slot, items, red, &flag);
+        down_block<Fmt>(p, p.experts, p.active_expert[slot], slot, items, red, &flag);
 }
 
 // Dynamic shared memory of a kernel instance for K columns: the wgmma stage's token tile, none for the others.
@@ -245,33 +236,20 @@ Status dynamic_smem_for(Kernel kernel, int64_t K, size_t& bytes) {
                        "sm90_mxfp4_moe_decode: shared memory for the token tile");
 }
 
-template <class Fmt, bool kSmall>
+template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
     // grid rows: the routed slots, then the shared expert's (two for gate/up, one for down: the kernels above)
     const unsigned slots = unsigned(p.slots + (p.shared_expert ? 1 : 0));
     const unsigned up_slots = slots + (p.shared_expert ? 1u : 0u);
     size_t up_smem = 0, down_smem = 0;
-    DSV4_RETURN_IF_ERROR((dynamic_smem_for<Fmt>(sm90_moe_gate_up_kernel<Fmt, kSmall>, p.D, up_smem)));
-    DSV4_RETURN_IF_ERROR((dynamic_smem_for<Fmt>(sm90_moe_down_kernel<Fmt, kSmall>, p.I, down_smem)));
-    const dim3 up_grid(unsigned(p.I / (kSmall ? Cfg::kSmallUpRows : Cfg::kUpRows)), up_slots);
-    sm90_moe_gate_up_kernel<Fmt, kSmall><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, up_smem, stream>>>(p);
+    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_gate_up_kernel<Fmt>, p.D, up_smem));
+    DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_down_kernel<Fmt>, p.I, down_smem));
+    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), up_slots);
+    sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, up_smem, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
-    const dim3 down_grid(unsigned(p.D / (kSmall ? Cfg::kSmallDownRows : Cfg::kDownRows)), slots);
-    sm90_moe_down_kernel<Fmt, kSmall><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, down_smem, stream>>>(p);
+    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), slots);
+    sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, down_smem, stream>>>(p);
     return launch_status("sm90_moe_down");
-}
-
-// Blocks of half the rows when the gate/up grid would be under two waves of resident blocks (2 per SM;
-// MoeDecodeConfig::kSmallUpRows); not for the wgmma stage, whose warpgroups need 4 row tiles.
-template <class Fmt>
-Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
-    if constexpr (std::is_same_v<Fmt, Mxfp4WgmmaWeights>) {
-        return launch_expert_kernels<Fmt, false>(p, stream);
-    } else {
-        const int64_t up_slots = p.slots + (p.shared_expert ? 2 : 0);
-        const bool small = up_slots * (p.I / Cfg::kUpRows) < 2 * 2 * int64_t(current_sm_count());
-        return small ? launch_expert_kernels<Fmt, true>(p, stream) : launch_expert_kernels<Fmt, false>(p, stream);
-    }
 }
 
 }  // namespace

@@ -78,12 +78,6 @@ struct MoeDecodeConfig {
     static constexpr int kDownRT = 8, kDownKS = 1;
     static constexpr int kUpRows = 16 * kUpRT;      // rows of I per gate/up block
     static constexpr int kDownRows = 16 * kDownRT;  // rows of D per down block
-    // Calls whose gate/up grid would be under two waves of resident blocks (batch 1-3 at V4-Flash: 6-7 active slots
-    // x 32 blocks against 2 x 132) take blocks of half the rows, the same 8 warps as 2 x 4 and 4 x 2 tiles: a grid of
-    // 192-224 blocks gave 2 blocks to some SMs and 1 to others, and the busiest SMs set the time
-    // (docs/kernels/moe.md, "Blocks at batch 1").
-    static constexpr int kSmallUpRT = 2, kSmallUpKS = 4, kSmallDownRT = 4, kSmallDownKS = 2;
-    static constexpr int kSmallUpRows = 16 * kSmallUpRT, kSmallDownRows = 16 * kSmallDownRT;
     static constexpr int kMinDownRows = 32;         // the smallest down item: sizes the cnt_down array
 };
 
