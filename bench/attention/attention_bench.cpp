@@ -33,7 +33,8 @@
 // scores (bench_indexer_prefill).
 // --split adds, at every CSA / HCA attention point, the split-candidate kernel (sm90_sparse_attn_split, automatic
 // chunks) in both modes — reference max (block-max pass + partials + combine) and plain (partials + combine) — on the
-// same packed inputs, next to the one-pass kernel (the layer point times it always); --attention-only skips the
+// same packed inputs, next to the one-pass kernel (the layer point times it always), and reference max with each of
+// its two kernels forced (16-head mma.sync CTAs, 64-head wgmma CTAs); --attention-only skips the
 // indexer, compressor and layer parts. Without a usable CUDA GPU it says so and exits with status 1.
 //
 // --indexer-only ends with the select alone on capacity-wide rows (a session sized for 1M tokens at 8K context).
@@ -306,7 +307,12 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     // the split kernel's workspace (partials and block maxima) at this shape, automatic chunks
     SparseAttnArgs shape;
     shape.tokens = B, shape.heads = kHeads, shape.topk = width, shape.kv_packed = true;
-    const size_t ws_bytes = split ? sm90_sparse_attn_split_workspace_bytes(shape) : 0;
+    SparseAttnSplitOptions with_mma, with_wgmma;  // each kernel forced (the automatic call takes one of them)
+    with_mma.kernel = SplitKernel::kMmaSync, with_wgmma.kernel = SplitKernel::kWgmma;
+    const size_t ws_bytes = split ? std::max({sm90_sparse_attn_split_workspace_bytes(shape),
+                                              sm90_sparse_attn_split_workspace_bytes(shape, with_mma),
+                                              sm90_sparse_attn_split_workspace_bytes(shape, with_wgmma)})
+                                  : 0;
     const double need = pool_copies * copy_bytes + double(rotations) * double(q_bytes + list * 4) + double(q_bytes) +
                         double(list) * (1024 + 4) + double(ws_bytes) + 33e6;
     if (!fits(need, B, cn, op)) return {};
@@ -380,7 +386,7 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
             }
             return Status::ok();
         });
-    Timing ts_ref, ts_plain;
+    Timing ts_ref, ts_plain, ts_mma, ts_wgmma;
     int64_t split_chunk = 0;
     DeviceBuffer ws = alloc(ws_bytes, "split workspace");
     if (split) {
@@ -392,6 +398,12 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
         });
         ts_plain = time_op(rotations, [&](int i) {
             return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, plain);
+        });
+        ts_mma = time_op(rotations, [&](int i) {
+            return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, with_mma);
+        });
+        ts_wgmma = time_op(rotations, [&](int i) {
+            return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, with_wgmma);
         });
     }
     const Timing tu = time_op(rotations, [&](int i) {
@@ -432,6 +444,16 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
                       (long long)split_chunk, tp.us / ts_plain.us);
         print_row(B, cn, csa ? "CSA split attention, plain" : "HCA split attention, plain", ts_plain, bytes, flops,
                   note);
+        for (const auto* o : {&with_mma, &with_wgmma}) {
+            const bool wg = o == &with_wgmma;
+            std::snprintf(note, sizeof note, "reference max, %s forced: chunk %lld",
+                          wg ? "64-head wgmma CTAs" : "16-head mma.sync CTAs",
+                          (long long)sm90_sparse_attn_split_chunk(shape, *o));
+            print_row(B, cn,
+                      csa ? (wg ? "CSA split attention, wgmma" : "CSA split attention, mma.sync")
+                          : (wg ? "HCA split attention, wgmma" : "HCA split attention, mma.sync"),
+                      wg ? ts_wgmma : ts_mma, bytes, flops, note);
+        }
     }
     std::snprintf(note, sizeof note, "unpack alone %.2f us; packed is %.2fx faster (rates on the packed bytes)", tu.us,
                   tb.us / tp.us);

@@ -2,7 +2,8 @@
 // and against the one-pass sm90_sparse_attn, at V4-Flash (64 heads) and V4-Pro (128 heads) shapes, the 4-head test
 // models and edge shapes; 1..64 queries; CSA lists (128 + 512 / 1024), HCA lists at 1M context (128 + 8192, mostly
 // -1), lists with -1 holes, a list that is all -1 and one whose first blocks are all -1; packed FP8 pools and bf16
-// rows; de-rotation on and off; automatic and forced chunk sizes; both modes (reference max, plain split).
+// rows; de-rotation on and off; automatic and forced chunk sizes; both modes (reference max, plain split); both
+// kernels (16-head mma.sync CTAs, 64-head wgmma CTAs), which must agree bit for bit at the same chunk.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -180,12 +181,34 @@ TEST(SparseAttnSplit, MatchesCpuAndOnePassKernel) {
                     for (int64_t i = H * D; i < 2 * H * D; ++i) nonzero += got[size_t(i)] != 0.0f;
                     EXPECT_EQ(nonzero, 0u) << "a token without candidates must give 0";
                 }
-                // the packed pool decodes to exactly the bf16 rows: the two calls agree bit for bit
                 if (!packed) {
                     got_unpacked = got;
-                } else {
-                    EXPECT_EQ(count_bit_differences(got, got_unpacked), 0u) << "packed and bf16 pools differ";
+                    continue;
                 }
+                // the packed pool decodes to exactly the bf16 rows: the mma.sync kernel (the only one for bf16 rows)
+                // at the bf16 call's chunk agrees with it bit for bit. That is the automatic packed call, or, where
+                // the automatic call takes the wgmma kernel (with its own chunk), the forced one below.
+                std::vector<float> packed_mma = got;
+                // packed pools with whole 64-head groups: each kernel forced, at the same chunk, gives the bits of
+                // the other
+                if (H % 64 == 0) {
+                    std::vector<float> by_kernel[2];
+                    int64_t chunk = c.chunk;
+                    for (const SplitKernel k : {SplitKernel::kMmaSync, SplitKernel::kWgmma}) {
+                        SparseAttnSplitOptions ok = o;
+                        ok.kernel = k;
+                        if (chunk == 0) chunk = sm90_sparse_attn_split_chunk(s, ok);  // the mma.sync plan's
+                        ok.chunk = chunk;
+                        DSV4_ASSERT_OK(out->fill_bytes(0xff));
+                        DSV4_ASSERT_OK(run_split(s, ok));
+                        by_kernel[k == SplitKernel::kWgmma] = act_to_host(kRef, *out, want.size());
+                    }
+                    EXPECT_EQ(count_bit_differences(by_kernel[1], by_kernel[0]), 0u)
+                        << "the wgmma kernel's partials differ from the mma.sync kernel's (chunk " << chunk << ")";
+                    DSV4_EXPECT_CLOSE(by_kernel[1], want, reference_max ? 2e-3 : 4e-3);
+                    packed_mma = by_kernel[0];
+                }
+                EXPECT_EQ(count_bit_differences(packed_mma, got_unpacked), 0u) << "packed and bf16 pools differ";
             }
         }
     }
@@ -201,8 +224,11 @@ TEST(SparseAttnSplit, ProgrammaticGraphReplayMatchesTheStreamRun) {
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
     auto stream = Stream::create();
     DSV4_ASSERT_OK(stream.status());
-    for (const int64_t T : {1, 8}) {
-        SCOPED_TRACE("tokens " + std::to_string(T));
+    for (const auto& [T, kernel] : {std::pair{int64_t(1), SplitKernel::kMmaSync},
+                                    {int64_t(8), SplitKernel::kMmaSync},
+                                    {int64_t(1), SplitKernel::kWgmma},
+                                    {int64_t(8), SplitKernel::kWgmma}}) {
+        SCOPED_TRACE("tokens " + std::to_string(T) + (kernel == SplitKernel::kWgmma ? ", wgmma" : ", mma.sync"));
         const int64_t H = 64, D = 512, n_kv = 6000, topk = 640;
         auto kv = random_act(kRef, rng, size_t(n_kv * D), 1.0f);
         std::vector<int32_t> rows(static_cast<size_t>(n_kv));
@@ -231,7 +257,8 @@ TEST(SparseAttnSplit, ProgrammaticGraphReplayMatchesTheStreamRun) {
         a1.kv_packed = true;
         SparseAttnArgs a2 = a1;
         a2.q = q2->data(), a2.out = out2->data();
-        const SparseAttnSplitOptions o;  // automatic chunk, reference max: the block-maxima pass runs
+        SparseAttnSplitOptions o;  // automatic chunk, reference max: the block-maxima pass runs
+        o.kernel = kernel;
         ASSERT_GT(sm90_sparse_attn_split_chunk(a1, o), 0);
         ASSERT_LT(sm90_sparse_attn_split_chunk(a1, o), topk) << "the case must split into several chunks";
         const size_t ws_bytes = sm90_sparse_attn_split_workspace_bytes(a1, o);
@@ -277,6 +304,14 @@ TEST(SparseAttnSplit, WorkspaceBytes) {
     o.chunk = 128;
     a.topk = 0;      // nothing to split
     EXPECT_EQ(sm90_sparse_attn_split_workspace_bytes(a, o), 0u);
+    // the 64-head wgmma kernel writes the same 16-head tiles' partials: at one chunk, one layout
+    a.tokens = 8, a.heads = 128, a.topk = 128 + 8192, a.kv_packed = true;
+    o.chunk = 576;  // 15 chunks of 9 blocks (130 blocks)
+    const size_t bytes = size_t(8 * 8 * 15) * (16 * 512 * 4 + 32 * 4) + size_t(8 * 8 * 130 * 64);
+    for (const SplitKernel k : {SplitKernel::kAuto, SplitKernel::kMmaSync, SplitKernel::kWgmma}) {
+        o.kernel = k;
+        EXPECT_EQ(sm90_sparse_attn_split_workspace_bytes(a, o), bytes);
+    }
 }
 
 TEST(SparseAttnSplit, BadArgumentsAreClearErrors) {
@@ -296,6 +331,10 @@ TEST(SparseAttnSplit, BadArgumentsAreClearErrors) {
     EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.message();
     s = sm90_sparse_attn_split(kRef, a, nullptr, 0, nullptr, o);
     EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.message();
+    o.kernel = SplitKernel::kWgmma;  // bf16 rows: the wgmma kernel reads packed pools only
+    s = sm90_sparse_attn_split(kRef, a, buf->data(), 1 << 16, nullptr, o);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("packed pool"), std::string::npos) << s.message();
 }
 
 }  // namespace

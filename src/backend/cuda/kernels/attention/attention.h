@@ -35,7 +35,7 @@ struct SparseAttnArgs {
 };
 Status sm90_sparse_attn(backend::Precision precision, const SparseAttnArgs& a, StreamHandle stream);
 // From this many tokens (the prefill passes; decode batches are at most 256 rows), in kReference with a packed pool
-// and heads a multiple of 64, sm90_sparse_attn runs the prefill kernel (attention_prefill.cuh): one block per token
+// and heads a multiple of 64, sm90_sparse_attn runs the prefill kernel (attention_wgmma.cuh): one block per token
 // and 64 heads on wgmma, each candidate tile gathered and decoded once per token and 64 heads, a producer warpgroup
 // decoding the next tile while the consumers compute. Every head's arithmetic is the one-pass kernel's.
 inline constexpr int64_t kSparseAttnPrefillMinTokens = kPrefillMinRows;
@@ -52,9 +52,19 @@ Status sm90_sparse_attn_prefill(const SparseAttnArgs& a, StreamHandle stream);
 // kernel's bit for bit and only the f32 rounding of the final sums differs. Without it each chunk starts from its
 // own max (one launch and one K read fewer), which re-rounds P: as accurate against the exact softmax as the
 // reference, but about 2e-3 rel_l2 away from it. kF32 falls back to sm90_sparse_attn (no workspace used).
+// Two kernels compute the block maxima and the partials: kMmaSync — CTAs of 16 heads on mma.sync, the head tiles of
+// a chunk in a cluster sharing each block's gather (any pool, any heads); kWgmma — CTAs of 64 heads on wgmma with a
+// producer warpgroup (attention_wgmma.cuh; packed pools, heads a multiple of 64), the same partials bit for bit at a
+// given chunk and ~4x the heads per block-step (a longer chain per block), for calls with work for every SM. kAuto
+// takes kWgmma where it can run, from kSplitWgmmaMinTokens queries with lists of at least kSplitWgmmaMinListBlocks
+// blocks of 64 candidates and kSplitWgmmaMinBlocks blocks in all (tokens x list blocks), else kMmaSync (measured
+// crossover: docs/kernels/attention.md, "Split decode on 64-head wgmma CTAs").
+enum class SplitKernel { kAuto, kMmaSync, kWgmma };
+inline constexpr int64_t kSplitWgmmaMinTokens = 8, kSplitWgmmaMinListBlocks = 8, kSplitWgmmaMinBlocks = 64;
 struct SparseAttnSplitOptions {
     int64_t chunk = 0;                // candidates per chunk, a multiple of 64 up to 16384; 0: chosen to fill the SMs
     bool match_reference_max = true;
+    SplitKernel kernel = SplitKernel::kAuto;
 };
 // Device workspace the call needs (partials, block maxima) for these shapes; 0 when there is nothing to split.
 size_t sm90_sparse_attn_split_workspace_bytes(const SparseAttnArgs& a, const SparseAttnSplitOptions& o = {});

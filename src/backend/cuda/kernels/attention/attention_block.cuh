@@ -10,6 +10,12 @@
 
 namespace dsv4::cuda {
 
+// What one launch of a block-wise attention kernel computes over its candidate blocks (attention_split.cuh,
+// attention_wgmma.cuh): each block's max logit per head only; the partial (running max, sum, unnormalised o) of a
+// chunk started from -inf, or from the running max the one-pass kernel has at the chunk's first block (the max of
+// the earlier blocks' maxima); or the whole list, normalised and written as the output.
+enum SplitPass : int { kSplitBlockMax = 0, kSplitPartial = 1, kSplitPartialFromPrefix = 2, kWholeList = 3 };
+
 // sacc: this warp's S fragment for keys kNT·8·warp .. + kNT·8 − 1 (kNT n-tiles of 8: 2 for 4-warp blocks, 1 for
 // 8-warp ones) of the block, rows g and g + 8 of the 16-head tile. q_s: bf16 Q [16][kLd]; kv_s: the block's bf16
 // K=V rows [64][kLd]; kDim channels. Every logit accumulates its kDim / 16 MMAs in k order either way, so both

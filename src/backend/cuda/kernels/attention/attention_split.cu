@@ -1,5 +1,5 @@
-// Launcher of the split-candidate sparse attention: plan the chunks, lay out the workspace, validate, launch the
-// block-max pass (reference-max mode, more than one chunk), the partial pass and the combine.
+// Launcher of the split-candidate sparse attention: pick the kernel, plan the chunks, lay out the workspace, validate,
+// launch the block-max pass (reference-max mode, more than one chunk), the partial pass and the combine.
 #include <algorithm>
 #include <string>
 
@@ -8,6 +8,7 @@
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/attention/attention_split.cuh"
+#include "backend/cuda/kernels/attention/attention_wgmma.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -19,7 +20,8 @@ constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 struct SplitPlan {
-    int64_t tiles = 0;         // head tiles per token
+    bool wgmma = false;        // the 64-head wgmma kernel computes the passes (SplitKernel)
+    int64_t tiles = 0;         // 16-head tiles per token (the workspace's and the combine's unit)
     int64_t n_blocks = 0;      // 64-candidate blocks per list
     int64_t chunk_blocks = 0;  // blocks per chunk
     int64_t chunks = 0;        // chunks per list (0: empty lists, the combine alone writes zeros)
@@ -27,22 +29,30 @@ struct SplitPlan {
     size_t o_off = 0, ml_off = 0, bm_off = 0, bytes = 0;
 };
 
+bool wgmma_can_run(const SparseAttnArgs& a) { return a.kv_packed && a.heads % AttnWgmmaConfig::kHeads == 0; }
+
 // Chunk size: the k (blocks) that minimises waves x (k + 1) over one CTA per SM — k block-steps plus about one
 // block-step of fixed cost per CTA (q load, the first gather's latency, the partial write) — ties to the larger k
-// (fewer partials). An explicit options.chunk wins. Shapes are assumed validated (or give an empty plan).
+// (fewer partials); a CTA covers 16 heads (mma.sync) or 64 (wgmma). An explicit options.chunk wins. Shapes are
+// assumed validated (or give an empty plan).
 SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
     SplitPlan p;
     if (a.tokens <= 0 || a.heads <= 0 || a.topk <= 0) return p;
     p.tiles = (a.heads + Cfg::kHeads - 1) / Cfg::kHeads;
     p.n_blocks = (a.topk + Cfg::kBlock - 1) / Cfg::kBlock;
-    const int64_t lists = a.tokens * p.tiles;
+    p.wgmma =
+        wgmma_can_run(a) && (o.kernel == SplitKernel::kWgmma ||
+                             (o.kernel == SplitKernel::kAuto && a.tokens >= kSplitWgmmaMinTokens &&
+                              p.n_blocks >= kSplitWgmmaMinListBlocks && a.tokens * p.n_blocks >= kSplitWgmmaMinBlocks));
+    const int64_t lists = a.tokens * p.tiles;  // (token, 16-head tile) pairs: the workspace's unit
+    const int64_t cta_lists = a.tokens * (p.wgmma ? a.heads / AttnWgmmaConfig::kHeads : p.tiles);  // CTAs per chunk
     if (o.chunk > 0) {
         p.chunk_blocks = std::min(o.chunk / Cfg::kBlock, p.n_blocks);
     } else {
         const int64_t sms = current_sm_count();
         int64_t best_cost = -1;
         for (int64_t k = 1; k <= std::min<int64_t>(p.n_blocks, Cfg::kMaxChunkBlocks); ++k) {
-            const int64_t ctas = lists * ((p.n_blocks + k - 1) / k);
+            const int64_t ctas = cta_lists * ((p.n_blocks + k - 1) / k);
             const int64_t cost = (ctas + sms - 1) / sms * (k + 1);
             if (best_cost < 0 || cost <= best_cost) best_cost = cost, p.chunk_blocks = k;
         }
@@ -95,6 +105,34 @@ Status launch_pass(const SplitAttnParams& sp, int64_t grid_x, int64_t tiles, int
     return launch_status(what);
 }
 
+template <int kPass>
+Status launch_wgmma_pass(const WgmmaAttnParams& wp, int64_t grid_x, int64_t tokens, cudaStream_t s) {
+    using WCfg = AttnWgmmaConfig;
+    auto* kernel = sm90_sparse_attn_wgmma_kernel<kPass>;
+    const char* what = kPass == kSplitBlockMax ? "sm90_sparse_attn_split (wgmma block maxima)"
+                                               : "sm90_sparse_attn_split (wgmma partials)";
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WCfg::kSmemBytes),
+                  std::string(what) + ": shared memory opt-in");
+    const dim3 grid(unsigned(grid_x), unsigned(wp.heads / WCfg::kHeads), unsigned(tokens));
+    kernel<<<grid, WCfg::kThreads, WCfg::kSmemBytes, s>>>(wp);
+    return launch_status(what);
+}
+
+Status launch_wgmma_passes(const SplitAttnParams& sp, const SplitPlan& plan, int64_t tokens, cudaStream_t s) {
+    WgmmaAttnParams wp;
+    wp.q = sp.q;
+    wp.pool = static_cast<const uint8_t*>(sp.kv);
+    wp.idx = sp.idx;
+    wp.heads = sp.heads, wp.topk = sp.topk, wp.n_kv = sp.n_kv, wp.scale = sp.scale;
+    wp.n_blocks = sp.n_blocks, wp.chunk_blocks = sp.chunk_blocks, wp.chunks = sp.chunks;
+    wp.part_o = sp.part_o, wp.part_ml = sp.part_ml, wp.block_max = sp.block_max;
+    if (plan.block_max_pass) {
+        DSV4_RETURN_IF_ERROR(launch_wgmma_pass<kSplitBlockMax>(wp, plan.chunks - 1, tokens, s));
+        return launch_wgmma_pass<kSplitPartialFromPrefix>(wp, plan.chunks, tokens, s);
+    }
+    return launch_wgmma_pass<kSplitPartial>(wp, plan.chunks, tokens, s);
+}
+
 template <bool kPacked>
 Status launch_passes(const SplitAttnParams& sp, const SplitPlan& plan, int64_t tokens, cudaStream_t s) {
     if (plan.block_max_pass) {
@@ -134,6 +172,9 @@ Status sm90_sparse_attn_split(Precision precision, const SparseAttnArgs& a, void
         return invalid_argument(op + ": q, out (and unpacked kv) must be 16-byte aligned, a packed kv pool 8-byte");
     if (a.topk > 0x7fffffff - Cfg::kBlock || a.tokens > 65535)
         return invalid_argument(op + ": too many tokens or candidates");
+    if (o.kernel == SplitKernel::kWgmma && !wgmma_can_run(a))
+        return invalid_argument(op + ": the wgmma kernel needs a packed pool and heads a multiple of 64, got heads " +
+                                std::to_string(a.heads) + (a.kv_packed ? "" : " and bf16 rows"));
     if (a.tokens == 0) return Status::ok();
     const SplitPlan plan = make_plan(a, o);
     if (plan.bytes > 0 && (!workspace || (addr(workspace) & 15)))
@@ -154,8 +195,9 @@ Status sm90_sparse_attn_split(Precision precision, const SparseAttnArgs& a, void
     sp.part_ml = plan.bytes ? reinterpret_cast<float*>(ws + plan.ml_off) : nullptr;
     sp.block_max = plan.block_max_pass ? reinterpret_cast<float*>(ws + plan.bm_off) : nullptr;
     if (plan.chunks > 0) {
-        DSV4_RETURN_IF_ERROR(a.kv_packed ? launch_passes<true>(sp, plan, a.tokens, stream)
-                                         : launch_passes<false>(sp, plan, a.tokens, stream));
+        DSV4_RETURN_IF_ERROR(plan.wgmma    ? launch_wgmma_passes(sp, plan, a.tokens, stream)
+                             : a.kv_packed ? launch_passes<true>(sp, plan, a.tokens, stream)
+                                           : launch_passes<false>(sp, plan, a.tokens, stream));
     }
     sm90_sparse_attn_split_combine_kernel<<<dim3(unsigned(a.heads), unsigned(a.tokens)), Cfg::kCombineThreads, 0,
                                             stream>>>(sp.part_o, sp.part_ml, int(a.heads), int(plan.chunks), a.sink,

@@ -80,8 +80,6 @@ static_assert(AttnSplitConfig::smem_bytes(true) == 166448 && AttnSplitConfig::sm
 static_assert(AttnSplitConfig::kRawRow % 16 == 8 && AttnSplitConfig::kRawPitch % 16 == 0 &&
               AttnSplitConfig::kRawBulk % 16 == 0 && AttnSplitConfig::kRawStageBytes % 16 == 0);
 
-enum SplitPass : int { kSplitBlockMax = 0, kSplitPartial = 1, kSplitPartialFromPrefix = 2 };
-
 struct SplitAttnParams {
     const __nv_bfloat16* q = nullptr;  // [T, H, 512]
     const void* kv = nullptr;          // [n_kv, 512] bf16 or n_kv packed rows

@@ -1,5 +1,5 @@
 // Gather of packed K=V pool rows into a bf16 tile, shared by the one-pass decode attention (attention.cuh) and the
-// prefill kernel (attention_prefill.cuh), each with its own tile layout.
+// wgmma kernel (attention_wgmma.cuh), each with its own tile layout.
 #pragma once
 
 #include <cuda_bf16.h>

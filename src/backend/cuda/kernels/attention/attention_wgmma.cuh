@@ -1,6 +1,9 @@
-// Sparse attention for prefill passes on Hopper wgmma (kReference numerics, packed FP8 K=V pool, heads a multiple of
-// 64): the one-pass kernel's arithmetic (attention.cuh) with its tensor-core steps on wgmma and one block per (token,
-// 64 heads) instead of per (token, 16 heads).
+// Sparse attention on Hopper wgmma (kReference numerics, packed FP8 K=V pool, heads a multiple of 64): the one-pass
+// kernel's arithmetic (attention.cuh) with its tensor-core steps on wgmma and one block per (token, 64 heads) instead
+// of per (token, 16 heads). Two users: prefill passes (kWholeList: a block walks its token's whole list and writes the
+// output; attention_prefill.cu) and split decode over long lists (attention_split.cu: a block walks one chunk of
+// blocks and writes the block maxima or its partial in the split kernel's workspace layout, so the split kernel's
+// combine merges them; the partials are that kernel's bit for bit).
 //
 // Roles (3 warpgroups, one block per SM, 221 KB of shared memory):
 //   warpgroup 2   producer: per block of 64 candidates, reads the indices (any valid? one barrier-reduction), gathers
@@ -13,8 +16,8 @@
 //                 into a plain one), O·rescale, then O[:, 256·wg .. +255] += P·V (wgmma m64n256k16 with the same K
 //                 tile read N-major as V, 4 k16 steps over the candidates). Threads 0..63 of warpgroup 0 keep the
 //                 reference's running sum of head `tid`, adding the block's f32 p in candidate order while P·V runs.
-//                 The epilogue stages O through the then free K tiles and divides, rounds and de-rotates 8 channels
-//                 per step with 16-byte stores.
+//                 The whole-list epilogue stages O through the then free K tiles and divides, rounds and de-rotates
+//                 8 channels per step with 16-byte stores; a split partial is stored from the registers.
 //
 // Each step is the one-pass kernel's: S accumulates its 32 k16 products in channel order from zero, the row maximum
 // and the exps are the same f32 / f64 operations, the block sum is sequential in candidate order, O is rescaled then
@@ -24,37 +27,38 @@
 
 #include <cuda_bf16.h>
 
+#include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/named_barrier.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/swizzle.cuh"
 #include "backend/cuda/common/wgmma.cuh"
-#include "backend/cuda/common/cp_async.cuh"
+#include "backend/cuda/kernels/attention/attention_block.cuh"
 #include "backend/cuda/kernels/attention/kv_gather.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 
 namespace dsv4::cuda {
 
-struct AttnPrefillConfig {
-    static constexpr int kHeads = 64;   // the block's heads: one wgmma M tile
-    static constexpr int kBlock = 64;   // candidates per online-softmax block (the reference's)
+struct AttnWgmmaConfig {
+    static constexpr int kHeads = 64;  // the block's heads: one wgmma M tile
+    static constexpr int kBlock = 64;  // candidates per online-softmax block (the reference's)
     static constexpr int kDim = 512;
     static constexpr int kThreads = 384;
-    static constexpr int kAtomBytes = 64 * 128;                      // [64 rows][64 bf16], swizzled
-    static constexpr int kTileBytes = (kDim / 64) * kAtomBytes;      // 64 KB: Q, or one K=V tile
-    static constexpr int kPfLd = kBlock + 8;                         // f32 p rows: conflict-free float2 stores
+    static constexpr int kAtomBytes = 64 * 128;                  // [64 rows][64 bf16], swizzled
+    static constexpr int kTileBytes = (kDim / 64) * kAtomBytes;  // 64 KB: Q, or one K=V tile
+    static constexpr int kPfLd = kBlock + 8;                     // f32 p rows: conflict-free float2 stores
     static constexpr int kQOff = 0;
-    static constexpr int kKvOff = kQOff + kTileBytes;                // 2 tiles
-    static constexpr int kPOff = kKvOff + 2 * kTileBytes;            // bf16 P [64][64], one atom
-    static constexpr int kPfOff = kPOff + kAtomBytes;                // f32 p [64][kPfLd]
-    static constexpr int kIdxOff = kPfOff + kHeads * kPfLd * 4;      // int32 [2][64] candidate rows per tile
-    static constexpr int kRedOff = kIdxOff + 2 * kBlock * 4;         // f32 [2][64] block maxima per consumer wg
-    static constexpr int kDenOff = kRedOff + 2 * kHeads * 4;         // f32 [64] denominators, [64] RoPE cos / sin
-    static constexpr int kFlagOff = kDenOff + 2 * kHeads * 4;        // int32 [2] tile has a valid candidate
+    static constexpr int kKvOff = kQOff + kTileBytes;            // 2 tiles
+    static constexpr int kPOff = kKvOff + 2 * kTileBytes;        // bf16 P [64][64], one atom
+    static constexpr int kPfOff = kPOff + kAtomBytes;            // f32 p [64][kPfLd]
+    static constexpr int kIdxOff = kPfOff + kHeads * kPfLd * 4;  // int32 [2][64] candidate rows per tile
+    static constexpr int kRedOff = kIdxOff + 2 * kBlock * 4;     // f32 [2][64] block maxima per consumer wg
+    static constexpr int kDenOff = kRedOff + 2 * kHeads * 4;     // f32 [64] denominators, [64] RoPE cos / sin
+    static constexpr int kFlagOff = kDenOff + 2 * kHeads * 4;    // int32 [2] tile has a valid candidate
     // the epilogue's f32 O [64][kOutLd] over the K tiles and P (conflict-free float2 stores)
     static constexpr int kOutLd = kDim + 8;
     static_assert(kHeads * kOutLd * 4 <= kPfOff - kKvOff, "O staging must fit the K tiles and P");
-    static constexpr int kSmemBytes = kFlagOff + 16 + 1024;          // + slack to align the base to 1024 bytes
+    static constexpr int kSmemBytes = kFlagOff + 16 + 1024;  // + slack to align the base to 1024 bytes
     // setmaxnreg moves registers inside the block's launch allocation (384 threads x 168 under the launch bounds):
     // 128·104 + 256·200 = 384·168; asking for more would block the consumers' increase forever.
     static constexpr int kProducerRegs = 104, kConsumerRegs = 200;
@@ -64,24 +68,53 @@ struct AttnPrefillConfig {
     static constexpr int kBarFull = 1, kBarEmpty = 3, kBarConsumers = 5, kBarProducer = 6;
 };
 
-// grid: (heads / 64, tokens), AttnPrefillConfig::kThreads threads, kSmemBytes of dynamic shared memory.
-__global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
-    sm90_sparse_attn_prefill_kernel(const __nv_bfloat16* __restrict__ q, const uint8_t* __restrict__ pool,
-                                    const int32_t* __restrict__ idx, int heads, int64_t n_kv, int topk,
-                                    const float* __restrict__ sink, float scale, bool derotate,
-                                    const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
-                                    __nv_bfloat16* __restrict__ out) {
-    pdl_enter();
-    using Cfg = AttnPrefillConfig;
+// Arguments of one launch (the prefill launcher and the split launcher fill the fields their passes read).
+struct WgmmaAttnParams {
+    const __nv_bfloat16* q = nullptr;  // [T, H, 512]
+    const uint8_t* pool = nullptr;     // n_kv packed rows
+    const int32_t* idx = nullptr;      // [T, topk]
+    int heads = 0, topk = 0;
+    int64_t n_kv = 0;
+    float scale = 0;
+    // kWholeList: the output
+    const float* sink = nullptr;
+    bool derotate = false;
+    const int64_t* positions = nullptr;
+    backend::RopeFreqs freqs;
+    __nv_bfloat16* out = nullptr;
+    // split passes: the chunking and the workspace, in SplitAttnParams' layout (16-head tiles)
+    int n_blocks = 0, chunk_blocks = 0, chunks = 0;
+    float* part_o = nullptr;
+    float* part_ml = nullptr;
+    float* block_max = nullptr;
+};
+
+// grid: (chunks, heads / 64, tokens) (chunks = 1 for kWholeList), AttnWgmmaConfig::kThreads threads, kSmemBytes of
+// dynamic shared memory.
+template <int kPass>
+__global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
+    sm90_sparse_attn_wgmma_kernel(const __grid_constant__ WgmmaAttnParams p) {
+    // the prefix pass reads nothing its immediate predecessor (the block-maxima pass) writes until the first block's
+    // softmax, so its gathers, decodes and S overlap that pass (common/pdl.cuh; attention_split.cuh does the same)
+    pdl_enter(kPass != kSplitPartialFromPrefix);
+    PdlWaitAtExit wait_at_exit{kPass == kSplitPartialFromPrefix};
+    using Cfg = AttnWgmmaConfig;
+    constexpr bool kWhole = kPass == kWholeList;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     auto* idx_s = reinterpret_cast<int32_t*>(smem + Cfg::kIdxOff);
     auto* flag_s = reinterpret_cast<int32_t*>(smem + Cfg::kFlagOff);
     const int tid = threadIdx.x, wg = tid / 128;
-    const int64_t t = blockIdx.y;
-    const int h0 = blockIdx.x * Cfg::kHeads;
-    const int nblk = (topk + Cfg::kBlock - 1) / Cfg::kBlock;
-    const int32_t* it = idx + t * topk;
+    const int chunk = blockIdx.x;
+    const int64_t t = blockIdx.z;
+    const int h0 = blockIdx.y * Cfg::kHeads;
+    // this block's candidate blocks: blk0 .. blk0 + nblk − 1 of the list
+    const int blk0 = kWhole ? 0 : chunk * p.chunk_blocks;
+    const int nblk = kWhole ? (p.topk + Cfg::kBlock - 1) / Cfg::kBlock : min(p.chunk_blocks, p.n_blocks - blk0);
+    const int32_t* it = p.idx + t * p.topk + int64_t(blk0) * Cfg::kBlock;
+    const int topk = p.topk - blk0 * Cfg::kBlock;  // candidates from the chunk's first on
+    // split passes: the workspace's 16-head tiles of this block's heads are h0 / 16 .. + 3
+    const int64_t n_tiles = p.heads / 16, list0 = t * n_tiles + h0 / 16;
 
     if (wg == 2) {  // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
@@ -90,7 +123,7 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
         auto candidate = [&](int b) -> int32_t {
             const int j = b * Cfg::kBlock + ptid;
             const int32_t s = ptid < Cfg::kBlock && j < topk ? it[j] : -1;
-            return s >= n_kv ? -1 : s;
+            return s >= p.n_kv ? -1 : s;
         };
         int32_t next = candidate(0);
         for (int b = 0; b < nblk; ++b) {
@@ -103,9 +136,12 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
             const bool any = named_bar_sync_or(Cfg::kBarProducer, 128, s >= 0);
             if (any) {
                 uint8_t* tile = smem + Cfg::kKvOff + buf * Cfg::kTileBytes;
-                gather_packed_kv_block<128, 16>(pool, idx_b, [&](int r, int c) {
-                    return reinterpret_cast<uint4*>(tile + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8));
-                }, ptid);
+                gather_packed_kv_block<128, 16>(
+                    p.pool, idx_b,
+                    [&](int r, int c) {
+                        return reinterpret_cast<uint4*>(tile + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8));
+                    },
+                    ptid);
             }
             if (ptid == 0) flag_s[buf] = any;
             fence_proxy_async_smem();  // the tile's generic stores -> the consumers' wgmma reads
@@ -117,7 +153,7 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
 
     // Q [64 heads][512] into 8 swizzled atoms
     {
-        const __nv_bfloat16* qt = q + (t * heads + h0) * Cfg::kDim;
+        const __nv_bfloat16* qt = p.q + (t * p.heads + h0) * Cfg::kDim;
         for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += 256) {
             const int r = i / (Cfg::kDim / 8), c = i % (Cfg::kDim / 8);
             cp_async16_zfill(smem + Cfg::kQOff + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8),
@@ -131,23 +167,47 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
     auto* den_s = reinterpret_cast<float*>(smem + Cfg::kDenOff);
     const uint32_t q_addr = smem_u32(smem + Cfg::kQOff), p_addr = smem_u32(smem + Cfg::kPOff);
     const int w = (tid % 128) / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-    const int r0 = 16 * w + g, r1 = r0 + 8;  // this thread's two heads (fragment rows)
+    const int r0 = 16 * w + g, r1 = r0 + 8;            // this thread's two heads (fragment rows)
     const bool summer = wg == 0 && tid < Cfg::kHeads;  // keeps the running sum of head tid
-    float m0 = -INFINITY, m1 = -INFINITY;               // running maxima of heads r0, r1
-    float m_sum = -INFINITY, sum = 0;                   // summer: running max and sum of head tid
+    float m0 = -INFINITY, m1 = -INFINITY;              // running maxima of heads r0, r1
+    float m_sum = -INFINITY, sum = 0;                  // summer: running max and sum of head tid
     float acc[128];  // O[r0 | r1][256·wg + 8j + 2tq + {0,1}]: acc[4j + {0,1}] row r0, acc[4j + {2,3}] row r1
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    bool seen = false;      // a block of the chunk held a valid candidate
+    bool prefixed = false;  // prefix pass: the running maxima were set from the block maxima
+    // split passes: block b's max logit of head h in the workspace ([list][n_blocks][16] per 16-head tile)
+    auto block_max_at = [&](int b, int h) {
+        return p.block_max + ((list0 + h / 16) * p.n_blocks + blk0 + b) * 16 + h % 16;
+    };
+    // prefix pass, at the first valid block: the running max of every head at the chunk's first block, the max of
+    // the earlier blocks' maxima (4 threads per head), after the wait for the block-maxima pass that wrote them
+    auto prefix_running_max = [&] {
+        pdl_wait();
+        const int h = tid / 4, part = tid % 4;
+        const float* bm = p.block_max + (list0 + h / 16) * p.n_blocks * 16 + h % 16;
+        float mx = -INFINITY;
+#pragma unroll 8
+        for (int k = part; k < blk0; k += 4) mx = fmaxf(mx, bm[k * 16]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        if (part == 0) den_s[h] = mx;
+        named_bar_sync(Cfg::kBarConsumers, 256);
+        m0 = den_s[r0], m1 = den_s[r1];
+        if (summer) m_sum = den_s[tid];
+    };
     named_bar_sync(Cfg::kBarConsumers, 256);  // Q complete
 
     for (int b = 0; b < nblk; ++b) {
         const int buf = b & 1;
         named_bar_sync(Cfg::kBarFull + buf, Cfg::kThreads);
         const bool release = b + 2 < nblk;  // the producer refills this tile
-        if (!flag_s[buf]) {  // no valid candidate: the reference skips the block whole
+        if (!flag_s[buf]) {                 // no valid candidate: the reference skips the block whole
+            if (kPass == kSplitBlockMax && tid < Cfg::kHeads) *block_max_at(b, tid) = -INFINITY;
             if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
             continue;
         }
+        seen = true;
         const uint32_t kv_addr = smem_u32(smem + Cfg::kKvOff + buf * Cfg::kTileBytes);
         const int32_t* idx_b = idx_s + buf * Cfg::kBlock;
 
@@ -175,10 +235,12 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int cand = 32 * wg + 8 * j + 2 * tq + (e & 1);
-                const float l = idx_b[cand] >= 0 ? __fmul_rn(sacc[4 * j + e], scale) : -INFINITY;
+                const float l = idx_b[cand] >= 0 ? __fmul_rn(sacc[4 * j + e], p.scale) : -INFINITY;
                 sacc[4 * j + e] = l;
-                if (e < 2) mx0 = fmaxf(mx0, l);
-                else mx1 = fmaxf(mx1, l);
+                if (e < 2)
+                    mx0 = fmaxf(mx0, l);
+                else
+                    mx1 = fmaxf(mx1, l);
             }
 #pragma unroll
         for (int o = 1; o <= 2; o <<= 1) {
@@ -187,6 +249,19 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
         }
         if (tq == 0) red_s[wg * Cfg::kHeads + r0] = mx0, red_s[wg * Cfg::kHeads + r1] = mx1;
         named_bar_sync(Cfg::kBarConsumers, 256);
+        if constexpr (kPass == kSplitBlockMax) {  // the block's max per head is all this pass keeps
+            if (wg == 0 && tq == 0) {
+                *block_max_at(b, r0) = fmaxf(red_s[r0], red_s[Cfg::kHeads + r0]);
+                *block_max_at(b, r1) = fmaxf(red_s[r1], red_s[Cfg::kHeads + r1]);
+            }
+            named_bar_sync(Cfg::kBarConsumers, 256);  // red_s is rewritten by the next block
+            if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
+            continue;
+        }
+        if (kPass == kSplitPartialFromPrefix && !prefixed) {
+            prefix_running_max();
+            prefixed = true;
+        }
         const float n0 = fmaxf(m0, fmaxf(red_s[r0], red_s[Cfg::kHeads + r0]));
         const float n1 = fmaxf(m1, fmaxf(red_s[r1], red_s[Cfg::kHeads + r1]));
         float n_sum = -INFINITY, c_sum = 1.0f;
@@ -213,7 +288,8 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
                 *reinterpret_cast<float2*>(p_f32 + row * Cfg::kPfLd + cand) = make_float2(pa, pb);
             }
         m0 = n0, m1 = n1;
-        // once the maxima settle most blocks rescale by exactly 1: skipped when no lane of the warp needs it (x · 1 = x)
+        // once the maxima settle most blocks rescale by exactly 1: skipped when no lane of the warp needs it (x · 1 =
+        // x)
         if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
             for (int j = 0; j < 32; ++j) {
@@ -245,18 +321,39 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
         if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
     }
 
+    if constexpr (kPass == kSplitBlockMax) {
+        return;
+    } else if constexpr (!kWhole) {
+        // the partial of each 16-head tile: (m, l) by the summers, o from the registers (warp w's rows are tile w's);
+        // a chunk without a valid candidate has max -inf and no o, as the split kernel's
+        if (summer) {
+            float* ml = p.part_ml + ((list0 + tid / 16) * p.chunks + chunk) * 32 + tid % 16;
+            ml[0] = seen ? m_sum : -INFINITY;
+            ml[16] = seen ? sum : 0.0f;
+        }
+        if (!seen) return;
+        float* po = p.part_o + ((list0 + w) * p.chunks + chunk) * (16 * Cfg::kDim);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            const int ch = 256 * wg + 8 * j + 2 * tq;
+            *reinterpret_cast<float2*>(po + g * Cfg::kDim + ch) = make_float2(acc[4 * j], acc[4 * j + 1]);
+            *reinterpret_cast<float2*>(po + (g + 8) * Cfg::kDim + ch) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+        }
+        return;
+    }
+
     // epilogue: o / (sum + e^{sink − M}) (0 without a valid candidate), bf16, conjugate RoPE on 448..511. O goes
     // through shared memory (the K tiles, free once every P·V has completed) so that the divisions run in one compact
     // loop over 8-channel chunks with 16-byte stores, instead of 128 unrolled ones per thread.
     float* o_s = reinterpret_cast<float*>(smem + Cfg::kKvOff);  // [64][kOutLd]
     float* rope_s = den_s + Cfg::kHeads;                        // [32] cos, [32] sin of the 32 rotated pairs
     if (summer) {
-        const float sk = sink[h0 + tid];
+        const float sk = p.sink[h0 + tid];
         den_s[tid] = m_sum == -INFINITY ? 0.0f : __fadd_rn(sum, exp_f32(__fsub_rn(sk, m_sum)));
     }
-    if (derotate && wg == 1 && tid - 128 < 32) {
+    if (p.derotate && wg == 1 && tid - 128 < 32) {
         const int pair = tid - 128;
-        rope_cos_sin(positions[t], freqs.f[pair], true, rope_s[pair], rope_s[32 + pair]);
+        rope_cos_sin(p.positions[t], p.freqs.f[pair], true, rope_s[pair], rope_s[32 + pair]);
     }
     named_bar_sync(Cfg::kBarConsumers, 256);  // every P·V done: the K tiles may be overwritten
 #pragma unroll
@@ -274,14 +371,14 @@ __global__ void __launch_bounds__(AttnPrefillConfig::kThreads, 1)
         load8(o_s + row * Cfg::kOutLd + ch, v);
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(v[e], den));
-        if (derotate && ch >= Cfg::kDim - 64) {
+        if (p.derotate && ch >= Cfg::kDim - 64) {
 #pragma unroll
             for (int e = 0; e < 8; e += 2) {
                 const int pair = (ch - (Cfg::kDim - 64) + e) / 2;
                 rotate_pair(v[e], v[e + 1], rope_s[pair], rope_s[32 + pair]);
             }
         }
-        store8(out + (t * heads + h0 + row) * Cfg::kDim + ch, v);
+        store8(p.out + (t * p.heads + h0 + row) * Cfg::kDim + ch, v);
     }
 }
 
