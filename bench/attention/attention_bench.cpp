@@ -432,7 +432,7 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     if (split) {
         const int64_t chunks = split_chunk > 0 ? (width + split_chunk - 1) / split_chunk : 0;
         std::snprintf(note, sizeof note,
-                      "chunk %lld (%lld chunks, %lld CTAs); block-max pass + partials + combine; %.2fx the one-pass "
+                      "chunk %lld (%lld chunks, %lld partials); block-max pass + partials + combine; %.2fx the one-pass "
                       "speed; workspace %.1f MB",
                       (long long)split_chunk, (long long)chunks, (long long)(chunks * B * kHeads / 16),
                       tp.us / ts_ref.us, double(ws_bytes) / 1e6);

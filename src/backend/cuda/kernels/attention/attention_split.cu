@@ -24,6 +24,7 @@ struct SplitPlan {
     int64_t tiles = 0;         // 16-head tiles per token (the workspace's and the combine's unit)
     int64_t n_blocks = 0;      // 64-candidate blocks per list
     int64_t chunk_blocks = 0;  // blocks per chunk
+    int64_t bm_chunk_blocks = 0;  // wgmma: blocks per CTA of the block-maxima pass (its own cut, below)
     int64_t chunks = 0;        // chunks per list (0: empty lists, the combine alone writes zeros)
     bool block_max_pass = false;
     size_t o_off = 0, ml_off = 0, bm_off = 0, bytes = 0;
@@ -60,6 +61,17 @@ SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
     p.chunk_blocks = std::max<int64_t>(p.chunk_blocks, 1);
     p.chunks = (p.n_blocks + p.chunk_blocks - 1) / p.chunk_blocks;
     p.block_max_pass = o.match_reference_max && p.chunks > 1;
+    // The block maxima do not depend on the chunks, and the pass covers only the blocks before the last chunk:
+    // 64-head CTAs cut that prefix by the same cost model (at B = 64, 1M the partials' 2 chunks would leave the
+    // pass one CTA per list, 64 CTAs on 132 SMs). The 16-head kernel keeps its chunks (its mask bounds a chunk).
+    if (p.block_max_pass && p.wgmma) {
+        const int64_t prefix = (p.chunks - 1) * p.chunk_blocks, sms = current_sm_count();
+        int64_t best_cost = -1;
+        for (int64_t k = 1; k <= prefix; ++k) {
+            const int64_t cost = (cta_lists * ((prefix + k - 1) / k) + sms - 1) / sms * (k + 1);
+            if (best_cost < 0 || cost <= best_cost) best_cost = cost, p.bm_chunk_blocks = k;
+        }
+    }
     const size_t parts = size_t(lists * p.chunks);
     p.o_off = 0;
     p.ml_off = align_up(parts * Cfg::kPartialFloats * sizeof(float));
@@ -124,10 +136,13 @@ Status launch_wgmma_passes(const SplitAttnParams& sp, const SplitPlan& plan, int
     wp.pool = static_cast<const uint8_t*>(sp.kv);
     wp.idx = sp.idx;
     wp.heads = sp.heads, wp.topk = sp.topk, wp.n_kv = sp.n_kv, wp.scale = sp.scale;
-    wp.n_blocks = sp.n_blocks, wp.chunk_blocks = sp.chunk_blocks, wp.chunks = sp.chunks;
+    wp.n_blocks = sp.n_blocks, wp.chunk_blocks = sp.chunk_blocks, wp.chunks = sp.chunks, wp.pass_blocks = sp.n_blocks;
     wp.part_o = sp.part_o, wp.part_ml = sp.part_ml, wp.block_max = sp.block_max;
     if (plan.block_max_pass) {
-        DSV4_RETURN_IF_ERROR(launch_wgmma_pass<kSplitBlockMax>(wp, plan.chunks - 1, tokens, s));
+        WgmmaAttnParams bm = wp;  // its own cut of the blocks before the last chunk (make_plan)
+        bm.pass_blocks = int((plan.chunks - 1) * plan.chunk_blocks), bm.chunk_blocks = int(plan.bm_chunk_blocks);
+        const int64_t bm_ctas = (bm.pass_blocks + bm.chunk_blocks - 1) / bm.chunk_blocks;
+        DSV4_RETURN_IF_ERROR(launch_wgmma_pass<kSplitBlockMax>(bm, bm_ctas, tokens, s));
         return launch_wgmma_pass<kSplitPartialFromPrefix>(wp, plan.chunks, tokens, s);
     }
     return launch_wgmma_pass<kSplitPartial>(wp, plan.chunks, tokens, s);

@@ -84,6 +84,7 @@ struct WgmmaAttnParams {
     __nv_bfloat16* out = nullptr;
     // split passes: the chunking and the workspace, in SplitAttnParams' layout (16-head tiles)
     int n_blocks = 0, chunk_blocks = 0, chunks = 0;
+    int pass_blocks = 0;  // the blocks this launch covers from the list's start (the block-maxima pass: fewer)
     float* part_o = nullptr;
     float* part_ml = nullptr;
     float* block_max = nullptr;
@@ -110,7 +111,7 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
     const int h0 = blockIdx.y * Cfg::kHeads;
     // this block's candidate blocks: blk0 .. blk0 + nblk − 1 of the list
     const int blk0 = kWhole ? 0 : chunk * p.chunk_blocks;
-    const int nblk = kWhole ? (p.topk + Cfg::kBlock - 1) / Cfg::kBlock : min(p.chunk_blocks, p.n_blocks - blk0);
+    const int nblk = kWhole ? (p.topk + Cfg::kBlock - 1) / Cfg::kBlock : min(p.chunk_blocks, p.pass_blocks - blk0);
     const int32_t* it = p.idx + t * p.topk + int64_t(blk0) * Cfg::kBlock;
     const int topk = p.topk - blk0 * Cfg::kBlock;  // candidates from the chunk's first on
     // split passes: the workspace's 16-head tiles of this block's heads are h0 / 16 .. + 3
