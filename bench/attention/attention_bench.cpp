@@ -38,7 +38,8 @@
 // indexer, compressor and layer parts. Without a usable CUDA GPU it says so and exits with status 1.
 //
 // --indexer-only ends with the select alone on capacity-wide rows (a session sized for 1M tokens at 8K context).
-// --indexer-point B CONTEXT runs that one indexer point (e.g. to profile its kernels).
+// --indexer-point B CONTEXT runs that one indexer point (e.g. to profile its kernels); --attention-point csa|hca B
+// CONTEXT runs that one attention point with the split kernels.
 //
 // Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] [--layer]
 //                             [--indexer-only] [--indexer-point B CONTEXT]
@@ -974,6 +975,7 @@ int main(int argc, char** argv) {
     bool split = false, attention_only = false, prefill = false, prefill_only = false, layer_only = false,
          indexer_only = false;
     int64_t point_batch = 0, point_context = 0;  // --indexer-point: that one indexer point alone
+    std::string attn_point;                      // --attention-point: "csa" or "hca" at (point_batch, point_context)
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--date") == 0 && i + 1 < argc) {
             date = argv[++i];
@@ -992,10 +994,16 @@ int main(int argc, char** argv) {
         } else if (std::strcmp(argv[i], "--indexer-point") == 0 && i + 2 < argc) {
             point_batch = std::atoll(argv[i + 1]), point_context = std::atoll(argv[i + 2]);
             i += 2;
+        } else if (std::strcmp(argv[i], "--attention-point") == 0 && i + 3 < argc &&
+                   (std::strcmp(argv[i + 1], "csa") == 0 || std::strcmp(argv[i + 1], "hca") == 0)) {
+            attn_point = argv[i + 1];
+            point_batch = std::atoll(argv[i + 2]), point_context = std::atoll(argv[i + 3]);
+            i += 3;
         } else {
             std::fprintf(stderr,
                          "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] "
-                         "[--layer] [--indexer-only] [--indexer-point B CONTEXT]\n",
+                         "[--layer] [--indexer-only] [--indexer-point B CONTEXT] [--attention-point csa|hca B "
+                         "CONTEXT]\n",
                          argv[0]);
             return 2;
         }
@@ -1036,7 +1044,8 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (point_batch > 0 && point_context > 0) {
-        bench_indexer(point_batch, point_context);
+        if (attn_point.empty()) bench_indexer(point_batch, point_context);
+        else bench_attention(attn_point == "csa", point_batch, point_context, true);
         return 0;
     }
     const int64_t batches[] = {1, 8, 64}, contexts[] = {4096, 65536, 1048576};

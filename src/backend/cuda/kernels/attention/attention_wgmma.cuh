@@ -322,39 +322,31 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
         if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
     }
 
-    if constexpr (kPass == kSplitBlockMax) {
-        return;
-    } else if constexpr (!kWhole) {
-        // the partial of each 16-head tile: (m, l) by the summers, o from the registers (warp w's rows are tile w's);
-        // a chunk without a valid candidate has max -inf and no o, as the split kernel's
+    if constexpr (kPass == kSplitBlockMax) return;
+
+    // epilogue. O goes through shared memory (the K tiles, free once every P·V has completed), so that the whole
+    // list's divisions run in one compact loop over 8-channel chunks with 16-byte stores instead of 128 unrolled ones
+    // per thread, and a partial leaves in coalesced 16-byte stores instead of 64 scattered 8-byte ones per thread.
+    float* o_s = reinterpret_cast<float*>(smem + Cfg::kKvOff);  // [64][kOutLd]
+    float* rope_s = den_s + Cfg::kHeads;                        // [32] cos, [32] sin of the 32 rotated pairs
+    if constexpr (kWhole) {  // o / (sum + e^{sink − M}) (0 without a valid candidate), bf16, conjugate RoPE
+        if (summer) {
+            const float sk = p.sink[h0 + tid];
+            den_s[tid] = m_sum == -INFINITY ? 0.0f : __fadd_rn(sum, exp_f32(__fsub_rn(sk, m_sum)));
+        }
+        if (p.derotate && wg == 1 && tid - 128 < 32) {
+            const int pair = tid - 128;
+            rope_cos_sin(p.positions[t], p.freqs.f[pair], true, rope_s[pair], rope_s[32 + pair]);
+        }
+    } else {
+        // the partial of each 16-head tile: (m, l) by the summers, o below; a chunk without a valid candidate has
+        // max -inf and no o, as the split kernel's (seen is the same in every consumer thread)
         if (summer) {
             float* ml = p.part_ml + ((list0 + tid / 16) * p.chunks + chunk) * 32 + tid % 16;
             ml[0] = seen ? m_sum : -INFINITY;
             ml[16] = seen ? sum : 0.0f;
         }
         if (!seen) return;
-        float* po = p.part_o + ((list0 + w) * p.chunks + chunk) * (16 * Cfg::kDim);
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            const int ch = 256 * wg + 8 * j + 2 * tq;
-            *reinterpret_cast<float2*>(po + g * Cfg::kDim + ch) = make_float2(acc[4 * j], acc[4 * j + 1]);
-            *reinterpret_cast<float2*>(po + (g + 8) * Cfg::kDim + ch) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-        }
-        return;
-    }
-
-    // epilogue: o / (sum + e^{sink − M}) (0 without a valid candidate), bf16, conjugate RoPE on 448..511. O goes
-    // through shared memory (the K tiles, free once every P·V has completed) so that the divisions run in one compact
-    // loop over 8-channel chunks with 16-byte stores, instead of 128 unrolled ones per thread.
-    float* o_s = reinterpret_cast<float*>(smem + Cfg::kKvOff);  // [64][kOutLd]
-    float* rope_s = den_s + Cfg::kHeads;                        // [32] cos, [32] sin of the 32 rotated pairs
-    if (summer) {
-        const float sk = p.sink[h0 + tid];
-        den_s[tid] = m_sum == -INFINITY ? 0.0f : __fadd_rn(sum, exp_f32(__fsub_rn(sk, m_sum)));
-    }
-    if (p.derotate && wg == 1 && tid - 128 < 32) {
-        const int pair = tid - 128;
-        rope_cos_sin(p.positions[t], p.freqs.f[pair], true, rope_s[pair], rope_s[32 + pair]);
     }
     named_bar_sync(Cfg::kBarConsumers, 256);  // every P·V done: the K tiles may be overwritten
 #pragma unroll
@@ -364,22 +356,31 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
         *reinterpret_cast<float2*>(o_s + r1 * Cfg::kOutLd + ch) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
     }
     named_bar_sync(Cfg::kBarConsumers, 256);
-#pragma unroll 1
-    for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += 256) {
-        const int row = i / (Cfg::kDim / 8), ch = (i % (Cfg::kDim / 8)) * 8;
-        const float den = den_s[row];
-        float v[8];
-        load8(o_s + row * Cfg::kOutLd + ch, v);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(v[e], den));
-        if (p.derotate && ch >= Cfg::kDim - 64) {
-#pragma unroll
-            for (int e = 0; e < 8; e += 2) {
-                const int pair = (ch - (Cfg::kDim - 64) + e) / 2;
-                rotate_pair(v[e], v[e + 1], rope_s[pair], rope_s[32 + pair]);
-            }
+    if constexpr (!kWhole) {  // row h of the block = row h % 16 of tile list0 + h / 16's partial
+#pragma unroll 4
+        for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 4; i += 256) {
+            const int row = i / (Cfg::kDim / 4), ch = (i % (Cfg::kDim / 4)) * 4;
+            float* po = p.part_o + ((list0 + row / 16) * p.chunks + chunk) * (16 * Cfg::kDim) + (row % 16) * Cfg::kDim;
+            *reinterpret_cast<float4*>(po + ch) = *reinterpret_cast<const float4*>(o_s + row * Cfg::kOutLd + ch);
         }
-        store8(p.out + (t * p.heads + h0 + row) * Cfg::kDim + ch, v);
+    } else {
+#pragma unroll 1
+        for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += 256) {
+            const int row = i / (Cfg::kDim / 8), ch = (i % (Cfg::kDim / 8)) * 8;
+            const float den = den_s[row];
+            float v[8];
+            load8(o_s + row * Cfg::kOutLd + ch, v);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(v[e], den));
+            if (p.derotate && ch >= Cfg::kDim - 64) {
+#pragma unroll
+                for (int e = 0; e < 8; e += 2) {
+                    const int pair = (ch - (Cfg::kDim - 64) + e) / 2;
+                    rotate_pair(v[e], v[e + 1], rope_s[pair], rope_s[32 + pair]);
+                }
+            }
+            store8(p.out + (t * p.heads + h0 + row) * Cfg::kDim + ch, v);
+        }
     }
 }
 
