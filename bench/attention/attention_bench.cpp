@@ -39,7 +39,8 @@
 //
 // --indexer-only ends with the select alone on capacity-wide rows (a session sized for 1M tokens at 8K context).
 // --indexer-point B CONTEXT runs that one indexer point (e.g. to profile its kernels); --attention-point csa|hca B
-// CONTEXT runs that one attention point with the split kernels.
+// CONTEXT runs that one attention point with the split kernels; --split-chunk N forces the chunk of the rows with a
+// kernel forced (a multiple of 64).
 //
 // Usage: dsv4_bench_attention [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] [--layer]
 //                             [--indexer-only] [--indexer-point B CONTEXT]
@@ -109,6 +110,7 @@ struct Env {
     double copy_tbs = 0;
     backend::RopeFreqs freqs;  // compressed-entry RoPE (compress_rope_theta 160000, YaRN 16 over 65536)
     uint64_t seed = 1;
+    int64_t split_chunk = 0;  // --split-chunk: the forced-kernel split rows' chunk (0: automatic)
 };
 Env* g = nullptr;
 
@@ -310,6 +312,7 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     shape.tokens = B, shape.heads = kHeads, shape.topk = width, shape.kv_packed = true;
     SparseAttnSplitOptions with_mma, with_wgmma;  // each kernel forced (the automatic call takes one of them)
     with_mma.kernel = SplitKernel::kMmaSync, with_wgmma.kernel = SplitKernel::kWgmma;
+    with_mma.chunk = with_wgmma.chunk = g->split_chunk;
     const size_t ws_bytes = split ? std::max({sm90_sparse_attn_split_workspace_bytes(shape),
                                               sm90_sparse_attn_split_workspace_bytes(shape, with_mma),
                                               sm90_sparse_attn_split_workspace_bytes(shape, with_wgmma)})
@@ -976,6 +979,7 @@ int main(int argc, char** argv) {
          indexer_only = false;
     int64_t point_batch = 0, point_context = 0;  // --indexer-point: that one indexer point alone
     std::string attn_point;                      // --attention-point: "csa" or "hca" at (point_batch, point_context)
+    int64_t split_chunk = 0;                     // --split-chunk
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--date") == 0 && i + 1 < argc) {
             date = argv[++i];
@@ -999,11 +1003,13 @@ int main(int argc, char** argv) {
             attn_point = argv[i + 1];
             point_batch = std::atoll(argv[i + 2]), point_context = std::atoll(argv[i + 3]);
             i += 3;
+        } else if (std::strcmp(argv[i], "--split-chunk") == 0 && i + 1 < argc && std::atoll(argv[i + 1]) % 64 == 0) {
+            split_chunk = std::atoll(argv[++i]);
         } else {
             std::fprintf(stderr,
                          "usage: %s [--date YYYY-MM-DD] [--split] [--attention-only] [--prefill | --prefill-only] "
                          "[--layer] [--indexer-only] [--indexer-point B CONTEXT] [--attention-point csa|hca B "
-                         "CONTEXT]\n",
+                         "CONTEXT] [--split-chunk N]\n",
                          argv[0]);
             return 2;
         }
@@ -1015,6 +1021,7 @@ int main(int argc, char** argv) {
     CHECK(stream.status());
     env.stream = std::move(*stream);
     env.s = env.stream.handle();
+    env.split_chunk = split_chunk;
     env.freqs = backend::rope_freqs(160000.0, 16.0, 65536, 32.0, 1.0, 64);
 
     cudaDeviceProp prop{};

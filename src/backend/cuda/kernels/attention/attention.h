@@ -56,11 +56,11 @@ Status sm90_sparse_attn_prefill(const SparseAttnArgs& a, StreamHandle stream);
 // a chunk in a cluster sharing each block's gather (any pool, any heads); kWgmma — CTAs of 64 heads on wgmma with a
 // producer warpgroup (attention_wgmma.cuh; packed pools, heads a multiple of 64), the same partials bit for bit at a
 // given chunk and ~4x the heads per block-step (a longer chain per block), for calls with work for every SM. kAuto
-// takes kWgmma where it can run, from kSplitWgmmaMinTokens queries with lists of at least kSplitWgmmaMinListBlocks
-// blocks of 64 candidates and kSplitWgmmaMinBlocks blocks in all (tokens x list blocks), else kMmaSync (measured
-// crossover: docs/kernels/attention.md, "Split decode on 64-head wgmma CTAs").
+// takes kWgmma where it can run, for lists of at least kSplitWgmmaMinListBlocks blocks of 64 candidates and
+// kSplitWgmmaMinBlocks blocks in all (tokens x list blocks), else kMmaSync (measured crossover:
+// docs/kernels/attention.md, "Split decode on 64-head wgmma CTAs").
 enum class SplitKernel { kAuto, kMmaSync, kWgmma };
-inline constexpr int64_t kSplitWgmmaMinTokens = 8, kSplitWgmmaMinListBlocks = 8, kSplitWgmmaMinBlocks = 64;
+inline constexpr int64_t kSplitWgmmaMinListBlocks = 8, kSplitWgmmaMinBlocks = 64;
 struct SparseAttnSplitOptions {
     int64_t chunk = 0;                // candidates per chunk, a multiple of 64 up to 16384; 0: chosen to fill the SMs
     bool match_reference_max = true;

@@ -32,19 +32,24 @@ struct SplitPlan {
 
 bool wgmma_can_run(const SparseAttnArgs& a) { return a.kv_packed && a.heads % AttnWgmmaConfig::kHeads == 0; }
 
-// Chunk size: the k (blocks) that minimises waves x (k + 1) over one CTA per SM — k block-steps plus about one
-// block-step of fixed cost per CTA (q load, the first gather's latency, the partial write) — ties to the larger k
-// (fewer partials); a CTA covers 16 heads (mma.sync) or 64 (wgmma). An explicit options.chunk wins. Shapes are
-// assumed validated (or give an empty plan).
+// Chunk size, an explicit options.chunk else the k (blocks) of least cost over one CTA per SM, ties to the larger k
+// (fewer partials). 16-head CTAs: waves x (k + 1) — k block-steps plus about one block-step of fixed cost per CTA
+// (q load, the first gather's latency, the partial write). 64-head CTAs: waves x (k + 2) + partials / 32, at most
+// kWgmmaMaxChunks chunks — a second block costs less than the first (the producer gathers it during the first's
+// softmax), each 128 KB partial takes its CTA ~2.5 µs to store, and the combine (one CTA per head and token) reads a
+// list's partials in dependent rounds of 8: at 1M context and batch 1, 130 one-block chunks took 89 µs, 33 chunks of
+// 4 blocks 49 (docs/kernels/attention.md, "Split decode on 64-head wgmma CTAs"). Shapes are assumed validated (or
+// give an empty plan).
+constexpr int64_t kWgmmaMaxChunks = 40;
+
 SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
     SplitPlan p;
     if (a.tokens <= 0 || a.heads <= 0 || a.topk <= 0) return p;
     p.tiles = (a.heads + Cfg::kHeads - 1) / Cfg::kHeads;
     p.n_blocks = (a.topk + Cfg::kBlock - 1) / Cfg::kBlock;
-    p.wgmma =
-        wgmma_can_run(a) && (o.kernel == SplitKernel::kWgmma ||
-                             (o.kernel == SplitKernel::kAuto && a.tokens >= kSplitWgmmaMinTokens &&
-                              p.n_blocks >= kSplitWgmmaMinListBlocks && a.tokens * p.n_blocks >= kSplitWgmmaMinBlocks));
+    p.wgmma = wgmma_can_run(a) && (o.kernel == SplitKernel::kWgmma ||
+                                   (o.kernel == SplitKernel::kAuto && p.n_blocks >= kSplitWgmmaMinListBlocks &&
+                                    a.tokens * p.n_blocks >= kSplitWgmmaMinBlocks));
     const int64_t lists = a.tokens * p.tiles;  // (token, 16-head tile) pairs: the workspace's unit
     const int64_t cta_lists = a.tokens * (p.wgmma ? a.heads / AttnWgmmaConfig::kHeads : p.tiles);  // CTAs per chunk
     if (o.chunk > 0) {
@@ -52,9 +57,13 @@ SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
     } else {
         const int64_t sms = current_sm_count();
         int64_t best_cost = -1;
-        for (int64_t k = 1; k <= std::min<int64_t>(p.n_blocks, Cfg::kMaxChunkBlocks); ++k) {
-            const int64_t ctas = cta_lists * ((p.n_blocks + k - 1) / k);
-            const int64_t cost = (ctas + sms - 1) / sms * (k + 1);
+        // (the 16-head kernel's chunks are bounded by its block mask; the wgmma kernel has none)
+        const int64_t k_min = p.wgmma ? (p.n_blocks + kWgmmaMaxChunks - 1) / kWgmmaMaxChunks : 1;
+        const int64_t k_max = p.wgmma ? p.n_blocks : std::min<int64_t>(p.n_blocks, Cfg::kMaxChunkBlocks);
+        for (int64_t k = k_min; k <= k_max; ++k) {
+            const int64_t ctas = cta_lists * ((p.n_blocks + k - 1) / k), waves = (ctas + sms - 1) / sms;
+            // in 32nds of a block-step
+            const int64_t cost = p.wgmma ? 32 * waves * (k + 2) + ctas : 32 * waves * (k + 1);
             if (best_cost < 0 || cost <= best_cost) best_cost = cost, p.chunk_blocks = k;
         }
     }
