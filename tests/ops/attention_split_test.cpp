@@ -314,6 +314,26 @@ TEST(SparseAttnSplit, WorkspaceBytes) {
     }
 }
 
+// The automatic plan (no device needed; the SM count is the H200's without one) picks the kernel and the chunk that
+// measured fastest on the H200 at V4-Flash shapes (docs/kernels/attention.md, "Split decode on 64-head wgmma CTAs").
+TEST(SparseAttnSplit, AutomaticPlanTakesTheMeasuredBestChunks) {
+    if (current_sm_count() != 132) GTEST_SKIP() << "the measured chunks are the 132-SM H200's";
+    struct Point {
+        int64_t tokens, width, chunk_mma, chunk_auto;
+    };
+    // chunk_mma: the 16-head kernel's plan; chunk_auto: the automatic call's (the wgmma kernel's where they differ)
+    const Point points[] = {{1, 640, 64, 64},    {8, 640, 192, 128},   {64, 640, 640, 320},   {64, 160, 192, 192},
+                            {1, 8320, 256, 256}, {8, 8320, 2112, 576}, {64, 8320, 8320, 4160}};
+    for (const Point& pt : points) {
+        SparseAttnArgs a;
+        a.tokens = pt.tokens, a.heads = 64, a.topk = pt.width, a.kv_packed = true;
+        SparseAttnSplitOptions mma;
+        mma.kernel = SplitKernel::kMmaSync;
+        EXPECT_EQ(sm90_sparse_attn_split_chunk(a, mma), pt.chunk_mma) << pt.tokens << " x " << pt.width;
+        EXPECT_EQ(sm90_sparse_attn_split_chunk(a), pt.chunk_auto) << pt.tokens << " x " << pt.width;
+    }
+}
+
 TEST(SparseAttnSplit, BadArgumentsAreClearErrors) {
     DSV4_REQUIRE_GPU();
     auto buf = DeviceBuffer::allocate(1 << 16);

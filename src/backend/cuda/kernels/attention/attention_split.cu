@@ -20,12 +20,12 @@ constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 struct SplitPlan {
-    bool wgmma = false;        // the 64-head wgmma kernel computes the passes (SplitKernel)
-    int64_t tiles = 0;         // 16-head tiles per token (the workspace's and the combine's unit)
-    int64_t n_blocks = 0;      // 64-candidate blocks per list
-    int64_t chunk_blocks = 0;  // blocks per chunk
+    bool wgmma = false;           // the 64-head wgmma kernel computes the passes (SplitKernel)
+    int64_t tiles = 0;            // 16-head tiles per token (the workspace's and the combine's unit)
+    int64_t n_blocks = 0;         // 64-candidate blocks per list
+    int64_t chunk_blocks = 0;     // blocks per chunk
     int64_t bm_chunk_blocks = 0;  // wgmma: blocks per CTA of the block-maxima pass (its own cut, below)
-    int64_t chunks = 0;        // chunks per list (0: empty lists, the combine alone writes zeros)
+    int64_t chunks = 0;           // chunks per list (0: empty lists, the combine alone writes zeros)
     bool block_max_pass = false;
     size_t o_off = 0, ml_off = 0, bm_off = 0, bytes = 0;
 };
@@ -42,6 +42,19 @@ bool wgmma_can_run(const SparseAttnArgs& a) { return a.kv_packed && a.heads % At
 // give an empty plan).
 constexpr int64_t kWgmmaMaxChunks = 40;
 
+// The k in [k_min, k_max] of least cost(k, waves, ctas) for lists of `blocks` blocks cut into chunks of k, one CTA per
+// SM and cta_lists CTAs per chunk; ties to the larger k.
+template <class Cost>
+int64_t least_cost_chunk(int64_t blocks, int64_t cta_lists, int64_t k_min, int64_t k_max, Cost cost) {
+    const int64_t sms = current_sm_count();
+    int64_t best = 1, best_cost = -1;
+    for (int64_t k = k_min; k <= k_max; ++k) {
+        const int64_t ctas = cta_lists * ((blocks + k - 1) / k), c = cost(k, (ctas + sms - 1) / sms, ctas);
+        if (best_cost < 0 || c <= best_cost) best_cost = c, best = k;
+    }
+    return best;
+}
+
 SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
     SplitPlan p;
     if (a.tokens <= 0 || a.heads <= 0 || a.topk <= 0) return p;
@@ -54,32 +67,24 @@ SplitPlan make_plan(const SparseAttnArgs& a, const SparseAttnSplitOptions& o) {
     const int64_t cta_lists = a.tokens * (p.wgmma ? a.heads / AttnWgmmaConfig::kHeads : p.tiles);  // CTAs per chunk
     if (o.chunk > 0) {
         p.chunk_blocks = std::min(o.chunk / Cfg::kBlock, p.n_blocks);
+    } else if (p.wgmma) {  // in 32nds of a block-step; no block mask bounds the chunk
+        p.chunk_blocks =
+            least_cost_chunk(p.n_blocks, cta_lists, (p.n_blocks + kWgmmaMaxChunks - 1) / kWgmmaMaxChunks, p.n_blocks,
+                             [](int64_t k, int64_t waves, int64_t ctas) { return 32 * waves * (k + 2) + ctas; });
     } else {
-        const int64_t sms = current_sm_count();
-        int64_t best_cost = -1;
-        // (the 16-head kernel's chunks are bounded by its block mask; the wgmma kernel has none)
-        const int64_t k_min = p.wgmma ? (p.n_blocks + kWgmmaMaxChunks - 1) / kWgmmaMaxChunks : 1;
-        const int64_t k_max = p.wgmma ? p.n_blocks : std::min<int64_t>(p.n_blocks, Cfg::kMaxChunkBlocks);
-        for (int64_t k = k_min; k <= k_max; ++k) {
-            const int64_t ctas = cta_lists * ((p.n_blocks + k - 1) / k), waves = (ctas + sms - 1) / sms;
-            // in 32nds of a block-step
-            const int64_t cost = p.wgmma ? 32 * waves * (k + 2) + ctas : 32 * waves * (k + 1);
-            if (best_cost < 0 || cost <= best_cost) best_cost = cost, p.chunk_blocks = k;
-        }
+        p.chunk_blocks = least_cost_chunk(p.n_blocks, cta_lists, 1, std::min<int64_t>(p.n_blocks, Cfg::kMaxChunkBlocks),
+                                          [](int64_t k, int64_t waves, int64_t) { return waves * (k + 1); });
     }
     p.chunk_blocks = std::max<int64_t>(p.chunk_blocks, 1);
     p.chunks = (p.n_blocks + p.chunk_blocks - 1) / p.chunk_blocks;
     p.block_max_pass = o.match_reference_max && p.chunks > 1;
     // The block maxima do not depend on the chunks, and the pass covers only the blocks before the last chunk:
-    // 64-head CTAs cut that prefix by the same cost model (at B = 64, 1M the partials' 2 chunks would leave the
+    // 64-head CTAs cut that prefix by the waves x (k + 1) model (at B = 64, 1M the partials' 2 chunks would leave the
     // pass one CTA per list, 64 CTAs on 132 SMs). The 16-head kernel keeps its chunks (its mask bounds a chunk).
     if (p.block_max_pass && p.wgmma) {
-        const int64_t prefix = (p.chunks - 1) * p.chunk_blocks, sms = current_sm_count();
-        int64_t best_cost = -1;
-        for (int64_t k = 1; k <= prefix; ++k) {
-            const int64_t cost = (cta_lists * ((prefix + k - 1) / k) + sms - 1) / sms * (k + 1);
-            if (best_cost < 0 || cost <= best_cost) best_cost = cost, p.bm_chunk_blocks = k;
-        }
+        const int64_t prefix = (p.chunks - 1) * p.chunk_blocks;
+        p.bm_chunk_blocks = least_cost_chunk(prefix, cta_lists, 1, prefix,
+                                             [](int64_t k, int64_t waves, int64_t) { return waves * (k + 1); });
     }
     const size_t parts = size_t(lists * p.chunks);
     p.o_off = 0;
