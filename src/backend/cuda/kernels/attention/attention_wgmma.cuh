@@ -95,9 +95,9 @@ struct WgmmaAttnParams {
 template <int kPass>
 __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
     sm90_sparse_attn_wgmma_kernel(const __grid_constant__ WgmmaAttnParams p) {
+    pdl_enter(kPass != kSplitPartialFromPrefix);
     // the prefix pass reads nothing its immediate predecessor (the block-maxima pass) writes until the first block's
     // softmax, so its gathers, decodes and S overlap that pass (common/pdl.cuh; attention_split.cuh does the same)
-    pdl_enter(kPass != kSplitPartialFromPrefix);
     PdlWaitAtExit wait_at_exit{kPass == kSplitPartialFromPrefix};
     using Cfg = AttnWgmmaConfig;
     constexpr bool kWhole = kPass == kWholeList;
