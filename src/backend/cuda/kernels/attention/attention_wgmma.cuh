@@ -16,8 +16,8 @@
 //                 into a plain one), O·rescale, then O[:, 256·wg .. +255] += P·V (wgmma m64n256k16 with the same K
 //                 tile read N-major as V, 4 k16 steps over the candidates). Threads 0..63 of warpgroup 0 keep the
 //                 reference's running sum of head `tid`, adding the block's f32 p in candidate order while P·V runs.
-//                 The whole-list epilogue stages O through the then free K tiles and divides, rounds and de-rotates
-//                 8 channels per step with 16-byte stores; a split partial is stored from the registers.
+//                 The epilogue stages O through the then free K tiles: a whole list is divided, rounded and
+//                 de-rotated 8 channels per step with 16-byte stores, a split partial leaves in 16-byte stores.
 //
 // Each step is the one-pass kernel's: S accumulates its 32 k16 products in channel order from zero, the row maximum
 // and the exps are the same f32 / f64 operations, the block sum is sequential in candidate order, O is rescaled then
@@ -53,7 +53,8 @@ struct AttnWgmmaConfig {
     static constexpr int kPfOff = kPOff + kAtomBytes;            // f32 p [64][kPfLd]
     static constexpr int kIdxOff = kPfOff + kHeads * kPfLd * 4;  // int32 [2][64] candidate rows per tile
     static constexpr int kRedOff = kIdxOff + 2 * kBlock * 4;     // f32 [2][64] block maxima per consumer wg
-    static constexpr int kDenOff = kRedOff + 2 * kHeads * 4;     // f32 [64] denominators, [64] RoPE cos / sin
+    static constexpr int kDenOff = kRedOff + 2 * kHeads * 4;     // f32 [64] denominators (prefix pass: the prefix
+                                                                 // maxima), [64] RoPE cos / sin
     static constexpr int kFlagOff = kDenOff + 2 * kHeads * 4;    // int32 [2] tile has a valid candidate
     // the epilogue's f32 O [64][kOutLd] over the K tiles and P (conflict-free float2 stores)
     static constexpr int kOutLd = kDim + 8;
