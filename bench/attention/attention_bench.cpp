@@ -1003,7 +1003,7 @@ int main(int argc, char** argv) {
             attn_point = argv[i + 1];
             point_batch = std::atoll(argv[i + 2]), point_context = std::atoll(argv[i + 3]);
             i += 3;
-        } else if (std::strcmp(argv[i], "--split-chunk") == 0 && i + 1 < argc && std::atoll(argv[i + 1]) % 64 == 0) {
+        } else if (std::strcmp(argv[i], "--split-chunk") == 0 && i + 1 < argc) {
             split_chunk = std::atoll(argv[++i]);
         } else {
             std::fprintf(stderr,
@@ -1013,6 +1013,16 @@ int main(int argc, char** argv) {
                          argv[0]);
             return 2;
         }
+    }
+    // the split call's own bound (SparseAttnSplitOptions::chunk), checked here so a bad value is a usage error
+    if (split_chunk < 0 || split_chunk % 64 != 0 || split_chunk > 16384) {
+        std::fprintf(stderr, "%s: --split-chunk must be a multiple of 64 in 64..16384 (0: automatic), got %s\n",
+                     argv[0], std::to_string(split_chunk).c_str());
+        return 2;
+    }
+    if (!attn_point.empty() && (point_batch < 1 || point_batch > 256 || point_context < 1)) {
+        std::fprintf(stderr, "%s: --attention-point needs a batch in 1..256 and a positive context\n", argv[0]);
+        return 2;
     }
     if (!gpu_usable(argv[0])) return 1;
     Env env;
