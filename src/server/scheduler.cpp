@@ -195,10 +195,11 @@ void Scheduler::admit_locked() {
         start_request(*best, std::move(r));
     }
     metrics_.requests_waiting = int64_t(queue_.size());
-    update_gauges_locked();
+    update_gauges();
 }
 
-void Scheduler::update_gauges_locked() {
+// Slots are only touched by the loop thread; the gauges are atomics read by the HTTP threads.
+void Scheduler::update_gauges() {
     int64_t busy = 0, used = 0;
     for (const auto& s : slots_) {
         if (!s->busy()) continue;
@@ -237,10 +238,13 @@ void Scheduler::release(Slot& slot, FinishReason reason, std::string error) {
         slot.fed.clear();
     }
     metrics_.request_duration.observe(std::chrono::duration<double>(Clock::now() - slot.request->arrival).count());
-    slot.request->finish(reason, std::move(error), &slot.generation->reply());
-    slot.request.reset();
+    // The slot is free and counted free before the client hears the end: a client that reads /metrics or sends its
+    // next request right after the reply sees the slot idle.
+    std::shared_ptr<RequestState> request = std::move(slot.request);
     slot.last_used = ++admit_counter_;
     free_slots_++;
+    update_gauges();
+    request->finish(reason, std::move(error), &slot.generation->reply());
 }
 
 void Scheduler::add_feed(Slot& slot, size_t n, bool decode) {
@@ -353,7 +357,7 @@ void Scheduler::step() {
         if (!added || budget <= 0) break;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    update_gauges_locked();
+    update_gauges();
 }
 
 }  // namespace dsv4::server

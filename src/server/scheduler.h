@@ -124,7 +124,7 @@ private:
     void run_feeds();                                    // one batched feed of the queued slots, then their tokens
     void sample(Slot& slot);
     void release(Slot& slot, FinishReason reason, std::string error = {});
-    void update_gauges_locked();
+    void update_gauges();
 
     ModelBackend& model_;
     const Tokenizer& tokenizer_;
