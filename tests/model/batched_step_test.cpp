@@ -113,11 +113,8 @@ protected:
                 ASSERT_EQ(got[k].rows, c);
                 ASSERT_EQ(got[k].values.size(), want[k].values.size());
                 ASSERT_EQ(batched[k]->position(), alone[k]->position());
-                const bool same = std::memcmp(got[k].values.data(), want[k].values.data(),
-                                              want[k].values.size() * sizeof(float)) == 0 &&
-                                  got[k].mtp.size() == want[k].mtp.size() &&
-                                  std::memcmp(got[k].mtp.data(), want[k].mtp.data(),
-                                              want[k].mtp.size() * sizeof(float)) == 0;
+                const bool same = testing::bytes_equal(got[k].values, want[k].values) &&
+                                  testing::bytes_equal(got[k].mtp, want[k].mtp);
                 *identical &= same;
                 const double r = rel_l2(got[k].values, want[k].values);
                 *worst = std::max(*worst, std::isnan(r) ? 1.0 : r);

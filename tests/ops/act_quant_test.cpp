@@ -35,11 +35,6 @@ std::vector<float> quant_inputs(std::mt19937_64& rng, int64_t rows, int64_t cols
     return x;
 }
 
-template <typename T>
-bool bytes_equal(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 TEST(CudaActQuant, E4m3BitExactAtModelShapes) {
     DSV4_REQUIRE_GPU();
     std::mt19937_64 rng(fresh_seed());
@@ -71,9 +66,9 @@ TEST(CudaActQuant, E4m3BitExactAtModelShapes) {
         ActQuantArgs a{dx->data(), c.rows, c.cols, c.block, dcodes->as<uint8_t>(), dscale->as<float>(),
                        dsb->as<uint8_t>(), dsim->data()};
         DSV4_ASSERT_OK(sm90_act_quant_e4m3(a, nullptr));
-        EXPECT_TRUE(bytes_equal(to_host<uint8_t>(*dcodes, n), codes)) << "e4m3 codes differ";
-        EXPECT_TRUE(bytes_equal(to_host<uint8_t>(*dsb, nb), sbytes)) << "UE8M0 scale bytes differ";
-        EXPECT_TRUE(bytes_equal(to_host<float>(*dscale, nb), scale)) << "scales differ";
+        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint8_t>(*dcodes, n), codes)) << "e4m3 codes differ";
+        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint8_t>(*dsb, nb), sbytes)) << "UE8M0 scale bytes differ";
+        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<float>(*dscale, nb), scale)) << "scales differ";
         EXPECT_EQ(count_bit_differences(from_bf16_bits(to_host<uint16_t>(*dsim, n)), sim), 0u) << "q·s differs";
     }
 }
@@ -111,9 +106,9 @@ TEST(CudaActQuant, Fp4BitExact) {
         DSV4_ASSERT_OK(sm90_fp4_quant_e2m1({dx->data(), rows, cols, dcodes->as<uint8_t>(), dscale->as<float>(),
                                             dsb->as<uint8_t>(), dsim->data()},
                                            nullptr));
-        EXPECT_TRUE(bytes_equal(to_host<uint8_t>(*dcodes, n / 2), codes)) << "packed e2m1 codes differ";
-        EXPECT_TRUE(bytes_equal(to_host<uint8_t>(*dsb, nb), sbytes)) << "UE8M0 scale bytes differ";
-        EXPECT_TRUE(bytes_equal(to_host<float>(*dscale, nb), scale)) << "scales differ";
+        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint8_t>(*dcodes, n / 2), codes)) << "packed e2m1 codes differ";
+        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint8_t>(*dsb, nb), sbytes)) << "UE8M0 scale bytes differ";
+        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<float>(*dscale, nb), scale)) << "scales differ";
         EXPECT_EQ(count_bit_differences(from_bf16_bits(to_host<uint16_t>(*dsim, n)), sim), 0u) << "q·s differs";
     }
 }

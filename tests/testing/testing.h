@@ -3,9 +3,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace dsv4::testing {
 
@@ -25,6 +27,13 @@ public:
 private:
     std::filesystem::path path_;
 };
+
+// Same size and the same bytes (bit-identical values; -0 vs +0 and NaN payloads count). Empty vectors are equal
+// without a memcmp: their data() may be null, which memcmp must not be given even for 0 bytes.
+template <typename T>
+bool bytes_equal(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
 
 // The tolerance policy of DESIGN §3, one helper for every numeric comparison.
 struct Comparison {
