@@ -356,7 +356,6 @@ void Scheduler::step() {
         run_feeds();
         if (!added || budget <= 0) break;
     }
-    std::lock_guard<std::mutex> lock(mu_);
     update_gauges();
 }
 
