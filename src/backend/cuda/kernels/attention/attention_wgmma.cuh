@@ -19,6 +19,8 @@
 //                 The epilogue stages O through the then free K tiles: a whole list is divided, rounded and
 //                 de-rotated 8 channels per step with 16-byte stores, a split partial leaves in 16-byte stores.
 //
+// The block-maxima pass has its own loop (wgmma_attn_block_maxima): every warp gathers, warpgroups 0-1 compute S.
+//
 // Each step is the one-pass kernel's: S accumulates its 32 k16 products in channel order from zero, the row maximum
 // and the exps are the same f32 / f64 operations, the block sum is sequential in candidate order, O is rescaled then
 // accumulates the 4 k16 products of P·V in candidate order, the epilogue divides, rounds and de-rotates identically.
@@ -91,6 +93,151 @@ struct WgmmaAttnParams {
     float* block_max = nullptr;
 };
 
+// Q [64 heads][512] of token t into 8 swizzled atoms by threads tid = 0 .. kThreads - 1: issued and committed as
+// one cp.async group, the caller waits (and fences for the wgmma reads).
+template <int kThreads>
+__device__ __forceinline__ void wgmma_attn_load_q(const WgmmaAttnParams& p, uint8_t* smem, int64_t t, int h0, int tid) {
+    using Cfg = AttnWgmmaConfig;
+    const __nv_bfloat16* qt = p.q + (t * p.heads + h0) * Cfg::kDim;
+    for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += kThreads) {
+        const int r = i / (Cfg::kDim / 8), c = i % (Cfg::kDim / 8);
+        cp_async16_zfill(smem + Cfg::kQOff + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8),
+                         qt + r * Cfg::kDim + 8 * c, true);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// S = Q·Kᵀ for candidates 32·wg .. +31 of the tile at kv_addr, in channel order from zero: issued and committed,
+// the caller waits. k step k starts (k / 4) atoms and (k % 4)·32 bytes in: added to the base descriptors' address
+// field (>> 4), which cannot carry out of its 14 bits inside 256 KB of shared memory.
+__device__ __forceinline__ void wgmma_attn_issue_scores(float (&sacc)[16], uint32_t q_addr, uint32_t kv_addr, int wg) {
+    using Cfg = AttnWgmmaConfig;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) sacc[i] = 0.0f;
+    const uint64_t desc_q = sw128_kmajor_desc(q_addr), desc_k = sw128_kmajor_desc(kv_addr + wg * 32 * 128);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Cfg::kDim / 16; ++k) {
+        const uint32_t off = ((k / 4) * Cfg::kAtomBytes + (k % 4) * 32) >> 4;
+        wgmma_m64n32k16_bf16(sacc, desc_q + off, desc_k + off, 1u);
+    }
+    wgmma_commit();
+}
+
+// After the scores' wait: logits (scaled; -inf for a -1 candidate) in place, and this thread's quad's maximum of
+// its two heads over the warpgroup's 32 candidates (every lane of the quad holds it).
+__device__ __forceinline__ void wgmma_attn_logits_and_max(float (&sacc)[16], const int32_t* idx_b, float scale, int wg,
+                                                          int tq, float& mx0, float& mx1) {
+    mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int cand = 32 * wg + 8 * j + 2 * tq + (e & 1);
+            const float l = idx_b[cand] >= 0 ? __fmul_rn(sacc[4 * j + e], scale) : -INFINITY;
+            sacc[4 * j + e] = l;
+            if (e < 2)
+                mx0 = fmaxf(mx0, l);
+            else
+                mx1 = fmaxf(mx1, l);
+        }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+    }
+}
+
+// The block-maxima pass (kSplitBlockMax): per block of the chunk, the per-head maximum logit and nothing else. With
+// no softmax or P·V to hide it behind, one producer warpgroup decoding each tile was this pass's bottleneck, so here
+// all 12 warps gather and decode tile b + 1 while warpgroups 0-1's S of tile b runs on the tensor cores. S, logits
+// and maxima are the main loop's (the helpers above), so the maxima are the same bits.
+__device__ __forceinline__ void wgmma_attn_block_maxima(const WgmmaAttnParams& p, uint8_t* smem, const int32_t* it,
+                                                        int topk, int nblk, int64_t list0, int blk0, int64_t t,
+                                                        int h0) {
+    using Cfg = AttnWgmmaConfig;
+    // every barrier of this pass is taken by all 384 threads, from the two warpgroup loops' own instructions: a named
+    // barrier (inline asm, opaque to the compiler) rather than __syncthreads, which must not sit in divergent code
+    constexpr int kBarAll = 1;
+    // red_s: [2 tiles][2 warpgroups][64 heads], over the main loop's maxima and denominators (neither used here)
+    static_assert(
+        Cfg::kDenOff == Cfg::kRedOff + 2 * Cfg::kHeads * 4 && Cfg::kFlagOff >= Cfg::kDenOff + 2 * Cfg::kHeads * 4,
+        "two tiles' maxima fit over kRedOff and kDenOff");
+    auto* idx_s = reinterpret_cast<int32_t*>(smem + Cfg::kIdxOff);
+    auto* red_s = reinterpret_cast<float*>(smem + Cfg::kRedOff);
+    const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, tq = lane % 4;
+    const int r0 = 16 * ((tid % 128) / 32) + lane / 4, r1 = r0 + 8;  // this thread's two heads (fragment rows)
+    wgmma_attn_load_q<Cfg::kThreads>(p, smem, t, h0, tid);
+    auto candidate = [&](int b) -> int32_t {  // thread tid < 64: candidate tid of block b, -1 past the list or pool
+        const int j = b * Cfg::kBlock + tid;
+        const int32_t s = tid < Cfg::kBlock && b < nblk && j < topk ? it[j] : -1;
+        return s >= p.n_kv ? -1 : s;
+    };
+    auto gather = [&](int buf) {
+        uint8_t* tile = smem + Cfg::kKvOff + buf * Cfg::kTileBytes;
+        gather_packed_kv_block<Cfg::kThreads>(
+            p.pool, idx_s + buf * Cfg::kBlock,
+            [&](int r, int c) {
+                return reinterpret_cast<uint4*>(tile + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8));
+            },
+            tid);
+    };
+    int32_t next = candidate(0);
+    if (tid < Cfg::kBlock) idx_s[tid] = next;
+    // whether the block holds a valid candidate (else the reference skips it)
+    bool any = named_bar_sync_or(kBarAll, Cfg::kThreads, next >= 0);
+    if (any) gather(0);
+    next = candidate(1);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    fence_proxy_async_smem();  // Q and tile 0: generic stores -> wgmma reads
+    named_bar_sync(kBarAll, Cfg::kThreads);
+    // tile b + 1 by every warp (indices, any valid candidate, gather), then the next indices
+    auto gather_next = [&](int b) {
+        const int nbuf = (b + 1) & 1;
+        if (tid < Cfg::kBlock) idx_s[nbuf * Cfg::kBlock + tid] = next;
+        const bool any_next = named_bar_sync_or(kBarAll, Cfg::kThreads, next >= 0);
+        if (any_next) gather(nbuf);
+        next = candidate(b + 2);
+        return any_next;
+    };
+    // tile b + 1 and block b's maxima complete (tile b is free: its S has completed), then head tid's max of block b
+    // into the workspace ([list][n_blocks][16] per 16-head tile). red_b is next written two steps on, after the next
+    // barrier, which these reads precede.
+    auto end_step = [&](int b, bool any) {
+        const float* red_b = red_s + (b & 1) * 2 * Cfg::kHeads;
+        fence_proxy_async_smem();  // tile b + 1's generic stores -> the next step's wgmma reads
+        named_bar_sync(kBarAll, Cfg::kThreads);
+        if (tid < Cfg::kHeads)
+            p.block_max[((list0 + tid / 16) * p.n_blocks + blk0 + b) * 16 + tid % 16] =
+                any ? fmaxf(red_b[tid], red_b[Cfg::kHeads + tid]) : -INFINITY;
+    };
+    // The warpgroups' loops are written apart (same barriers, in the same order) so that no branch separates a
+    // consumer's S from its wait: ptxas serialises wgmma issued on a divergent path.
+    if (wg < 2) {
+        const uint32_t q_addr = smem_u32(smem + Cfg::kQOff);
+        for (int b = 0; b < nblk; ++b) {
+            // S of a tile without a valid candidate is computed on stale bytes and discarded by end_step
+            float sacc[16];
+            wgmma_attn_issue_scores(sacc, q_addr, smem_u32(smem + Cfg::kKvOff + (b & 1) * Cfg::kTileBytes), wg);
+            const bool any_next = b + 1 < nblk && gather_next(b);
+            wgmma_wait<0>();
+            fence_accumulators(sacc);
+            float mx0, mx1;
+            wgmma_attn_logits_and_max(sacc, idx_s + (b & 1) * Cfg::kBlock, p.scale, wg, tq, mx0, mx1);
+            float* red_b = red_s + (b & 1) * 2 * Cfg::kHeads;
+            if (tq == 0) red_b[wg * Cfg::kHeads + r0] = mx0, red_b[wg * Cfg::kHeads + r1] = mx1;
+            end_step(b, any);
+            any = any_next;
+        }
+    } else {
+        for (int b = 0; b < nblk; ++b) {
+            const bool any_next = b + 1 < nblk && gather_next(b);
+            end_step(b, any);
+            any = any_next;
+        }
+    }
+}
+
 // grid: (chunks, heads / 64, tokens) (chunks = 1 for kWholeList), AttnWgmmaConfig::kThreads threads, kSmemBytes of
 // dynamic shared memory.
 template <int kPass>
@@ -117,6 +264,10 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
     const int topk = p.topk - blk0 * Cfg::kBlock;  // candidates from the chunk's first on
     // split passes: the workspace's 16-head tiles of this block's heads are h0 / 16 .. + 3
     const int64_t n_tiles = p.heads / 16, list0 = t * n_tiles + h0 / 16;
+    if constexpr (kPass == kSplitBlockMax) {
+        wgmma_attn_block_maxima(p, smem, it, topk, nblk, list0, blk0, t, h0);
+        return;
+    }
 
     if (wg == 2) {  // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
@@ -153,17 +304,10 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
 
-    // Q [64 heads][512] into 8 swizzled atoms
-    {
-        const __nv_bfloat16* qt = p.q + (t * p.heads + h0) * Cfg::kDim;
-        for (int i = tid; i < Cfg::kHeads * Cfg::kDim / 8; i += 256) {
-            const int r = i / (Cfg::kDim / 8), c = i % (Cfg::kDim / 8);
-            cp_async16_zfill(smem + Cfg::kQOff + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8),
-                             qt + r * Cfg::kDim + 8 * c, true);
-        }
-        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
-        fence_proxy_async_smem();
-    }
+    // Q by the consumers
+    wgmma_attn_load_q<256>(p, smem, t, h0, tid);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    fence_proxy_async_smem();
     auto* p_f32 = reinterpret_cast<float*>(smem + Cfg::kPfOff);
     auto* red_s = reinterpret_cast<float*>(smem + Cfg::kRedOff);
     auto* den_s = reinterpret_cast<float*>(smem + Cfg::kDenOff);
@@ -178,10 +322,6 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
     for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
     bool seen = false;      // a block of the chunk held a valid candidate
     bool prefixed = false;  // prefix pass: the running maxima were set from the block maxima
-    // split passes: block b's max logit of head h in the workspace ([list][n_blocks][16] per 16-head tile)
-    auto block_max_at = [&](int b, int h) {
-        return p.block_max + ((list0 + h / 16) * p.n_blocks + blk0 + b) * 16 + h % 16;
-    };
     // prefix pass, at the first valid block: the running max of every head at the chunk's first block, the max of
     // the earlier blocks' maxima (4 threads per head), after the wait for the block-maxima pass that wrote them
     auto prefix_running_max = [&] {
@@ -205,7 +345,6 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
         named_bar_sync(Cfg::kBarFull + buf, Cfg::kThreads);
         const bool release = b + 2 < nblk;  // the producer refills this tile
         if (!flag_s[buf]) {                 // no valid candidate: the reference skips the block whole
-            if (kPass == kSplitBlockMax && tid < Cfg::kHeads) *block_max_at(b, tid) = -INFINITY;
             if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
             continue;
         }
@@ -213,53 +352,15 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
         const uint32_t kv_addr = smem_u32(smem + Cfg::kKvOff + buf * Cfg::kTileBytes);
         const int32_t* idx_b = idx_s + buf * Cfg::kBlock;
 
-        // S = Q · Kᵀ for candidates 32·wg .. +31, in channel order from zero
+        // S = Q · Kᵀ for candidates 32·wg .. +31, the logits and this half's per-head maximum
         float sacc[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) sacc[i] = 0.0f;
-        // k step k starts (k / 4) atoms and (k % 4)·32 bytes in: added to the base descriptors' address field (>> 4),
-        // which cannot carry out of its 14 bits inside 256 KB of shared memory
-        const uint64_t desc_q = sw128_kmajor_desc(q_addr), desc_k = sw128_kmajor_desc(kv_addr + wg * 32 * 128);
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < Cfg::kDim / 16; ++k) {
-            const uint32_t off = ((k / 4) * Cfg::kAtomBytes + (k % 4) * 32) >> 4;
-            wgmma_m64n32k16_bf16(sacc, desc_q + off, desc_k + off, 1u);
-        }
-        wgmma_commit();
+        wgmma_attn_issue_scores(sacc, q_addr, kv_addr, wg);
         wgmma_wait<0>();
         fence_accumulators(sacc);
-
-        // logits and this half's per-head maximum
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int cand = 32 * wg + 8 * j + 2 * tq + (e & 1);
-                const float l = idx_b[cand] >= 0 ? __fmul_rn(sacc[4 * j + e], p.scale) : -INFINITY;
-                sacc[4 * j + e] = l;
-                if (e < 2)
-                    mx0 = fmaxf(mx0, l);
-                else
-                    mx1 = fmaxf(mx1, l);
-            }
-#pragma unroll
-        for (int o = 1; o <= 2; o <<= 1) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-        }
+        float mx0, mx1;
+        wgmma_attn_logits_and_max(sacc, idx_b, p.scale, wg, tq, mx0, mx1);
         if (tq == 0) red_s[wg * Cfg::kHeads + r0] = mx0, red_s[wg * Cfg::kHeads + r1] = mx1;
         named_bar_sync(Cfg::kBarConsumers, 256);
-        if constexpr (kPass == kSplitBlockMax) {  // the block's max per head is all this pass keeps
-            if (wg == 0 && tq == 0) {
-                *block_max_at(b, r0) = fmaxf(red_s[r0], red_s[Cfg::kHeads + r0]);
-                *block_max_at(b, r1) = fmaxf(red_s[r1], red_s[Cfg::kHeads + r1]);
-            }
-            named_bar_sync(Cfg::kBarConsumers, 256);  // red_s is rewritten by the next block
-            if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
-            continue;
-        }
         if (kPass == kSplitPartialFromPrefix && !prefixed) {
             prefix_running_max();
             prefixed = true;
@@ -322,8 +423,6 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
         fence_accumulators(acc);
         if (release) named_bar_arrive(Cfg::kBarEmpty + buf, Cfg::kThreads);
     }
-
-    if constexpr (kPass == kSplitBlockMax) return;
 
     // epilogue. O goes through shared memory (the K tiles, free once every P·V has completed), so that the whole
     // list's divisions run in one compact loop over 8-channel chunks with 16-byte stores instead of 128 unrolled ones
