@@ -316,8 +316,8 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
         bool derotate;
         int padding;  // every padding-th candidate is -1
     };
-    // the last case is a prefill pass (>= kSparseAttnPrefillMinTokens tokens): the packed call takes the wgmma prefill
-    // kernel, the unpacked one the one-pass kernel
+    // the last case is a prefill pass (>= kSparseAttnPrefillMinTokens tokens): both calls take the wgmma prefill
+    // kernel, with its packed and its bf16-row producer
     const Case cases[] = {{3, 64, 2000, 640, true, 7}, {2, 128, 3000, 1152, false, 5}, {2, 128, 700, 1152, true, 0},
                           {5, 4, 300, 144, true, 3},   {1, 4, 20, 16, false, 0},      {3, 20, 500, 100, true, 4},
                           {300, 64, 2000, 640, true, 7}};
@@ -375,11 +375,12 @@ TEST_P(SparseAttnPackedTest, PackedRowsAreBitIdenticalToUnpacked) {
     }
 }
 
-// Calls of at least kSparseAttnPrefillMinTokens tokens (packed pool, heads a multiple of 64) run the wgmma prefill
-// kernel; each head's arithmetic is the one-pass kernel's, so one such call must give the bits of the same tokens in
-// calls of at most 256 (the one-pass mma.sync kernel). Reference numerics (the f32 mode has its own kernel); Flash (64
-// heads, 128 + 512) and Pro (128 heads, 128 + 1024) widths and a list that ends inside a block (200), -1 candidates,
-// a token without any, a token whose first block is all -1 (skipped whole), de-rotation.
+// Calls of at least kSparseAttnPrefillMinTokens tokens (heads a multiple of 64) run the wgmma prefill kernel; each
+// head's arithmetic is the one-pass kernel's, so one such call — on the packed pool and on the same rows as bf16 —
+// must give the bits of the same tokens in calls of at most 256 (the one-pass mma.sync kernel). Reference numerics (the
+// f32 mode has its own kernel); Flash (64 heads, 128 + 512) and Pro (128 heads, 128 + 1024) widths and a list that ends
+// inside a block (200), -1 candidates, a token without any, a token whose first block is all -1 (skipped whole),
+// de-rotation.
 TEST(SparseAttnPrefill, ManyTokenCallsMatchSmallCallsBitForBit) {
     DSV4_REQUIRE_GPU();
     const Precision prec = Precision::kReference;
@@ -435,6 +436,14 @@ TEST(SparseAttnPrefill, ManyTokenCallsMatchSmallCallsBitForBit) {
         }
         const size_t diff = differing_bytes(*one, *parts, size_t(T * H * D) * 2);
         EXPECT_EQ(diff, 0u) << "the prefill kernel changed " << diff << " output bytes";
+        SparseAttnArgs u = a;  // the same rows as bf16: row i of kv is pool row i
+        auto one_bf16 = poisoned<uint16_t>(size_t(T * H * D));
+        ASSERT_TRUE(one_bf16.is_ok());
+        u.kv = dkv->data(), u.kv_packed = false, u.out = one_bf16->data();
+        ASSERT_TRUE(sparse_attn_takes_prefill_kernel(prec, u));
+        DSV4_ASSERT_OK(sm90_sparse_attn(prec, u, nullptr));
+        const size_t diff_bf16 = differing_bytes(*one_bf16, *parts, size_t(T * H * D) * 2);
+        EXPECT_EQ(diff_bf16, 0u) << "the prefill kernel on bf16 rows changed " << diff_bf16 << " output bytes";
         // and the prefill kernel's result is the CPU's (so equal outputs cannot both be wrong)
         const std::vector<float> want = cpu_attention(prec, q, kv, idx, sink, pos, T, H, c.n_kv, c.topk, true, freqs);
         DSV4_EXPECT_CLOSE(act_to_host(prec, *one, want.size()), want, 2e-3);

@@ -34,10 +34,10 @@ struct SparseAttnArgs {
     bool kv_packed = false;
 };
 Status sm90_sparse_attn(backend::Precision precision, const SparseAttnArgs& a, StreamHandle stream);
-// From this many tokens (the prefill passes; decode batches are at most 256 rows), in kReference with a packed pool
-// and heads a multiple of 64, sm90_sparse_attn runs the prefill kernel (attention_wgmma.cuh): one block per token
-// and 64 heads on wgmma, each candidate tile gathered and decoded once per token and 64 heads, a producer warpgroup
-// decoding the next tile while the consumers compute. Every head's arithmetic is the one-pass kernel's.
+// From this many tokens (the prefill passes; decode batches are at most 256 rows), in kReference with heads a
+// multiple of 64, sm90_sparse_attn runs the prefill kernel (attention_wgmma.cuh): one block per token and 64 heads
+// on wgmma, each candidate tile gathered (packed rows: and decoded) once per token and 64 heads, a producer
+// warpgroup filling the next tile while the consumers compute. Every head's arithmetic is the one-pass kernel's.
 inline constexpr int64_t kSparseAttnPrefillMinTokens = kPrefillMinRows;
 // Whether sm90_sparse_attn takes that kernel for these arguments, and the kernel itself (arguments as validated by
 // sm90_sparse_attn; exposed for the benchmark).

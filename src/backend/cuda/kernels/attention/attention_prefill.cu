@@ -7,7 +7,7 @@
 namespace dsv4::cuda {
 
 bool sparse_attn_takes_prefill_kernel(backend::Precision precision, const SparseAttnArgs& a) {
-    return precision == backend::Precision::kReference && a.kv_packed && a.tokens >= kSparseAttnPrefillMinTokens &&
+    return precision == backend::Precision::kReference && a.tokens >= kSparseAttnPrefillMinTokens &&
            a.heads % AttnWgmmaConfig::kHeads == 0;
 }
 
@@ -20,6 +20,7 @@ Status sm90_sparse_attn_prefill(const SparseAttnArgs& a, StreamHandle stream) {
     WgmmaAttnParams p;
     p.q = static_cast<const __nv_bfloat16*>(a.q);
     p.pool = static_cast<const uint8_t*>(a.kv);
+    p.rows_bf16 = !a.kv_packed;
     p.idx = a.idx;
     p.heads = int(a.heads), p.topk = int(a.topk), p.n_kv = a.n_kv, p.scale = a.scale;
     p.sink = a.sink, p.derotate = a.derotate, p.positions = a.positions, p.freqs = a.freqs;

@@ -1,4 +1,5 @@
-// Sparse attention on Hopper wgmma (kReference numerics, packed FP8 K=V pool, heads a multiple of 64): the one-pass
+// Sparse attention on Hopper wgmma (kReference numerics, heads a multiple of 64; a packed FP8 K=V pool, or for the
+// prefill pass also bf16 rows [n_kv, 512], copied into the tiles as they are): the one-pass
 // kernel's arithmetic (attention.cuh) with its tensor-core steps on wgmma and one block per (token, 64 heads) instead
 // of per (token, 16 heads). Two users: prefill passes (kWholeList: a block walks its token's whole list and writes the
 // output; attention_prefill.cu) and split decode over long lists (attention_split.cu: a block walks one chunk of
@@ -74,7 +75,8 @@ struct AttnWgmmaConfig {
 // Arguments of one launch (the prefill launcher and the split launcher fill the fields their passes read).
 struct WgmmaAttnParams {
     const __nv_bfloat16* q = nullptr;  // [T, H, 512]
-    const uint8_t* pool = nullptr;     // n_kv packed rows
+    const uint8_t* pool = nullptr;     // n_kv packed rows, or with rows_bf16 n_kv rows of 512 bf16
+    bool rows_bf16 = false;
     const int32_t* idx = nullptr;      // [T, topk]
     int heads = 0, topk = 0;
     int64_t n_kv = 0;
@@ -289,12 +291,21 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
             const bool any = named_bar_sync_or(Cfg::kBarProducer, 128, s >= 0);
             if (any) {
                 uint8_t* tile = smem + Cfg::kKvOff + buf * Cfg::kTileBytes;
-                gather_packed_kv_block<128, 16>(
-                    p.pool, idx_b,
-                    [&](int r, int c) {
-                        return reinterpret_cast<uint4*>(tile + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8));
-                    },
-                    ptid);
+                auto dst = [&](int r, int c) {  // channels 8c .. 8c + 7 of candidate r
+                    return reinterpret_cast<uint4*>(tile + (c / 8) * Cfg::kAtomBytes + sw128_offset(r, c % 8));
+                };
+                if (p.rows_bf16) {  // 64 rows x 64 chunks of 16 bytes, a warp per 512 bytes of a row; -1: zeros
+#pragma unroll 8
+                    for (int i = ptid; i < Cfg::kBlock * (Cfg::kDim / 8); i += 128) {
+                        const int r = i / (Cfg::kDim / 8), c = i % (Cfg::kDim / 8);
+                        const int32_t row = idx_b[r];
+                        cp_async16_zfill(dst(r, c), p.pool + (int64_t(row < 0 ? 0 : row) * Cfg::kDim + 8 * c) * 2,
+                                         row >= 0);
+                    }
+                    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+                } else {
+                    gather_packed_kv_block<128, 16>(p.pool, idx_b, dst, ptid);
+                }
             }
             if (ptid == 0) flag_s[buf] = any;
             fence_proxy_async_smem();  // the tile's generic stores -> the consumers' wgmma reads
