@@ -49,14 +49,6 @@ std::vector<float> cpu_attention(Precision prec, const std::vector<float>& q, co
     return want;
 }
 
-// Bytes that differ between the first `bytes` bytes of two device buffers.
-size_t differing_bytes(const DeviceBuffer& a, const DeviceBuffer& b, size_t bytes) {
-    const auto ha = to_host<uint8_t>(a, bytes), hb = to_host<uint8_t>(b, bytes);
-    size_t diff = 0;
-    for (size_t i = 0; i < bytes; ++i) diff += ha[i] != hb[i];
-    return diff;
-}
-
 class SparseAttnTest : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(SparseAttnTest, MatchesCpu) {

@@ -87,6 +87,14 @@ inline std::vector<T> to_host(const DeviceBuffer& b, size_t n) {
     return v;
 }
 
+// Bytes that differ between the first `bytes` bytes of two device buffers.
+inline size_t differing_bytes(const DeviceBuffer& a, const DeviceBuffer& b, size_t bytes) {
+    const auto ha = to_host<uint8_t>(a, bytes), hb = to_host<uint8_t>(b, bytes);
+    size_t diff = 0;
+    for (size_t i = 0; i < bytes; ++i) diff += ha[i] != hb[i];
+    return diff;
+}
+
 // Activations in the precision's device type: bf16 bits in kReference, f32 in kF32; back as f32 values.
 inline Result<DeviceBuffer> act_to_device(backend::Precision p, const std::vector<float>& v) {
     return p == backend::Precision::kReference ? to_device(to_bf16_bits(v)) : to_device(v);

@@ -227,21 +227,27 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
     return cuda::sm90_topk_select(m.precision, tp, s.attn_workspace.data(), s.attn_workspace.bytes(), st);
 }
 
+// The K=V rows the lists of a pass index: the layer's pool, or (local_rows > 0) the pass's local rows decoded to
+// bf16 once (decode_pass_rows).
+struct AttnRows {
+    int64_t local_rows = 0;
+};
+
 // Decode (one query per sequence) splits the candidates over CTAs when the split kernel would cut the lists into
 // more than one chunk; with one chunk it would only add passes (docs/kernels/attention.md, dispatch rule).
 Status attend(GpuModel& m, const GpuLayer& layer, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t width,
-              bool decode) {
+              bool decode, AttnRows rows = {}) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, heads = c.num_heads;
     cuda::SparseAttnArgs ap;
     ap.q = at(s.q, r0 * heads * hd * a);
-    ap.kv = lc.kv.data();
-    ap.kv_packed = packed(m);
+    ap.kv = rows.local_rows > 0 ? s.pass_kv.data() : lc.kv.data();
+    ap.kv_packed = packed(m) && rows.local_rows == 0;
     ap.idx = s.idx.as<int32_t>();
     ap.tokens = n;
     ap.heads = heads;
-    ap.n_kv = int64_t(lc.kv.bytes()) / m.cache.kv_row_bytes;
+    ap.n_kv = rows.local_rows > 0 ? rows.local_rows : int64_t(lc.kv.bytes()) / m.cache.kv_row_bytes;
     ap.topk = width;
     ap.sink = layer.attn.sink;
     ap.scale = float(1.0 / std::sqrt(double(hd)));
@@ -254,6 +260,37 @@ Status attend(GpuModel& m, const GpuLayer& layer, const GpuLayerCache& lc, int64
         return cuda::sm90_sparse_attn_split(m.precision, ap, s.attn_workspace.data(), s.attn_workspace.bytes(),
                                             m.stream.handle());
     return cuda::sm90_sparse_attn(m.precision, ap, m.stream.handle());
+}
+
+// A prefill pass on the wgmma kernel gathers each of its sequence's K=V rows for ~100s of queries; decoded from the
+// packed pool each time, that decode was the kernel's limit. When the pass buffers hold them (size_gpu_pass_for_cache)
+// the rows its lists can name — its own window rows, the slot's ring, the sequence's n_entries entries — are decoded
+// to bf16 once and the lists index those (AttnIndexArgs::pass_local); the kernel then copies rows, and the output
+// is the same bits (the same bf16 values in the same tiles). Returns the local row count, 0 where this does not apply
+// or does not pay: decoding a row once costs about what decoding it in the kernel saves for ~0.7 of its uses
+// (≈ 1.6 KB moved against ≈ 0.6 ns of kernel time per gathered row, docs/kernels/attention.md), so the lists must
+// gather at least twice as many rows as there are local rows — a short pass of a long CSA context does not.
+Result<int64_t> decode_pass_rows(GpuModel& m, const GpuLayerCache& lc, const GpuSequence& seq, int64_t r0, int64_t n,
+                                 int64_t width, int64_t n_entries, const cuda::PagedEntries& entries) {
+    const GpuPass& s = m.pass;
+    const GpuCache& cache = m.cache;
+    cuda::SparseAttnArgs probe;
+    probe.tokens = n, probe.heads = m.cfg.num_heads, probe.kv_packed = false;
+    const int64_t local = cuda::pass_local_rows(n, cache.window, n_entries);
+    if (!packed(m) || !cuda::sparse_attn_takes_prefill_kernel(m.precision, probe) || n * width < 2 * local ||
+        int64_t(s.pass_kv.bytes()) < local * m.cfg.head_dim * int64_t(m.act_bytes) ||
+        int64_t(s.pass_row_src.bytes()) < local * 4)
+        return int64_t(0);
+    cuda::PassRowsArgs pr;
+    pr.rows = s.pass_row_src.as<int32_t>();
+    pr.n = n, pr.window = cache.window, pr.row0 = r0, pr.pass_rows = cache.pass_rows, pr.n_entries = n_entries;
+    pr.slot = int32_t(seq.slot);
+    pr.entries = entries;
+    const cuda::StreamHandle st = m.stream.handle();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_pass_rows(pr, st));
+    DSV4_RETURN_IF_ERROR(
+        cuda::sm90_kv_unpack(m.precision, lc.kv.data(), s.pass_row_src.as<int32_t>(), local, s.pass_kv.data(), st));
+    return local;
 }
 
 // Steps 2-4 and the ring for one sequence's share of n rows from r0 (its window K=V is in pass rows r0..).
@@ -307,8 +344,11 @@ Status sequence_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, Gp
     ia.topk = csa ? topk : 0;
     ia.hca_entries = hca ? n_entries : 0;
     ia.ratio = layer.ratio;
+    AttnRows rows;
+    DSV4_ASSIGN_OR_RETURN(rows.local_rows, decode_pass_rows(m, lc, seq, r0, n, width, n_entries, ia.entries));
+    ia.pass_local = rows.local_rows > 0;
     DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
-    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, r0, n, width, false));
+    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, r0, n, width, false, rows));
 
     // the ring keeps the last `window` positions: runs of consecutive ring rows
     const int64_t rb = cache.kv_row_bytes;

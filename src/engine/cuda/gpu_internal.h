@@ -97,6 +97,9 @@ struct GpuPass {
     DeviceBuffer index_scores;       // act [R, CSA entries per session]
     DeviceBuffer index_topk;         // int32 [R, index_topk]
     DeviceBuffer token_pages;        // int32 [R, CSA pages per session]: each row's key pages (decode steps)
+    // a prefill pass's K=V rows decoded once (kReference, passes of the wgmma prefill kernel; decode_pass_rows):
+    // bf16 [R + window + entries per session, 512] and the pool row of each
+    DeviceBuffer pass_kv, pass_row_src;
     // split decode attention's partials and long-row top-k's histograms (one stream: never both at once)
     DeviceBuffer attn_workspace;
 };

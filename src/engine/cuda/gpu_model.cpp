@@ -4,6 +4,7 @@
 
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/linear/linear.h"
 #include "backend/cuda/kernels/moe/mxfp4_repack.h"
@@ -332,6 +333,14 @@ Status size_gpu_pass_for_cache(GpuModel& m) {
     DSV4_RETURN_IF_ERROR(alloc(s.index_scores, R * std::max<int64_t>(csa_cap, 1) * a, "indexer scores"));
     DSV4_RETURN_IF_ERROR(alloc(s.index_topk, R * c.index_topk * 4, "indexer top-k"));
     DSV4_RETURN_IF_ERROR(alloc(s.token_pages, R * std::max<int64_t>(k.csa.pages_per_session, 1) * 4, "key pages"));
+    // passes that can take the wgmma prefill kernel decode their K=V rows once (gpu_attention.cpp, decode_pass_rows)
+    cuda::SparseAttnArgs probe;
+    probe.tokens = R, probe.heads = c.num_heads;
+    const int64_t local = cuda::sparse_attn_takes_prefill_kernel(m.precision, probe)
+                              ? cuda::pass_local_rows(R, k.window, std::max(csa_cap, hca_cap))
+                              : 0;
+    DSV4_RETURN_IF_ERROR(alloc(s.pass_kv, local * hd * a, "pass K=V rows"));
+    DSV4_RETURN_IF_ERROR(alloc(s.pass_row_src, local * 4, "pass K=V row numbers"));
     return alloc(s.attn_workspace, int64_t(attention_workspace_bytes(m, csa_cap, hca_cap)), "attention workspace");
 }
 

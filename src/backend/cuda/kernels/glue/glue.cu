@@ -60,20 +60,31 @@ __global__ void attn_index_kernel(AttnIndexArgs a, int64_t width) {
         const int64_t q = i / width, c = i % width, pos = a.positions[q];
         const int64_t p0 = a.decode ? pos : a.p0, row0 = a.decode ? a.row0 + q : a.row0;
         const int32_t slot = a.decode ? a.slots[q] : a.slot;
+        // the pass's local rows (PassRowsArgs): [chunk rows | ring | entries]
+        const int64_t ring0 = a.pass_local ? a.n : a.pass_rows + a.window * slot, entry0 = a.n + a.window;
+        auto entry = [&](int64_t j) { return a.pass_local ? int32_t(entry0 + j) : entry_row(a.entries, slot, j); };
         int32_t v = -1;
         if (c < a.win_cols) {
             const int64_t first = pos - (a.window - 1) > 0 ? pos - (a.window - 1) : 0;
             const int64_t p = first + c;
-            if (p <= pos) v = int32_t(p >= p0 ? row0 + (p - p0) : a.pass_rows + a.window * slot + p % a.window);
+            if (p <= pos) v = int32_t(p >= p0 ? (a.pass_local ? 0 : row0) + (p - p0) : ring0 + p % a.window);
         } else if (a.picks) {
             const int32_t pick = a.picks[q * a.topk + (c - a.win_cols)];
-            if (pick >= 0) v = entry_row(a.entries, slot, pick);
+            if (pick >= 0) v = entry(pick);
         } else {
             const int64_t j = c - a.win_cols;
-            if (j < (pos + 1) / a.ratio) v = entry_row(a.entries, slot, j);
+            if (j < (pos + 1) / a.ratio) v = entry(j);
         }
         a.idx[i] = v;
     }
+}
+
+__global__ void pass_rows_kernel(PassRowsArgs a, int64_t total) {
+    pdl_enter();
+    for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x)
+        a.rows[k] = k < a.n              ? int32_t(a.row0 + k)
+                    : k < a.n + a.window ? int32_t(a.pass_rows + a.window * a.slot + (k - a.n))
+                                         : entry_row(a.entries, a.slot, k - a.n - a.window);
 }
 
 __global__ void entry_rows_kernel(EntryRowsArgs a) {
@@ -182,9 +193,22 @@ Status sm90_attn_index(const AttnIndexArgs& a, StreamHandle stream) {
     if (entries && (!a.entries.table || a.entries.pages_per_session <= 0))
         return invalid_argument(std::string(op) + ": compressed candidates need the entry page table");
     if (!a.picks && a.hca_entries > 0 && a.ratio <= 0) return invalid_argument(std::string(op) + ": HCA needs ratio");
+    if (a.pass_local && a.decode) return invalid_argument(std::string(op) + ": pass-local rows are for prefill passes");
     const int64_t width = a.win_cols + (a.picks ? a.topk : a.hca_entries);
     if (a.n == 0 || width == 0) return Status::ok();
     attn_index_kernel<<<blocks_for(a.n * width), kThreads, 0, stream>>>(a, width);
+    return launch_status(op);
+}
+
+Status sm90_pass_rows(const PassRowsArgs& a, StreamHandle stream) {
+    const char* op = "sm90_pass_rows";
+    if (!a.rows || a.n < 0 || a.window <= 0 || a.row0 < 0 || a.pass_rows < a.row0 + a.n || a.n_entries < 0 ||
+        a.slot < 0 || (a.n_entries > 0 && (!a.entries.table || a.n_entries > 64 * a.entries.pages_per_session)))
+        return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    const int64_t total = pass_local_rows(a.n, a.window, a.n_entries);
+    if (total > 0x7fffffff || a.pass_rows + a.window * (int64_t(a.slot) + 1) > 0x7fffffff)
+        return invalid_argument(std::string(op) + ": row numbers past int32");
+    pass_rows_kernel<<<blocks_for(total), kThreads, 0, stream>>>(a, total);
     return launch_status(op);
 }
 

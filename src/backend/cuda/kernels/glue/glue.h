@@ -68,8 +68,25 @@ struct AttnIndexArgs {
     const int32_t* picks = nullptr;      // CSA: device [n, topk] entry numbers, -1 = none; null otherwise
     int64_t topk = 0;
     int64_t hca_entries = 0, ratio = 0;  // HCA
+    // decode false: rows of the pass's local row space (PassRowsArgs) instead of pool rows
+    bool pass_local = false;
 };
 Status sm90_attn_index(const AttnIndexArgs& a, StreamHandle stream);
+
+// A prefill pass's local row space, for decoding each K=V row its lists name once (docs/kernels/attention.md,
+// "decode the pass's rows once"): local row k < n is the pass row row0 + k (the chunk's own window rows), k < n +
+// window the ring row R + window·slot + (k − n), and n + window + j the sequence's entry j, for j < n_entries.
+// rows[k] = that pool row: sm90_kv_unpack of these rows gives the bf16 rows that AttnIndexArgs::pass_local lists
+// index. Every local row is a pool row that exists; one whose position holds nothing yet (a ring row of a new
+// sequence) is unpacked too, and no list names it.
+struct PassRowsArgs {
+    int32_t* rows = nullptr;  // [n + window + n_entries]
+    int64_t n = 0, window = 128, row0 = 0, pass_rows = 0, n_entries = 0;
+    int32_t slot = 0;
+    PagedEntries entries;  // read when n_entries > 0
+};
+inline int64_t pass_local_rows(int64_t n, int64_t window, int64_t n_entries) { return n + window + n_entries; }
+Status sm90_pass_rows(const PassRowsArgs& a, StreamHandle stream);
 
 // Pool rows the finished entries go to. decode false: entries first .. first+n-1 of the session in `slot`;
 // decode true: row i is its session's new token at positions[i] — the entry positions[i]/ratio when that token
