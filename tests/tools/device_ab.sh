@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/device-ab on a throw-away tree (a copy of the script beside a one-line file; builds by a stand-in cmake):
 # the base run and each variant see their own tree, every patch is taken back afterwards, the base is built again
-# last, and a patch that is missing or does not apply stops the run before anything changes.
+# last, the base's command runs once before it as a warm-up (unless --no-warmup), and a patch that is missing or does
+# not apply stops the run before anything changes.
 # Usage: device_ab.sh SOURCE_ROOT
 set -euo pipefail
 root="${1:?usage: device_ab.sh SOURCE_ROOT}"
@@ -39,6 +40,15 @@ chmod +x "$t/bin/cmake"
 FAKE_TREE="$t/tree" FAKE_LOG="$t/builds.txt" PATH="$t/bin:$PATH" OUT="$t/out2" \
     tree/scripts/device-ab --build-dir "$t/build" beta=patches/beta.patch -- true > /dev/null
 [ "$(tr '\n' ' ' < "$t/builds.txt")" = "alpha beta alpha " ] || fail "builds saw: $(tr '\n' ' ' < "$t/builds.txt")"
+# the base's command runs once more first (warm-up, output to warmup.txt), unless --no-warmup
+OUT="$t/out3" tree/scripts/device-ab --no-build beta=patches/beta.patch -- \
+    bash -c 'cat tree/value.txt >> runs.txt' > /dev/null
+[ "$(tr '\n' ' ' < runs.txt)" = "alpha alpha beta " ] || fail "runs with warm-up: $(tr '\n' ' ' < runs.txt)"
+[ -f "$t/out3/warmup.txt" ] || fail "no warmup.txt"
+rm runs.txt
+OUT="$t/out4" tree/scripts/device-ab --no-build --no-warmup beta=patches/beta.patch -- \
+    bash -c 'cat tree/value.txt >> runs.txt' > /dev/null
+[ "$(tr '\n' ' ' < runs.txt)" = "alpha beta " ] || fail "runs without warm-up: $(tr '\n' ' ' < runs.txt)"
 set +e
 msg="$(tree/scripts/device-ab --no-build stale=patches/stale.patch -- cat tree/value.txt 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'does not apply' <<<"$msg" || fail "stale patch: rc $rc, '$msg'"
@@ -47,4 +57,4 @@ msg="$(tree/scripts/device-ab --no-build gone=patches/none.patch -- true 2>&1)";
 msg="$(tree/scripts/device-ab --no-build 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'no command' <<<"$msg" || fail "no command: rc $rc, '$msg'"
 [ "$(cat tree/value.txt)" = alpha ] || fail "a failed run changed the tree"
-echo "device-ab: variants run on their own trees, patches taken back, the base rebuilt last, bad patches refused"
+echo "device-ab: variants run on their own trees, patches taken back, the base rebuilt last, a warm-up run, bad patches refused"
