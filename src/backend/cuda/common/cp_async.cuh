@@ -5,8 +5,8 @@
 
 namespace dsv4::cuda {
 
-// The 16-byte form takes the ignore-src predicate (zeros when set): one ISETP where a source-size register cost
-// three instructions per copy.
+// The 16-byte form passes the ignore-src predicate (zeros when set) rather than a source size: one instruction fewer
+// per copy (SASS), which the prefill producer issues 32 times per thread and tile.
 __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
     const unsigned s = unsigned(__cvta_generic_to_shared(smem));
     asm volatile(

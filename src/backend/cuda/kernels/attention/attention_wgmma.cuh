@@ -301,7 +301,8 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
                     // (the generic loop over i = ptid + 128 k spent ~34 instructions per 16-byte copy).
                     static_assert(Cfg::kDim / 8 == 64 && Cfg::kBlock == 64, "one chunk column per thread");
                     const int c = ptid % 64, r_first = ptid / 64;
-                    uint8_t* const dst0 = reinterpret_cast<uint8_t*>(dst(r_first, c)) - (((c % 8) ^ r_first) << 4);
+                    uint8_t* const dst0 =
+                        tile + (c / 8) * Cfg::kAtomBytes + r_first * 128;  // = dst(r_first, c) less its slot
                     const int slot0 = (c % 8) ^ r_first;
                     const uint8_t* const src_c = p.pool + 16 * c;
 #pragma unroll
