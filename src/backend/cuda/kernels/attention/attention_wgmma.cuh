@@ -8,9 +8,10 @@
 //
 // Roles (3 warpgroups, one block per SM, 221 KB of shared memory):
 //   warpgroup 2   producer: per block of 64 candidates, reads the indices (any valid? one barrier-reduction), gathers
-//                 and dequantises the 584-byte pool rows into a bf16 tile [64 candidates][512] stored as 8 atoms of
-//                 [64 rows][128 bytes] in the 128-byte swizzle, two tiles in flight ("full" / "empty" named
-//                 barriers); it gives registers to the consumers (setmaxnreg).
+//                 and dequantises the 584-byte pool rows (or copies bf16 rows by cp.async, each thread one 16-byte
+//                 column of every other row) into a bf16 tile [64 candidates][512] stored as 8 atoms of [64 rows][128
+//                 bytes] in the 128-byte swizzle, two tiles in flight ("full" / "empty" named barriers); it gives
+//                 registers to the consumers (setmaxnreg).
 //   warpgroups 0-1 consumers, wg = 0 / 1: S = Q·Kᵀ for candidates 32·wg .. +31 of the tile (wgmma m64n32k16, Q and K
 //                 K-major from shared memory, 32 k16 steps over the 512 channels); the block's per-head maximum is
 //                 exchanged through shared memory; P = exp(l − M) (rounded to bf16 into a swizzled [64][64] tile, f32
