@@ -227,27 +227,22 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
     return cuda::sm90_topk_select(m.precision, tp, s.attn_workspace.data(), s.attn_workspace.bytes(), st);
 }
 
-// The K=V rows the lists of a pass index: the layer's pool, or (local_rows > 0) the pass's local rows decoded to
-// bf16 once (decode_pass_rows).
-struct AttnRows {
-    int64_t local_rows = 0;
-};
-
 // Decode (one query per sequence) splits the candidates over CTAs when the split kernel would cut the lists into
-// more than one chunk; with one chunk it would only add passes (docs/kernels/attention.md, dispatch rule).
+// more than one chunk; with one chunk it would only add passes (docs/kernels/attention.md, dispatch rule). The lists
+// index the layer's pool, or (local_rows > 0) the pass's local rows decoded to bf16 once (decode_pass_rows).
 Status attend(GpuModel& m, const GpuLayer& layer, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t width,
-              bool decode, AttnRows rows = {}) {
+              bool decode, int64_t local_rows = 0) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const int64_t a = int64_t(m.act_bytes), hd = c.head_dim, heads = c.num_heads;
     cuda::SparseAttnArgs ap;
     ap.q = at(s.q, r0 * heads * hd * a);
-    ap.kv = rows.local_rows > 0 ? s.pass_kv.data() : lc.kv.data();
-    ap.kv_packed = packed(m) && rows.local_rows == 0;
+    ap.kv = local_rows > 0 ? s.pass_kv.data() : lc.kv.data();
+    ap.kv_packed = packed(m) && local_rows == 0;
     ap.idx = s.idx.as<int32_t>();
     ap.tokens = n;
     ap.heads = heads;
-    ap.n_kv = rows.local_rows > 0 ? rows.local_rows : int64_t(lc.kv.bytes()) / m.cache.kv_row_bytes;
+    ap.n_kv = local_rows > 0 ? local_rows : int64_t(lc.kv.bytes()) / m.cache.kv_row_bytes;
     ap.topk = width;
     ap.sink = layer.attn.sink;
     ap.scale = float(1.0 / std::sqrt(double(hd)));
@@ -344,11 +339,10 @@ Status sequence_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, Gp
     ia.topk = csa ? topk : 0;
     ia.hca_entries = hca ? n_entries : 0;
     ia.ratio = layer.ratio;
-    AttnRows rows;
-    DSV4_ASSIGN_OR_RETURN(rows.local_rows, decode_pass_rows(m, lc, seq, r0, n, width, n_entries, ia.entries));
-    ia.pass_local = rows.local_rows > 0;
+    DSV4_ASSIGN_OR_RETURN(const int64_t local_rows, decode_pass_rows(m, lc, seq, r0, n, width, n_entries, ia.entries));
+    ia.pass_local = local_rows > 0;
     DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
-    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, r0, n, width, false, rows));
+    DSV4_RETURN_IF_ERROR(attend(m, layer, lc, r0, n, width, false, local_rows));
 
     // the ring keeps the last `window` positions: runs of consecutive ring rows
     const int64_t rb = cache.kv_row_bytes;
