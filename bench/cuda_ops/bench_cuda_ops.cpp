@@ -320,14 +320,16 @@ int main(int argc, char** argv) {
     CHECK(norm_w.status());
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
 
+    if (mhc_only) {  // decode sizes, then prefill passes on both sides of the 32-token-tile kernel's threshold
+        for (const int64_t T : {1, 8, 64, 1023, 1024, 4096, 8192}) {
+            bench_mhc(s, rng, T, 4096);
+            bench_mhc(s, rng, T, 7168);
+        }
+        return 0;
+    }
     for (const int64_t T : {int64_t(1), int64_t(8), int64_t(64), int64_t(4096)}) {
         if (forward_only) {
             bench_forward_ops(s, rng, T);
-            continue;
-        }
-        if (mhc_only) {
-            bench_mhc(s, rng, T, 4096);
-            bench_mhc(s, rng, T, 7168);
             continue;
         }
         // RMSNorm [T, 4096] bf16

@@ -32,8 +32,11 @@ double act_tol(Precision p) { return p == Precision::kReference ? 2e-3 : 1e-6; }
 struct HcCase {
     int64_t tokens, dim;
 };
-// Flash D 4096, Pro D 7168; 1 token, odd counts; the test models' D 128 (1 and 300 tokens); a small D
-const HcCase kCases[] = {{1, 4096}, {7, 4096}, {1, 7168}, {3, 7168}, {5, 128}, {33, 1024}, {1, 128}, {300, 128}};
+// Flash D 4096, Pro D 7168; 1 token, odd counts; the test models' D 128 (1 and 300 tokens); a small D; prefill
+// passes that take the 32-token-tile kernel (mhc_rows.cuh: hc_pre from 2,048 tokens, hc_head from 8,192), with
+// partial last tiles
+const HcCase kCases[] = {{1, 4096}, {7, 4096},  {1, 7168},   {3, 7168},   {5, 128},     {33, 1024},
+                         {1, 128},  {300, 128}, {2050, 128}, {8200, 128}, {2048, 4096}, {2049, 7168}};
 
 class HcPreTest : public ::testing::TestWithParam<Precision> {};
 

@@ -6,6 +6,7 @@
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/mhc/mhc.cuh"
 #include "backend/cuda/kernels/mhc/mhc.h"
+#include "backend/cuda/kernels/mhc/mhc_rows.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -40,9 +41,21 @@ Status launch_collapse(const char* op, void* x, int64_t tokens, int64_t dim, con
                        const DeviceWeightView& scale, const DeviceWeightView& base, int iters, float hc_eps,
                        float norm_eps, float* mixes, float* pre, float* post, float* comb, void* y,
                        const HcPostInput& post_in, cudaStream_t s) {
+    if (tokens >= MhcRowsConfig::min_tokens(kMix)) {  // prefill: tiles of 32 tokens, fn read once per tile
+        auto* kernel = sm90_hc_collapse_rows_kernel<ActT, kMix, kPostFirst>;
+        constexpr size_t kSmem = MhcRowsConfig::smem_bytes(kMix);
+        DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)),
+                      std::string(op) + ": shared memory opt-in");
+        const int64_t blocks = (tokens + MhcRowsConfig::kTokens - 1) / MhcRowsConfig::kTokens;
+        kernel<<<unsigned(blocks), MhcRowsConfig::kThreads, kSmem, s>>>(
+            static_cast<ActT*>(x), tokens, int(dim), static_cast<const float*>(fn.data),
+            static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes,
+            pre, post, comb, static_cast<ActT*>(y), post_in);
+        return launch_status(op);
+    }
     const int cluster = collapse_cluster_size(tokens, dim);
     if (tokens * cluster > 0x7fffffff) return invalid_argument(std::string(op) + ": too many tokens");
-    if (cluster == 1) {  // prefill: a plain launch (the kernel's implicit one-block cluster never synchronises)
+    if (cluster == 1) {  // short prefill: a plain launch (the kernel's implicit one-block cluster never synchronises)
         sm90_hc_collapse_kernel<ActT, kMix, false, kPostFirst><<<unsigned(tokens), MhcConfig::kThreads, 0, s>>>(
             static_cast<ActT*>(x), int(dim), static_cast<const float*>(fn.data),
             static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes,

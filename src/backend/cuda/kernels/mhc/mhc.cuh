@@ -5,7 +5,8 @@
 // the cluster (distributed shared memory, fixed warp then block order), lane r holding mix r, and runs the split +
 // Sinkhorn on 16 lanes (lane 4j+k holds comb[j][k]; row and column sums gathered by shuffles and added in the CPU's
 // order, so every value is the CPU's); then each block collapses its share of the channels with the pre weights
-// read from block 0. S > 1 spreads a decode token's fn read (1.6 MB Flash, 2.75 MB Pro) over S SMs.
+// read from block 0. S > 1 spreads a decode token's fn read (1.6 MB Flash, 2.75 MB Pro) over S SMs. Long prefill
+// launches take mhc_rows.cuh's 32-token tiles instead (fn read once per tile).
 // hc_post is elementwise: one thread per 8 channels of a token, all 4 outputs.
 #pragma once
 
