@@ -105,6 +105,46 @@ __device__ __forceinline__ void hc_post_chunk(const HcPostInput& in, int64_t t, 
     hc_post_mix8(in.comb + t * kHc * kHc, in.post[t * kHc + k], k, av, r, o);
 }
 
+// A token's mixes finished on one warp, as every collapse kernel does it: lane r holds tot = the f64 sum of mix r
+// (r < kMix) or of the squares (r == kMix, over n values); m = f32(tot) · rsqrt(mean + norm_eps) rounded as the CPU;
+// writes mixes (if any) and, for hc_pre (kMix 24), the split + Sinkhorn's post and comb of token t. Returns pre on
+// lanes 0..3.
+template <int kMix>
+__device__ __forceinline__ float hc_finish_token_warp(double tot, int n, int64_t t, const float* __restrict__ scale,
+                                                      const float* __restrict__ base, int iters, float hc_eps,
+                                                      float norm_eps, float* __restrict__ mixes, float* post,
+                                                      float* comb) {
+    constexpr int kHc = MhcConfig::kHc;
+    const int lane = threadIdx.x & 31;
+    const double ss = __shfl_sync(0xffffffffu, tot, kMix);
+    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(ss / double(n)), norm_eps)));
+    const float m = __fmul_rn(float(tot), rs);
+    if (mixes && lane < kMix) mixes[t * kMix + lane] = m;
+    float p;
+    if constexpr (kMix == 24) {
+        float po, cb;
+        hc_split_sinkhorn_warp(m, scale, base, iters, hc_eps, p, po, cb);
+        if (lane < kHc) post[t * kHc + lane] = po;
+        if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
+    } else {
+        p = __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m, scale[0]), base[lane & 3])), hc_eps);
+    }
+    return p;
+}
+
+// The collapse of 8 channels: out = Σ_j pre[j]·X[j], each product rounded and the sum taken left to right (the CPU's
+// order); v[j] holds stream j's 8 values.
+__device__ __forceinline__ void hc_collapse8(float p0, float p1, float p2, float p3,
+                                             const float (&v)[MhcConfig::kHc][8], float (&out)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        float s = __fmul_rn(p0, v[0][i]);
+        s = __fadd_rn(s, __fmul_rn(p1, v[1][i]));
+        s = __fadd_rn(s, __fmul_rn(p2, v[2][i]));
+        out[i] = __fadd_rn(s, __fmul_rn(p3, v[3][i]));
+    }
+}
+
 // grid: S·tokens blocks in clusters of S (block rank r of cluster t works on token t); block: kThreads.
 // kMix = 24 (hc_pre: split + Sinkhorn) or 4 (hc_head: pre only). kCluster false: S = 1 at compile time (prefill; a
 // plain launch, the chunk stride a constant as in the one-block kernel, so its loads batch the same way).
@@ -192,19 +232,7 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
                     if (b < S) tot += v[b];
             }
         }
-        const double ss = __shfl_sync(0xffffffffu, tot, kMix);
-        const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(ss / double(n)), norm_eps)));
-        const float m = __fmul_rn(float(tot), rs);
-        if (mixes && lane < kMix) mixes[t * kMix + lane] = m;
-        float p;
-        if constexpr (kMix == 24) {
-            float po, cb;
-            hc_split_sinkhorn_warp(m, scale, base, iters, hc_eps, p, po, cb);
-            if (lane < kHc) post[t * kHc + lane] = po;
-            if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
-        } else {
-            p = __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m, scale[0]), base[lane & 3])), hc_eps);
-        }
+        const float p = hc_finish_token_warp<kMix>(tot, n, t, scale, base, iters, hc_eps, norm_eps, mixes, post, comb);
         if (lane < kHc) {
             pre_s[lane] = p;
             if (pre) pre[t * kHc + lane] = p;
@@ -218,13 +246,7 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
         float v[kHc][8], out[8];
 #pragma unroll
         for (int j = 0; j < kHc; ++j) load8(xt + j * dim + c, v[j]);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            float s = __fmul_rn(p0, v[0][i]);
-            s = __fadd_rn(s, __fmul_rn(p1, v[1][i]));
-            s = __fadd_rn(s, __fmul_rn(p2, v[2][i]));
-            out[i] = __fadd_rn(s, __fmul_rn(p3, v[3][i]));
-        }
+        hc_collapse8(p0, p1, p2, p3, v, out);
         store8(y + t * dim + c, out);  // bf16 store rounds (RNE) in kReference
     }
     if (S > 1) cluster.sync();  // block 0's shared memory stays alive until every block has read pre

@@ -207,19 +207,7 @@ __global__ void __launch_bounds__(MhcRowsConfig::kThreads, 2)
         const int64_t t = t0 + tt;
         if (t >= tokens) break;  // warp-uniform
         const double tot = lane <= kMix ? partial[tt * kStride + lane] : 0.0;
-        const double sq = __shfl_sync(0xffffffffu, tot, kMix);
-        const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(sq / double(n)), norm_eps)));
-        const float mv = __fmul_rn(float(tot), rs);
-        if (mixes && lane < kMix) mixes[t * kMix + lane] = mv;
-        float p;
-        if constexpr (kMix == 24) {
-            float po, cb;
-            hc_split_sinkhorn_warp(mv, scale, base, iters, hc_eps, p, po, cb);
-            if (lane < kHc) post[t * kHc + lane] = po;
-            if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
-        } else {
-            p = __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(mv, scale[0]), base[lane & 3])), hc_eps);
-        }
+        const float p = hc_finish_token_warp<kMix>(tot, n, t, scale, base, iters, hc_eps, norm_eps, mixes, post, comb);
         if (lane < kHc) {
             pre_s[tt * kHc + lane] = p;
             if (pre) pre[t * kHc + lane] = p;
@@ -235,13 +223,7 @@ __global__ void __launch_bounds__(MhcRowsConfig::kThreads, 2)
         float v[kHc][8], out[8];
 #pragma unroll
         for (int j = 0; j < kHc; ++j) load8(x + t * n + j * dim + ch, v[j]);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            float s = __fmul_rn(p0, v[0][i]);
-            s = __fadd_rn(s, __fmul_rn(p1, v[1][i]));
-            s = __fadd_rn(s, __fmul_rn(p2, v[2][i]));
-            out[i] = __fadd_rn(s, __fmul_rn(p3, v[3][i]));
-        }
+        hc_collapse8(p0, p1, p2, p3, v, out);
         store8(y + t * dim + ch, out);  // bf16 store rounds (RNE) in kReference
     }
 }
