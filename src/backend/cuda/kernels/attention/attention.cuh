@@ -141,13 +141,13 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
             float mx = m_s[tid];
             for (int j = 0; j < Cfg::kBlock; ++j) mx = fmaxf(mx, l_s[tid * Cfg::kBlock + j]);
             mnew_s[tid] = mx;
-            resc_s[tid] = mx == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m_s[tid], mx));  // e^{-inf} = 0 first time
+            resc_s[tid] = mx == -INFINITY ? 1.0f : exp_softmax(__fsub_rn(m_s[tid], mx));  // e^{-inf} = 0 first time
         }
         __syncthreads();
         for (int i = tid; i < kH * Cfg::kBlock; i += kT) {
             const int h = i / Cfg::kBlock, j = i % Cfg::kBlock;
             const float l = l_s[i], mx = mnew_s[h];
-            const float p = (l == -INFINITY || mx == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(l, mx));
+            const float p = (l == -INFINITY || mx == -INFINITY) ? 0.0f : exp_softmax(__fsub_rn(l, mx));
             l_s[i] = p;
             p_s[h * Cfg::kPLd + j] = __float2bfloat16_rn(p);
         }
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
         // final denominator (0 marks "no valid candidate": the output is 0)
         const float mx = m_s[tid];
         const float sk = tid < h_valid ? sink[h0 + tid] : 0.0f;
-        sum_s[tid] = mx == -INFINITY ? 0.0f : __fadd_rn(sum_s[tid], exp_f32(__fsub_rn(sk, mx)));
+        sum_s[tid] = mx == -INFINITY ? 0.0f : __fadd_rn(sum_s[tid], exp_softmax(__fsub_rn(sk, mx)));
     }
     __syncthreads();
     const int64_t pos = derotate ? positions[t] : 0;

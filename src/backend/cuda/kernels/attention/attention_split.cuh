@@ -362,13 +362,13 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
             if (max_owner) {
                 const float mo = m_s[mh], mx = fmaxf(mo, bmx);
                 mnew_s[mh] = mx;
-                resc_s[mh] = mx == -INFINITY ? 1.0f : exp_f32(__fsub_rn(mo, mx));  // e^{-inf} = 0 the first time
+                resc_s[mh] = mx == -INFINITY ? 1.0f : exp_softmax(__fsub_rn(mo, mx));  // e^{-inf} = 0 the first time
             }
             __syncthreads();
             for (int i = tid; i < Cfg::kHeads * Cfg::kBlock; i += Cfg::kThreads) {
                 const int h = i / Cfg::kBlock, j = i % Cfg::kBlock;
                 const float l = l_s[h * Cfg::kLLd + j], mx = mnew_s[h];
-                const float pv = (l == -INFINITY || mx == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(l, mx));
+                const float pv = (l == -INFINITY || mx == -INFINITY) ? 0.0f : exp_softmax(__fsub_rn(l, mx));
                 l_s[h * Cfg::kLLd + j] = pv;
                 p_s[h * Cfg::kPLd + j] = __float2bfloat16_rn(pv);
             }
@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kCombineThreads)
 #pragma unroll
             for (int i = 0; i < kGroup; ++i) {
                 if (mc[i] == -INFINITY) continue;
-                const float w = exp_f32(__fsub_rn(mc[i], M));  // w = 1 exactly at the max
+                const float w = exp_softmax(__fsub_rn(mc[i], M));  // w = 1 exactly at the max
                 const float wv[4] = {__fmul_rn(w, v[i].x), __fmul_rn(w, v[i].y), __fmul_rn(w, v[i].z),
                                      __fmul_rn(w, v[i].w)};
                 const float wl = __fmul_rn(w, lc[i]);
@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kCombineThreads)
                 seen = true;
             }
         }
-        den = __fadd_rn(den, exp_f32(__fsub_rn(sink_h, M)));
+        den = __fadd_rn(den, exp_softmax(__fsub_rn(sink_h, M)));
     }
     float a[4];
 #pragma unroll

@@ -24,9 +24,9 @@
 // The block-maxima pass has its own loop (wgmma_attn_block_maxima): every warp gathers, warpgroups 0-1 compute S.
 //
 // Each step is the one-pass kernel's: S accumulates its 32 k16 products in channel order from zero, the row maximum
-// and the exps are the same f32 / f64 operations, the block sum is sequential in candidate order, O is rescaled then
-// accumulates the 4 k16 products of P·V in candidate order, the epilogue divides, rounds and de-rotates identically.
-// A block whose candidates are all -1 is skipped whole, as there.
+// and the exps are the same f32 operations (exp_softmax), the block sum is sequential in candidate order, O is rescaled
+// then accumulates the 4 k16 products of P·V in candidate order, the epilogue divides, rounds and de-rotates
+// identically. A block whose candidates are all -1 is skipped whole, as there.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -391,10 +391,10 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
         float n_sum = -INFINITY, c_sum = 1.0f;
         if (summer) {  // read before the next barrier: red_s is rewritten by the next block
             n_sum = fmaxf(m_sum, fmaxf(red_s[tid], red_s[Cfg::kHeads + tid]));
-            c_sum = n_sum == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m_sum, n_sum));
+            c_sum = n_sum == -INFINITY ? 1.0f : exp_softmax(__fsub_rn(m_sum, n_sum));
         }
-        const float c0 = n0 == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m0, n0));
-        const float c1 = n1 == -INFINITY ? 1.0f : exp_f32(__fsub_rn(m1, n1));
+        const float c0 = n0 == -INFINITY ? 1.0f : exp_softmax(__fsub_rn(m0, n0));
+        const float c1 = n1 == -INFINITY ? 1.0f : exp_softmax(__fsub_rn(m1, n1));
 
         // P: bf16 into the swizzled tile (P·V's A operand), f32 for the block sum
         uint8_t* p_tile = smem + Cfg::kPOff;
@@ -405,8 +405,8 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
                 const int row = half ? r1 : r0, cand = 32 * wg + 8 * j + 2 * tq;
                 const float n = half ? n1 : n0;
                 const float la = sacc[4 * j + 2 * half], lb = sacc[4 * j + 2 * half + 1];
-                const float pa = (la == -INFINITY || n == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(la, n));
-                const float pb = (lb == -INFINITY || n == -INFINITY) ? 0.0f : exp_f32(__fsub_rn(lb, n));
+                const float pa = (la == -INFINITY || n == -INFINITY) ? 0.0f : exp_softmax(__fsub_rn(la, n));
+                const float pb = (lb == -INFINITY || n == -INFINITY) ? 0.0f : exp_softmax(__fsub_rn(lb, n));
                 *reinterpret_cast<__nv_bfloat162*>(p_tile + sw128_offset(row, cand / 8) + (cand % 8) * 2) =
                     __floats2bfloat162_rn(pa, pb);
                 *reinterpret_cast<float2*>(p_f32 + row * Cfg::kPfLd + cand) = make_float2(pa, pb);
@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(AttnWgmmaConfig::kThreads, 1)
     if constexpr (kWhole) {  // o / (sum + e^{sink − M}) (0 without a valid candidate), bf16, conjugate RoPE
         if (summer) {
             const float sk = p.sink[h0 + tid];
-            den_s[tid] = m_sum == -INFINITY ? 0.0f : __fadd_rn(sum, exp_f32(__fsub_rn(sk, m_sum)));
+            den_s[tid] = m_sum == -INFINITY ? 0.0f : __fadd_rn(sum, exp_softmax(__fsub_rn(sk, m_sum)));
         }
         if (p.derotate && wg == 1 && tid - 128 < 32) {
             const int pair = tid - 128;
