@@ -384,6 +384,21 @@ TEST_P(GpuLayerOps, SparseAttentionAndOutput) {
     DSV4_ASSERT_OK(cuda::sm90_sparse_attn(kRef, ap, nullptr));
     expect_close(where_, "o", bf16_down(o, S * H * 512), o_rec, kClassF);
 
+    // The split decode form at 64-candidate chunks (2-3 per list here), from the reference's block maxima and from
+    // each chunk's own maximum (the engine's decode): both within class F of the recorded o.
+    for (const bool reference_max : {true, false}) {
+        const cuda::SparseAttnSplitOptions so{.chunk = 64, .match_reference_max = reference_max};
+        ASSERT_EQ(cuda::sm90_sparse_attn_split_chunk(ap, so), 64) << where_;
+        const size_t bytes = cuda::sm90_sparse_attn_split_workspace_bytes(ap, so);
+        OFFICIAL_GPU_ASSIGN(ws, gpu_.workspace(bytes));
+        OFFICIAL_GPU_ASSIGN(o_split, ct::poisoned<uint16_t>(S * H * 512));
+        cuda::SparseAttnArgs as = ap;
+        as.out = o_split.data();
+        DSV4_ASSERT_OK(cuda::sm90_sparse_attn_split(kRef, as, ws, bytes, nullptr, so));
+        expect_close(where_, reference_max ? "o(split)" : "o(split, own max)", bf16_down(o_split, S * H * 512), o_rec,
+                     kClassF);
+    }
+
     // o with its rope channels replaced by the recorded de-rotation: what wo_a takes, and what the fused call gives
     auto o_in = o_rec;
     for (int64_t r = 0; r < S * H; ++r)

@@ -250,10 +250,11 @@ Status attend(GpuModel& m, const GpuLayer& layer, const GpuLayerCache& lc, int64
     ap.positions = s.positions + r0;
     ap.freqs = layer.ratio ? m.freqs_compress : m.freqs_window;
     ap.out = at(s.attn, r0 * heads * hd * a);
-    const int64_t chunk = decode ? cuda::sm90_sparse_attn_split_chunk(ap) : 0;
+    const cuda::SparseAttnSplitOptions split = decode_split_options();
+    const int64_t chunk = decode ? cuda::sm90_sparse_attn_split_chunk(ap, split) : 0;
     if (chunk > 0 && chunk < width)
         return cuda::sm90_sparse_attn_split(m.precision, ap, s.attn_workspace.data(), s.attn_workspace.bytes(),
-                                            m.stream.handle());
+                                            m.stream.handle(), split);
     return cuda::sm90_sparse_attn(m.precision, ap, m.stream.handle());
 }
 

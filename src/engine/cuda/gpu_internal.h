@@ -13,6 +13,7 @@
 #include "backend/cuda/common/regimes.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
+#include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/experts/experts.h"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/moe/moe.h"
@@ -250,6 +251,15 @@ struct QuantizedRows {
 // x [rows, cols] into the pass buffers codes ([R, cols] bytes) and scales ([R, cols / 128] floats).
 Result<QuantizedRows> quantize_rows(GpuModel& m, const void* x, int64_t rows, int64_t cols, DeviceBuffer& codes,
                                     DeviceBuffer& scales);
+
+// The split decode attention's options: each chunk's softmax from its own running maximum (no block-maxima pass).
+// Class F of the official tolerances (3e-3 rel_l2, no bitwise criterion); the split's model puts it 2.0-2.3e-3 from
+// the one-pass kernel (attention.h).
+inline cuda::SparseAttnSplitOptions decode_split_options() {
+    cuda::SparseAttnSplitOptions o;
+    o.match_reference_max = false;
+    return o;
+}
 
 // y = W·x on the pass's workspace (backend::cpu::linear's meaning; kernels/linear); q: x's codes if quantised.
 // partials: cuda::LinearArgs::partials (the K-split sums left in the pass workspace for the next launch to reduce).

@@ -299,7 +299,7 @@ size_t attention_workspace_bytes(const GpuModel& m, int64_t csa_cap, int64_t hca
         a.kv_packed = m.precision == Precision::kReference;
         for (const int64_t width : {c.window, c.window + c.index_topk, c.window + hca_cap}) {  // SWA, CSA, HCA
             a.topk = width;
-            n = std::max(n, cuda::sm90_sparse_attn_split_workspace_bytes(a));
+            n = std::max(n, cuda::sm90_sparse_attn_split_workspace_bytes(a, decode_split_options()));
         }
         cuda::TopKArgs t;
         t.rows = r;
