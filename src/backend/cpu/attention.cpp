@@ -175,10 +175,14 @@ Status wo_a(const Exec& ex, const WoAParams& p) {
             // a tile's rows can span two groups (rank not a multiple of kRowTile): one pass per group
             for (int64_t g = r0 / p.rank; g * p.rank < r1; ++g) {
                 const int64_t gb = std::max(r0, g * p.rank), ge = std::min(r1, (g + 1) * p.rank);
-                for (int64_t t = 0; t < T; ++t) {
-                    float y[kRowTile];
-                    tile_dot(p.o + t * p.heads * p.head_dim + g * width, tile, width, y);
-                    for (int64_t r = gb; r < ge; ++r) p.z[t * rows + r] = ref ? round_bf16(y[r - r0]) : y[r - r0];
+                const int64_t x_stride = p.heads * p.head_dim;
+                for (int64_t t0 = 0; t0 < T; t0 += kDotTokens) {
+                    const int nt = int(std::min<int64_t>(kDotTokens, T - t0));
+                    float y[kDotTokens][kRowTile];
+                    tile_dot(p.o + t0 * x_stride + g * width, x_stride, nt, tile, width, y);
+                    for (int u = 0; u < nt; ++u)
+                        for (int64_t r = gb; r < ge; ++r)
+                            p.z[(t0 + u) * rows + r] = ref ? round_bf16(y[u][r - r0]) : y[u][r - r0];
                 }
             }
         }

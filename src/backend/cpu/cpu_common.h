@@ -29,6 +29,14 @@ void parallel_rows(const Exec& ex, int64_t n, int64_t grain, F&& body) {
     parallel_for(ex.pool, n, grain, body);
 }
 
+// A hot loop built twice on x86-64, for AVX2 and for the baseline, the dynamic loader choosing one (GCC / Clang
+// target_clones); elsewhere built once. AVX2 brings no FMA, so the operations and their rounding stay the baseline's.
+#if defined(__x86_64__)
+#define DSV4_CPU_HOT_LOOP __attribute__((target_clones("avx2", "default")))
+#else
+#define DSV4_CPU_HOT_LOOP
+#endif
+
 // Output rows a linear-type op decodes together (the per-slot weight tile is kRowTile rows).
 inline constexpr int64_t kRowTile = 8;
 
@@ -37,14 +45,12 @@ inline constexpr int64_t kRowTile = 8;
 // operand); otherwise the exact values of dequantize_weight_row. (linear.cpp)
 void decode_weight_tile(const WeightView& w, int64_t row0, bool codes_only, float* tile);
 
-// y[r] = Σ_i x[i] · tile[i·kRowTile + r] for the kRowTile rows of a tile: each row's sum runs over i in order,
-// as a plain dot product does, while the rows advance side by side (one SIMD lane each).
-inline void tile_dot(const float* x, const float* tile, int64_t n, float* y) {
-    float acc[kRowTile] = {};
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t r = 0; r < kRowTile; ++r) acc[r] += x[i] * tile[i * kRowTile + r];
-    for (int64_t r = 0; r < kRowTile; ++r) y[r] = acc[r];
-}
+// y[u][r] = Σ_i x[u·x_stride + i] · tile[i·kRowTile + r] for the kRowTile rows of a tile and tokens u < `tokens`
+// (1..4): each (token, row) sum runs over i in order, as a plain dot product does, while the rows advance side by side
+// (one SIMD lane each) and the tokens share each load of the tile. linear.cpp; built for AVX2 too, chosen at run time.
+inline constexpr int kDotTokens = 4;
+void tile_dot(const float* x, int64_t x_stride, int tokens, const float* tile, int64_t n,
+              float (&y)[kDotTokens][kRowTile]);
 
 // Tiles per parallel range such that a range holds at least ~32K multiply-adds: a smaller range costs more in
 // thread wake-ups than it saves (decode on a small model). The split never changes a result.

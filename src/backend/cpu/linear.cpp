@@ -4,10 +4,14 @@
 //
 // Speed without changing a bit: the weight is decoded once per call, kRowTile output rows at a time, into a tile
 // stored input-major ([in, kRowTile]) through byte → f32 lookup tables; every token of the call then reuses the
-// tile. The inner loop runs the kRowTile rows' sums side by side (one SIMD lane per row), each lane adding its
-// products in exactly the order of a plain per-row loop, so the results are those of the scalar reference.
+// tile. The inner loop runs the kRowTile rows' sums side by side (one SIMD lane per row) for four tokens at once
+// (each tile load serves four tokens), each lane adding its products in exactly the order of a plain per-row loop,
+// so the results are those of the scalar reference; the loops are also built for AVX2 (8 lanes per instruction,
+// chosen at run time), never with FMA (the build passes -ffp-contract=off: a fused multiply-add rounds once).
 // Parallel over tiles; scratch comes from the Exec's workspace (no allocation).
+#include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_ops.h"
@@ -51,22 +55,113 @@ void decode_tile_scales(const WeightView& w, int64_t o0, float* ws) {
     }
 }
 
-// y[t, o0 + r] for every token: the W8A8 / W4A8 sums over a raw tile (codes as values, scales apart).
-void quantized_tile(const LinearParams& p, const float* qa, const float* sa, const float* tile, const float* ws,
-                    int64_t o0) {
+// The tile's R rows as one vector of R f32 lanes (GCC / Clang vector extension: element-wise IEEE operations, no
+// reassociation; split into two 16-byte halves where 32-byte vectors are not available).
+using RowLanes = float __attribute__((vector_size(R * sizeof(float))));
+static_assert(sizeof(RowLanes) == R * sizeof(float), "one vector lane per tile row");
+
+// (by reference: a vector passed by value would take the calling convention of each build of its caller)
+__attribute__((always_inline)) inline void load_lanes(const float* p, RowLanes& v) { std::memcpy(&v, p, sizeof v); }
+
+// y[t, o0 + r] for tokens t0 .. t0 + kTokens - 1: the W8A8 / W4A8 sums over a raw tile (codes as values, scales
+// apart), per (token, row) lane exactly the scalar loop's operations in its order — acc += a_i · w_i over a K block,
+// then y += acc · (s_a · s_w) — with kTokens tokens sharing each load of the tile.
+template <int kTokens>
+__attribute__((always_inline)) inline void quantized_tokens(const LinearParams& p, const float* qa, const float* sa,
+                                                            const float* tile, const float* ws, int64_t kblock,
+                                                            int64_t t0, int64_t o0) {
     const int64_t in = p.w.cols, out = p.w.rows, nb = in / 128;
-    const int64_t kblock = p.w.format == WeightFormat::kMXFP4 ? kMxfp4GroupSize : 128;
-    for (int64_t t = 0; t < p.tokens; ++t) {
-        const float* a = qa + t * in;
-        float y[R] = {};
-        for (int64_t b = 0; b < in / kblock; ++b) {
-            float acc[R] = {};
-            for (int64_t i = b * kblock; i < (b + 1) * kblock; ++i)
-                for (int64_t r = 0; r < R; ++r) acc[r] += a[i] * tile[i * R + r];
-            const float s_a = sa[t * nb + (b * kblock) / 128];
-            for (int64_t r = 0; r < R; ++r) y[r] += acc[r] * (s_a * ws[b * R + r]);
+    RowLanes y[kTokens] = {};
+    for (int64_t b = 0; b < in / kblock; ++b) {
+        RowLanes acc[kTokens] = {};
+        for (int64_t i = b * kblock; i < (b + 1) * kblock; ++i) {
+            RowLanes w;
+            load_lanes(tile + i * R, w);
+            for (int u = 0; u < kTokens; ++u) acc[u] += qa[(t0 + u) * in + i] * w;
         }
-        for (int64_t r = 0; r < R && o0 + r < out; ++r) p.y[t * out + o0 + r] = round_bf16(y[r]);
+        RowLanes s_w;
+        load_lanes(ws + b * R, s_w);
+        for (int u = 0; u < kTokens; ++u) y[u] += acc[u] * (sa[(t0 + u) * nb + (b * kblock) / 128] * s_w);
+    }
+    for (int u = 0; u < kTokens; ++u)
+        for (int64_t r = 0; r < R && o0 + r < out; ++r) p.y[(t0 + u) * out + o0 + r] = round_bf16(y[u][r]);
+}
+
+// y[t, o0 + r] for every token, kDotTokens tokens at a time. Built for AVX2 too, chosen at run time: the same IEEE
+// operations on 8 lanes at once (no FMA: the multiply and the add round separately, as in the scalar loop).
+DSV4_CPU_HOT_LOOP void quantized_tile(const LinearParams& p, const float* qa, const float* sa, const float* tile,
+                                      const float* ws, int64_t o0) {
+    const int64_t kblock = p.w.format == WeightFormat::kMXFP4 ? kMxfp4GroupSize : 128;
+    int64_t t = 0;
+    for (; t + kDotTokens <= p.tokens; t += kDotTokens)
+        quantized_tokens<kDotTokens>(p, qa, sa, tile, ws, kblock, t, o0);
+    for (; t < p.tokens; ++t) quantized_tokens<1>(p, qa, sa, tile, ws, kblock, t, o0);
+}
+
+// tile_dot for kTokens tokens (cpu_common.h).
+template <int kTokens>
+__attribute__((always_inline)) inline void tile_dot_tokens(const float* x, int64_t x_stride, const float* tile,
+                                                           int64_t n, float (&y)[kDotTokens][kRowTile]) {
+    RowLanes acc[kTokens] = {};
+    for (int64_t i = 0; i < n; ++i) {
+        RowLanes w;
+        load_lanes(tile + i * R, w);
+        for (int u = 0; u < kTokens; ++u) acc[u] += x[u * x_stride + i] * w;
+    }
+    for (int u = 0; u < kTokens; ++u) std::memcpy(y[u], &acc[u], sizeof acc[u]);
+}
+
+}  // namespace
+
+DSV4_CPU_HOT_LOOP void tile_dot(const float* x, int64_t x_stride, int tokens, const float* tile, int64_t n,
+                                float (&y)[kDotTokens][kRowTile]) {
+    if (tokens == kDotTokens) return tile_dot_tokens<kDotTokens>(x, x_stride, tile, n, y);
+    for (int u = 0; u < tokens; ++u) {
+        float one[kDotTokens][kRowTile];
+        tile_dot_tokens<1>(x + u * x_stride, x_stride, tile, n, one);
+        std::memcpy(y[u], one[0], sizeof one[0]);
+    }
+}
+
+namespace {
+
+// decode_weight_tile for a whole tile (R rows) of FP8 or MXFP4 codes, input-major: each input's R values are made
+// side by side and stored as one vector (the per-row loop stores each value R floats away from the last). The same
+// table values and products.
+DSV4_CPU_HOT_LOOP void decode_code_tile(const WeightView& w, int64_t o0, bool codes_only, float* tile) {
+    const DecodeTables& lut = tables();
+    const int64_t in = w.cols;
+    const auto* data = static_cast<const uint8_t*>(w.data);
+    if (w.format == WeightFormat::kMXFP4) {
+        const int64_t rb = in / 2, sb = in / kMxfp4GroupSize;
+        for (int64_t g = 0; g < sb; ++g) {  // one 32-input scale group: 16 bytes per row
+            RowLanes s;
+            for (int64_t r = 0; r < R; ++r) s[r] = codes_only ? 1.0f : lut.e8m0[w.scale[(o0 + r) * sb + g]];
+            for (int64_t j = g * 16; j < g * 16 + 16; ++j) {
+                RowLanes lo, hi;
+                for (int64_t r = 0; r < R; ++r) {
+                    const uint8_t byte = data[(o0 + r) * rb + j];
+                    lo[r] = lut.e2m1[byte & 0xf];
+                    hi[r] = lut.e2m1[byte >> 4];
+                }
+                lo *= s, hi *= s;  // × 1 is exact (codes_only); else mxfp4_dequant_row's e2m1 · 2^(s-127)
+                std::memcpy(tile + (2 * j) * R, &lo, sizeof lo);
+                std::memcpy(tile + (2 * j + 1) * R, &hi, sizeof hi);
+            }
+        }
+        return;
+    }
+    const int64_t nb = fp8_block_count(in);
+    for (int64_t b = 0; b < nb; ++b) {  // FP8 blocks: one 128-input scale block
+        RowLanes s;
+        for (int64_t r = 0; r < R; ++r)
+            s[r] = codes_only ? 1.0f : lut.e8m0[w.scale[((o0 + r) / kFp8BlockSize) * nb + b]];
+        for (int64_t i = b * 128; i < std::min(in, b * 128 + 128); ++i) {
+            RowLanes v;
+            for (int64_t r = 0; r < R; ++r) v[r] = lut.e4m3[data[(o0 + r) * in + i]];
+            v *= s;  // fp8_block_dequant_row's e4m3 · 2^(s-127), or × 1 (exact) for the codes
+            std::memcpy(tile + i * R, &v, sizeof v);
+        }
     }
 }
 
@@ -75,6 +170,8 @@ void quantized_tile(const LinearParams& p, const float* qa, const float* sa, con
 void decode_weight_tile(const WeightView& w, int64_t o0, bool codes_only, float* tile) {
     const DecodeTables& lut = tables();
     const int64_t in = w.cols;
+    if (o0 + R <= w.rows && (w.format == WeightFormat::kMXFP4 || w.format == WeightFormat::kFP8Block))
+        return decode_code_tile(w, o0, codes_only, tile);
     for (int64_t r = 0; r < R; ++r) {
         const int64_t o = o0 + r;
         if (o >= w.rows) {
@@ -132,11 +229,13 @@ Status linear(const Exec& ex, const LinearParams& p) {
             float* tile = tile_all + slot * in * R;
             for (int64_t tl = tb; tl < te; ++tl) {
                 decode_weight_tile(w, tl * R, false, tile);
-                for (int64_t t = 0; t < T; ++t) {
-                    float y[R];
-                    tile_dot(p.x + t * in, tile, in, y);
-                    for (int64_t r = 0; r < R && tl * R + r < out; ++r)
-                        p.y[t * out + tl * R + r] = round ? round_bf16(y[r]) : y[r];
+                for (int64_t t0 = 0; t0 < T; t0 += kDotTokens) {
+                    const int nt = int(std::min<int64_t>(kDotTokens, T - t0));
+                    float y[kDotTokens][R];
+                    tile_dot(p.x + t0 * in, in, nt, tile, in, y);
+                    for (int u = 0; u < nt; ++u)
+                        for (int64_t r = 0; r < R && tl * R + r < out; ++r)
+                            p.y[(t0 + u) * out + tl * R + r] = round ? round_bf16(y[u][r]) : y[u][r];
                 }
             }
         });
