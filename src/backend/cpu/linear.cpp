@@ -123,90 +123,67 @@ DSV4_CPU_HOT_LOOP void tile_dot(const float* x, int64_t x_stride, int tokens, co
     }
 }
 
-namespace {
-
-// decode_weight_tile for a whole tile (R rows) of FP8 or MXFP4 codes, input-major: each input's R values are made
-// side by side and stored as one vector (the per-row loop stores each value R floats away from the last). The same
-// table values and products.
-DSV4_CPU_HOT_LOOP void decode_code_tile(const WeightView& w, int64_t o0, bool codes_only, float* tile) {
+// Input-major: each input's R row values are made side by side and stored as one vector. Rows past the end read
+// the last row and are zeroed afterwards (rare: the last tile of a matrix whose rows are not a multiple of R).
+DSV4_CPU_HOT_LOOP void decode_weight_tile(const WeightView& w, int64_t o0, bool codes_only, float* tile) {
     const DecodeTables& lut = tables();
-    const int64_t in = w.cols;
+    const int64_t in = w.cols, nr = std::min<int64_t>(R, w.rows - o0);
     const auto* data = static_cast<const uint8_t*>(w.data);
-    if (w.format == WeightFormat::kMXFP4) {
-        const int64_t rb = in / 2, sb = in / kMxfp4GroupSize;
-        for (int64_t g = 0; g < sb; ++g) {  // one 32-input scale group: 16 bytes per row
-            RowLanes s;
-            for (int64_t r = 0; r < R; ++r) s[r] = codes_only ? 1.0f : lut.e8m0[w.scale[(o0 + r) * sb + g]];
-            for (int64_t j = g * 16; j < g * 16 + 16; ++j) {
-                RowLanes lo, hi;
+    int64_t row[R];  // the weight row behind each lane
+    for (int64_t r = 0; r < R; ++r) row[r] = o0 + std::min(r, nr - 1);
+    switch (w.format) {
+        case WeightFormat::kMXFP4: {  // codes_only: e2m1 (× 1, exact); else mxfp4_dequant_row's e2m1 · 2^(s-127)
+            const int64_t rb = in / 2, sb = in / kMxfp4GroupSize;
+            for (int64_t g = 0; g < sb; ++g) {  // one 32-input scale group: 16 bytes per row
+                RowLanes s;
+                for (int64_t r = 0; r < R; ++r) s[r] = codes_only ? 1.0f : lut.e8m0[w.scale[row[r] * sb + g]];
+                for (int64_t j = g * 16; j < g * 16 + 16; ++j) {
+                    RowLanes lo, hi;
+                    for (int64_t r = 0; r < R; ++r) {
+                        const uint8_t byte = data[row[r] * rb + j];
+                        lo[r] = lut.e2m1[byte & 0xf];
+                        hi[r] = lut.e2m1[byte >> 4];
+                    }
+                    lo *= s, hi *= s;
+                    std::memcpy(tile + (2 * j) * R, &lo, sizeof lo);
+                    std::memcpy(tile + (2 * j + 1) * R, &hi, sizeof hi);
+                }
+            }
+            break;
+        }
+        case WeightFormat::kFP8Block: {  // codes_only: e4m3 (× 1); else fp8_block_dequant_row's e4m3 · 2^(s-127)
+            const int64_t nb = fp8_block_count(in);
+            for (int64_t b = 0; b < nb; ++b) {  // one 128-input scale block
+                RowLanes s;
+                for (int64_t r = 0; r < R; ++r)
+                    s[r] = codes_only ? 1.0f : lut.e8m0[w.scale[(row[r] / kFp8BlockSize) * nb + b]];
+                for (int64_t i = b * 128; i < std::min(in, b * 128 + 128); ++i) {
+                    RowLanes v;
+                    for (int64_t r = 0; r < R; ++r) v[r] = lut.e4m3[data[row[r] * in + i]];
+                    v *= s;
+                    std::memcpy(tile + i * R, &v, sizeof v);
+                }
+            }
+            break;
+        }
+        case WeightFormat::kBF16:  // bf16 → f32 is exact: the bits moved up
+            for (int64_t i = 0; i < in; ++i) {
+                uint32_t u[R];
                 for (int64_t r = 0; r < R; ++r) {
-                    const uint8_t byte = data[(o0 + r) * rb + j];
-                    lo[r] = lut.e2m1[byte & 0xf];
-                    hi[r] = lut.e2m1[byte >> 4];
+                    uint16_t b;
+                    std::memcpy(&b, data + 2 * (row[r] * in + i), 2);
+                    u[r] = uint32_t(b) << 16;
                 }
-                lo *= s, hi *= s;  // × 1 is exact (codes_only); else mxfp4_dequant_row's e2m1 · 2^(s-127)
-                std::memcpy(tile + (2 * j) * R, &lo, sizeof lo);
-                std::memcpy(tile + (2 * j + 1) * R, &hi, sizeof hi);
+                std::memcpy(tile + i * R, u, sizeof u);
             }
-        }
-        return;
+            break;
+        case WeightFormat::kF32:
+            for (int64_t i = 0; i < in; ++i)
+                for (int64_t r = 0; r < R; ++r) std::memcpy(tile + i * R + r, data + 4 * (row[r] * in + i), 4);
+            break;
     }
-    const int64_t nb = fp8_block_count(in);
-    for (int64_t b = 0; b < nb; ++b) {  // FP8 blocks: one 128-input scale block
-        RowLanes s;
-        for (int64_t r = 0; r < R; ++r)
-            s[r] = codes_only ? 1.0f : lut.e8m0[w.scale[((o0 + r) / kFp8BlockSize) * nb + b]];
-        for (int64_t i = b * 128; i < std::min(in, b * 128 + 128); ++i) {
-            RowLanes v;
-            for (int64_t r = 0; r < R; ++r) v[r] = lut.e4m3[data[(o0 + r) * in + i]];
-            v *= s;  // fp8_block_dequant_row's e4m3 · 2^(s-127), or × 1 (exact) for the codes
-            std::memcpy(tile + i * R, &v, sizeof v);
-        }
-    }
-}
-
-}  // namespace
-
-void decode_weight_tile(const WeightView& w, int64_t o0, bool codes_only, float* tile) {
-    const DecodeTables& lut = tables();
-    const int64_t in = w.cols;
-    if (o0 + R <= w.rows && (w.format == WeightFormat::kMXFP4 || w.format == WeightFormat::kFP8Block))
-        return decode_code_tile(w, o0, codes_only, tile);
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t o = o0 + r;
-        if (o >= w.rows) {
-            for (int64_t i = 0; i < in; ++i) tile[i * R + r] = 0.0f;
-            continue;
-        }
-        switch (w.format) {
-            case WeightFormat::kF32:
-            case WeightFormat::kBF16:
-                for (int64_t i = 0; i < in; ++i) tile[i * R + r] = w.at(o * in + i);
-                break;
-            case WeightFormat::kFP8Block: {
-                const uint8_t* row = static_cast<const uint8_t*>(w.data) + o * in;
-                if (codes_only) {
-                    for (int64_t i = 0; i < in; ++i) tile[i * R + r] = lut.e4m3[row[i]];
-                } else {  // fp8_block_dequant_row's e4m3 · 2^(s-127)
-                    const uint8_t* srow = w.scale + (o / kFp8BlockSize) * fp8_block_count(in);
-                    for (int64_t i = 0; i < in; ++i) tile[i * R + r] = lut.e4m3[row[i]] * lut.e8m0[srow[i / 128]];
-                }
-                break;
-            }
-            case WeightFormat::kMXFP4: {
-                const uint8_t* row = static_cast<const uint8_t*>(w.data) + o * (in / 2);
-                const uint8_t* srow = w.scale + o * (in / kMxfp4GroupSize);
-                for (int64_t i = 0; i < in; i += 2) {
-                    const uint8_t byte = row[i / 2];
-                    const float s = codes_only ? 1.0f : lut.e8m0[srow[i / kMxfp4GroupSize]];
-                    // codes_only: the code's value itself (× 1 is exact); else mxfp4_dequant_row's e2m1 · 2^(s-127)
-                    tile[i * R + r] = lut.e2m1[byte & 0xf] * s;
-                    tile[(i + 1) * R + r] = lut.e2m1[byte >> 4] * s;
-                }
-                break;
-            }
-        }
-    }
+    for (int64_t i = 0; nr < R && i < in; ++i)
+        for (int64_t r = nr; r < R; ++r) tile[i * R + r] = 0.0f;
 }
 
 Status linear(const Exec& ex, const LinearParams& p) {
