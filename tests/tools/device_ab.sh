@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 t="$(mktemp -d)"
 trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/tree/scripts" "$t/patches"
-cp "$root/scripts/device-ab" "$t/tree/scripts/"
+cp "$root/scripts/device-ab" "$root/scripts/sync-build-times" "$t/tree/scripts/"
 printf 'alpha\n' > "$t/tree/value.txt"
 cat > "$t/patches/beta.patch" <<'P'
 --- a/value.txt
