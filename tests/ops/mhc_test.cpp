@@ -153,7 +153,9 @@ TEST_P(HcHeadTest, MatchesCpu) {
 
 // hc_post run first inside hc_pre / hc_head (HcPostFirst, the engine's sub-block boundary): the streams it stores,
 // the mixes, pre / post / comb and the collapse must be those of sm90_hc_post followed by the plain collapse, bit for
-// bit (the same operations in the same order on the same stored values), with post / comb updated in place.
+// bit (the same operations in the same order on the same stored values), with post / comb updated in place. The same
+// for hc_pre with the split + Sinkhorn left to sm90_hc_split_sinkhorn on its mixes (HcPreArgs::sinkhorn_apart, the
+// engine's decode steps): post / comb untouched by the collapse, then equal to the one-launch values.
 class HcPostFirstTest : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(HcPostFirstTest, EqualsPostThenCollapse) {
@@ -200,8 +202,10 @@ TEST_P(HcPostFirstTest, EqualsPostThenCollapse) {
             return HcHeadArgs{run.streams->data(), T, D, dfn4->view(), dscale1->view(), dbase4->view(), 1e-6f, 1e-6f,
                               run.head_pre->as<float>(), run.head_y->data()};
         };
-        for (const bool head : {false, true}) {
-            SCOPED_TRACE(head ? "hc_head" : "hc_pre");
+        enum class Mode { kHead, kPre, kPreApart };
+        for (const Mode mode : {Mode::kHead, Mode::kPre, Mode::kPreApart}) {
+            const bool head = mode == Mode::kHead;
+            SCOPED_TRACE(head ? "hc_head" : mode == Mode::kPre ? "hc_pre" : "hc_pre, Sinkhorn apart");
             Run sep = fresh(), fused = fresh();
             for (Run* run : {&sep, &fused})
                 ASSERT_TRUE(run->streams.is_ok() && run->mix.is_ok() && run->pre.is_ok() && run->post.is_ok() &&
@@ -220,7 +224,16 @@ TEST_P(HcPostFirstTest, EqualsPostThenCollapse) {
                 DSV4_ASSERT_OK(sm90_hc_pre(prec, pre_args(sep), nullptr));
                 HcPreArgs h = pre_args(fused);
                 h.post_first = first;
+                h.sinkhorn_apart = mode == Mode::kPreApart;
                 DSV4_ASSERT_OK(sm90_hc_pre(prec, h, nullptr));
+                if (h.sinkhorn_apart) {  // the collapse left post / comb as the previous sub-block's
+                    EXPECT_EQ(count_bit_differences(to_host<float>(*fused.post, post.size()), post), 0u);
+                    EXPECT_EQ(count_bit_differences(to_host<float>(*fused.comb, comb.size()), comb), 0u);
+                    const HcSinkhornArgs sa{
+                        fused.mix->as<float>(), T, dscale->view(), dbase->view(), 20, 1e-6f, fused.post->as<float>(),
+                        fused.comb->as<float>()};
+                    DSV4_ASSERT_OK(sm90_hc_split_sinkhorn(sa, nullptr));
+                }
             }
             auto same = [&](const DeviceBuffer& x, const DeviceBuffer& y, size_t n, bool act, const char* what) {
                 const auto gx = act ? act_to_host(prec, x, n) : to_host<float>(x, n);
@@ -264,6 +277,15 @@ TEST(MhcValidation, BadShapesAreClearErrors) {
     a.post_first = {buf->data(), a.x, buf->as<float>(), buf->as<float>()};
     s = sm90_hc_pre(Precision::kReference, a, nullptr);
     EXPECT_NE(s.message().find("must not alias"), std::string::npos) << s.message();
+    // the Sinkhorn apart needs the mixes it is computed from
+    a.post_first = {};
+    a.sinkhorn_apart = true;
+    s = sm90_hc_pre(Precision::kReference, a, nullptr);
+    EXPECT_NE(s.message().find("needs the mixes"), std::string::npos) << s.message();
+    HcSinkhornArgs sa{};
+    sa.mixes = buf->as<float>(), sa.post = sa.comb = buf->as<float>(), sa.tokens = 1;
+    s = sm90_hc_split_sinkhorn(sa, nullptr);
+    EXPECT_NE(s.message().find("scale must be an f32 tensor"), std::string::npos) << s.message();
 }
 
 const auto kPrecisions = ::testing::Values(Precision::kReference, Precision::kF32);

@@ -65,16 +65,21 @@ namespace {
 struct PendingPost {
     const void* residual = nullptr;  // null: none pending
     void* out = nullptr;
+    bool on_branch = false;  // its post / comb are computed on m.hc_branch: joined before they are read
 };
 
-cuda::HcPostFirst post_first_of(const GpuModel& m, const PendingPost& p) {
-    if (!p.residual) return {};
-    return {m.pass.block_out.data(), p.residual, m.pass.post.as<float>(), m.pass.comb.as<float>()};
+// The pending hc_post's inputs for the next collapse (none when nothing is pending), its branch joined first.
+Result<cuda::HcPostFirst> take_post_first(GpuModel& m, const PendingPost& p) {
+    if (!p.residual) return cuda::HcPostFirst{};
+    if (p.on_branch) DSV4_RETURN_IF_ERROR(m.hc_branch.join(m.stream.handle()));
+    return cuda::HcPostFirst{m.pass.block_out.data(), p.residual, m.pass.post.as<float>(), m.pass.comb.as<float>()};
 }
 
-// [pending hc_post +] hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled.
+// [pending hc_post +] hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled. branch: the
+// split + Sinkhorn (post / comb, first read by this sub-block's hc_post in the next collapse) runs on m.hc_branch
+// from the mixes, beside the sub-block instead of on the step's chain (HcPreArgs::sinkhorn_apart).
 Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& norm, void* streams, int64_t rows,
-                       const PendingPost& pending) {
+                       const PendingPost& pending, bool branch) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     if (pending.residual && pending.out != streams)
@@ -93,8 +98,23 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
     hp.post = s.post.as<float>();
     hp.comb = s.comb.as<float>();
     hp.x_out = s.hc_x.data();
-    hp.post_first = post_first_of(m, pending);
+    DSV4_ASSIGN_OR_RETURN(hp.post_first, take_post_first(m, pending));
+    hp.sinkhorn_apart = branch;
+    if (branch) hp.mixes = s.mixes.as<float>();
     DSV4_RETURN_IF_ERROR(cuda::sm90_hc_pre(m.precision, hp, m.stream.handle()));
+    if (branch) {
+        DSV4_RETURN_IF_ERROR(m.hc_branch.fork(m.stream.handle()));
+        cuda::HcSinkhornArgs sp;
+        sp.mixes = s.mixes.as<float>();
+        sp.tokens = rows;
+        sp.scale = hc.scale;
+        sp.base = hc.base;
+        sp.iters = hp.iters;
+        sp.hc_eps = hp.hc_eps;
+        sp.post = s.post.as<float>();
+        sp.comb = s.comb.as<float>();
+        DSV4_RETURN_IF_ERROR(cuda::sm90_hc_split_sinkhorn(sp, m.hc_branch.side()));
+    }
     cuda::RmsNormArgs np;
     np.x = s.hc_x.data();
     np.rows = rows;
@@ -218,12 +238,14 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
 // One layer: streams → streams, its last hc_post left pending (run by the next collapse).
 Status block_forward(GpuModel& m, const GpuLayer& layer, int slot, std::span<GpuBatchSeq> seqs, int64_t rows,
                      void* streams, void* spare, bool decode, PendingPost& pending) {
-    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_attn, layer.attn_norm, streams, rows, pending));
+    // decode steps (graph-captured chains of short kernels) take the Sinkhorn off the chain; prefill passes keep it
+    // inside the collapse, where the 32-token tiles run it per token anyway
+    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_attn, layer.attn_norm, streams, rows, pending, decode));
     DSV4_RETURN_IF_ERROR(gpu_attention_block(m, layer, slot, seqs, rows, decode));
-    pending = {streams, spare};
-    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_ffn, layer.ffn_norm, spare, rows, pending));
+    pending = {streams, spare, decode};
+    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_ffn, layer.ffn_norm, spare, rows, pending, decode));
     DSV4_RETURN_IF_ERROR(moe_block(m, layer, rows));
-    pending = {spare, streams};
+    pending = {spare, streams, decode};
     return Status::ok();
 }
 
@@ -242,7 +264,7 @@ Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost&
     hp.hc_eps = float(c.hc_eps);
     hp.norm_eps = float(c.rms_norm_eps);
     hp.y = s.hc_x.data();
-    hp.post_first = post_first_of(m, pending);
+    DSV4_ASSIGN_OR_RETURN(hp.post_first, take_post_first(m, pending));
     DSV4_RETURN_IF_ERROR(cuda::sm90_hc_head(m.precision, hp, m.stream.handle()));
     cuda::RmsNormArgs np;
     np.x = s.hc_x.data();

@@ -77,6 +77,7 @@ struct GpuPass {
     DeviceBuffer normed_codes, normed_scales;  // e4m3 [R, D], f32 [R, D/128]: normed quantised once (quantize_rows)
     DeviceBuffer qr_codes, qr_scales;          // e4m3 [R, q_lora], f32 [R, q_lora/128]: the same for qr
     DeviceBuffer pre, post, comb;    // f32 [R, hc], [R, hc], [R, hc, hc]
+    DeviceBuffer mixes;              // f32 [R, 24]: a decode step's hc_pre mixes, for the branch's Sinkhorn
     DeviceBuffer qr, q, attn, z;     // act [R, q_lora], [R, H, 512], [R, H, 512], [R, G·R_o]
     DeviceBuffer window_kv;          // act [R, 512]
     DeviceBuffer proj_kv, proj_score;              // f32 [R, 2·512]
@@ -183,6 +184,7 @@ struct GpuModel {
     backend::Precision precision = backend::Precision::kReference;
     size_t act_bytes = 2;            // bytes of one activation value
     cuda::Stream stream;
+    cuda::StreamFork hc_branch;  // decode steps' split + Sinkhorn, beside `stream` (gpu_forward.cpp enter_sub_block)
     std::vector<cuda::DeviceWeight> owned;  // every uploaded weight
     std::vector<DeviceBuffer> tables;       // f32 vectors, tid2eid, expert pointer arrays
     uint64_t weight_bytes = 0;

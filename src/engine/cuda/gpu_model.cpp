@@ -365,6 +365,7 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_RETURN_IF_ERROR(alloc(s.qr_scales, R * (c.q_lora_rank / 128) * 4, "quantised q lora"));
     DSV4_RETURN_IF_ERROR(alloc(s.block_out, R * D * a, "activations"));
     DSV4_RETURN_IF_ERROR(alloc(s.pre, R * hc * 4, "hc pre"));
+    DSV4_RETURN_IF_ERROR(alloc(s.mixes, R * (2 + hc) * hc * 4, "hc mixes"));
     DSV4_RETURN_IF_ERROR(alloc(s.post, R * hc * 4, "hc post"));
     DSV4_RETURN_IF_ERROR(alloc(s.comb, R * hc * hc * 4, "hc comb"));
     DSV4_RETURN_IF_ERROR(alloc(s.qr, R * c.q_lora_rank * a, "q lora"));
@@ -427,6 +428,7 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
     m->precision = precision;
     m->act_bytes = precision == Precision::kReference ? 2 : 4;
     DSV4_ASSIGN_OR_RETURN(m->stream, cuda::Stream::create());
+    DSV4_ASSIGN_OR_RETURN(m->hc_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->embed, put(*m, views.embed, "embed"));
     DSV4_ASSIGN_OR_RETURN(m->head, put(*m, views.head, "head"));
     DSV4_ASSIGN_OR_RETURN(m->norm, put_norm(*m, views.norm, "norm"));

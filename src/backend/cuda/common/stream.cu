@@ -25,6 +25,40 @@ Stream& Stream::operator=(Stream&& o) noexcept {
 
 Status Stream::synchronize() const { return cuda_status(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
 
+Result<StreamFork> StreamFork::create() {
+    StreamFork f;
+    DSV4_ASSIGN_OR_RETURN(f.side_, Stream::create());
+    DSV4_CUDA_TRY(cudaEventCreateWithFlags(&f.forked_, cudaEventDisableTiming), "cudaEventCreate");
+    DSV4_CUDA_TRY(cudaEventCreateWithFlags(&f.done_, cudaEventDisableTiming), "cudaEventCreate");
+    return Result<StreamFork>(std::move(f));
+}
+
+StreamFork::~StreamFork() {
+    if (forked_) cudaEventDestroy(forked_);
+    if (done_) cudaEventDestroy(done_);
+}
+
+StreamFork& StreamFork::operator=(StreamFork&& o) noexcept {
+    if (this != &o) {
+        if (forked_) cudaEventDestroy(forked_);
+        if (done_) cudaEventDestroy(done_);
+        side_ = std::move(o.side_);
+        forked_ = std::exchange(o.forked_, nullptr);
+        done_ = std::exchange(o.done_, nullptr);
+    }
+    return *this;
+}
+
+Status StreamFork::fork(StreamHandle main) {
+    DSV4_CUDA_TRY(cudaEventRecord(forked_, main), "cudaEventRecord (fork)");
+    return cuda_status(cudaStreamWaitEvent(side_.handle(), forked_, 0), "cudaStreamWaitEvent (fork)");
+}
+
+Status StreamFork::join(StreamHandle main) {
+    DSV4_CUDA_TRY(cudaEventRecord(done_, side_.handle()), "cudaEventRecord (join)");
+    return cuda_status(cudaStreamWaitEvent(main, done_, 0), "cudaStreamWaitEvent (join)");
+}
+
 Result<EventTimer> EventTimer::create() {
     EventTimer t;
     DSV4_CUDA_TRY(cudaEventCreate(&t.start_), "cudaEventCreate");

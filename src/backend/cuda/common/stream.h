@@ -33,6 +33,32 @@ private:
     StreamHandle s_ = nullptr;
 };
 
+// A stream beside another for work off its chain: fork(main) makes side() wait for everything queued on main so far,
+// join(main) makes main wait for everything queued on side() so far. Both are stream-ordered and capturable: a
+// captured fork ... join is a parallel branch of the graph (every fork must be joined before the capture ends).
+class StreamFork {
+public:
+    static Result<StreamFork> create();
+    StreamFork() = default;
+    ~StreamFork();
+    StreamFork(StreamFork&& o) noexcept
+        : side_(std::move(o.side_)),
+          forked_(std::exchange(o.forked_, nullptr)),
+          done_(std::exchange(o.done_, nullptr)) {}
+    StreamFork& operator=(StreamFork&& o) noexcept;
+    StreamFork(const StreamFork&) = delete;
+    StreamFork& operator=(const StreamFork&) = delete;
+
+    StreamHandle side() const { return side_.handle(); }
+    Status fork(StreamHandle main);
+    Status join(StreamHandle main);
+
+private:
+    Stream side_;
+    CUevent_st* forked_ = nullptr;  // recorded on main by fork
+    CUevent_st* done_ = nullptr;    // recorded on side by join
+};
+
 // Elapsed GPU time between two points of a stream (CUDA events): record start, queue work, record stop, read.
 class EventTimer {
 public:

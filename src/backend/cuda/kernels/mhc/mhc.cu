@@ -112,8 +112,11 @@ Status launch_collapse_any(const char* op, bool post_first, void* x, int64_t tok
 
 Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream) {
     const std::string op = "sm90_hc_pre";
-    if (!a.x || !a.pre || !a.post || !a.comb || !a.x_out || a.iters < 1)
-        return invalid_argument(op + ": null pointer or iters < 1");
+    if (!a.x || !a.pre || !a.x_out || a.iters < 1) return invalid_argument(op + ": null pointer or iters < 1");
+    if (a.sinkhorn_apart ? !a.mixes : (!a.post || !a.comb))
+        return invalid_argument(op + (a.sinkhorn_apart
+                                          ? ": sinkhorn_apart needs the mixes (sm90_hc_split_sinkhorn's input)"
+                                          : ": null post or comb"));
     DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
     DSV4_ASSIGN_OR_RETURN(const bool post_first, check_post_first(op, a.post_first, a.x));
     DSV4_RETURN_IF_ERROR(check_f32(a.fn, 24, 4 * a.dim, op + ": fn"));
@@ -123,13 +126,30 @@ Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream)
         return invalid_argument(op + ": x, x_out and fn must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     void* x = const_cast<void*>(a.x);  // written only with post_first (HcPreArgs)
+    float* post = a.sinkhorn_apart ? nullptr : a.post;  // null comb: the kernels leave the split + Sinkhorn out
+    float* comb = a.sinkhorn_apart ? nullptr : a.comb;
     if (precision == Precision::kReference)
-        return launch_collapse_any<__nv_bfloat16, 24>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale,
-                                                      a.base, a.iters, a.hc_eps, a.norm_eps, a.mixes, a.pre, a.post,
-                                                      a.comb, a.x_out, a.post_first, stream);
+        return launch_collapse_any<__nv_bfloat16, 24>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base,
+                                                      a.iters, a.hc_eps, a.norm_eps, a.mixes, a.pre, post, comb,
+                                                      a.x_out, a.post_first, stream);
     return launch_collapse_any<float, 24>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters,
-                                          a.hc_eps, a.norm_eps, a.mixes, a.pre, a.post, a.comb, a.x_out, a.post_first,
+                                          a.hc_eps, a.norm_eps, a.mixes, a.pre, post, comb, a.x_out, a.post_first,
                                           stream);
+}
+
+Status sm90_hc_split_sinkhorn(const HcSinkhornArgs& a, StreamHandle stream) {
+    const std::string op = "sm90_hc_split_sinkhorn";
+    if (!a.mixes || !a.post || !a.comb || a.iters < 1 || a.tokens < 0)
+        return invalid_argument(op + ": null pointer, iters < 1 or negative tokens");
+    DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 3, op + ": scale"));
+    DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 24, op + ": base"));
+    if (a.tokens == 0) return Status::ok();
+    const int64_t blocks = (a.tokens + 7) / 8;
+    if (blocks > 0x7fffffff) return invalid_argument(op + ": too many tokens");
+    sm90_hc_split_sinkhorn_kernel<<<unsigned(blocks), 256, 0, stream>>>(
+        a.mixes, a.tokens, static_cast<const float*>(a.scale.data), static_cast<const float*>(a.base.data), a.iters,
+        a.hc_eps, a.post, a.comb);
+    return launch_status(op.c_str());
 }
 
 Status sm90_hc_head(Precision precision, const HcHeadArgs& a, StreamHandle stream) {

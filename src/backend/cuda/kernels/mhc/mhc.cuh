@@ -107,8 +107,8 @@ __device__ __forceinline__ void hc_post_chunk(const HcPostInput& in, int64_t t, 
 
 // A token's mixes finished on one warp, as every collapse kernel does it: lane r holds tot = the f64 sum of mix r
 // (r < kMix) or of the squares (r == kMix, over n values); m = f32(tot) · rsqrt(mean + norm_eps) rounded as the CPU;
-// writes mixes (if any) and, for hc_pre (kMix 24), the split + Sinkhorn's post and comb of token t. Returns pre on
-// lanes 0..3.
+// writes mixes (if any) and, for hc_pre (kMix 24) with comb given, the split + Sinkhorn's post and comb of token t
+// (comb null: HcPreArgs::sinkhorn_apart, pre alone, the same sigmoid as the split's). Returns pre on lanes 0..3.
 template <int kMix>
 __device__ __forceinline__ float hc_finish_token_warp(double tot, int n, int64_t t, const float* __restrict__ scale,
                                                       const float* __restrict__ base, int iters, float hc_eps,
@@ -120,16 +120,33 @@ __device__ __forceinline__ float hc_finish_token_warp(double tot, int n, int64_t
     const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(ss / double(n)), norm_eps)));
     const float m = __fmul_rn(float(tot), rs);
     if (mixes && lane < kMix) mixes[t * kMix + lane] = m;
-    float p;
     if constexpr (kMix == 24) {
-        float po, cb;
-        hc_split_sinkhorn_warp(m, scale, base, iters, hc_eps, p, po, cb);
-        if (lane < kHc) post[t * kHc + lane] = po;
-        if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
-    } else {
-        p = __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m, scale[0]), base[lane & 3])), hc_eps);
+        if (comb) {  // block-uniform
+            float p, po, cb;
+            hc_split_sinkhorn_warp(m, scale, base, iters, hc_eps, p, po, cb);
+            if (lane < kHc) post[t * kHc + lane] = po;
+            if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
+            return p;
+        }
     }
-    return p;
+    return __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m, scale[0]), base[lane & 3])), hc_eps);
+}
+
+// sm90_hc_split_sinkhorn: warp w of block b takes token 8b + w; lanes 0..23 hold its mixes.
+__global__ void __launch_bounds__(256)
+    sm90_hc_split_sinkhorn_kernel(const float* __restrict__ mixes, int64_t tokens, const float* __restrict__ scale,
+                                  const float* __restrict__ base, int iters, float hc_eps, float* __restrict__ post,
+                                  float* __restrict__ comb) {
+    pdl_enter();
+    constexpr int kHc = MhcConfig::kHc;
+    const int64_t t = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+    if (t >= tokens) return;  // warp-uniform
+    const int lane = threadIdx.x & 31;
+    const float m = lane < MhcConfig::kMixMax ? mixes[t * MhcConfig::kMixMax + lane] : 0.0f;
+    float p, po, cb;
+    hc_split_sinkhorn_warp(m, scale, base, iters, hc_eps, p, po, cb);
+    if (lane < kHc) post[t * kHc + lane] = po;
+    if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
 }
 
 // The collapse of 8 channels: out = Σ_j pre[j]·X[j], each product rounded and the sum taken left to right (the CPU's

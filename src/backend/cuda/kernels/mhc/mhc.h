@@ -42,8 +42,27 @@ struct HcPreArgs {
     float* comb = nullptr;   // [T, 4, 4], comb[j][k]
     void* x_out = nullptr;   // [T, D]
     HcPostFirst post_first;  // optional: x is then written (above)
+    // true: post and comb are neither computed nor written (pointers may be null); mixes is required, and
+    // sm90_hc_split_sinkhorn computes post and comb from it later, bit for bit as here. Only pre (4 sigmoids) is on
+    // the collapse's own chain; the split + 20 Sinkhorn iterations (a serial ~4.5 µs on one warp at decode) can then
+    // run beside the sub-block, whose hc_post is the first reader of post and comb.
+    bool sinkhorn_apart = false;
 };
 Status sm90_hc_pre(backend::Precision precision, const HcPreArgs& a, StreamHandle stream);
+
+// post / comb of hc_pre from its mixes (HcPreArgs::sinkhorn_apart): each token's split + Sinkhorn, every value as
+// sm90_hc_pre computes it (the same warp-level arithmetic). f32 in both precisions; one warp per token.
+struct HcSinkhornArgs {
+    const float* mixes = nullptr;  // [T, 24]
+    int64_t tokens = 0;
+    DeviceWeightView scale;  // f32 [3]
+    DeviceWeightView base;   // f32 [24]
+    int iters = 20;
+    float hc_eps = 1e-6f;
+    float* post = nullptr;  // [T, 4]
+    float* comb = nullptr;  // [T, 4, 4], comb[j][k]
+};
+Status sm90_hc_split_sinkhorn(const HcSinkhornArgs& a, StreamHandle stream);
 
 // out[k] = post[k]·a + Σ_j comb[j][k]·R[j] (f32, the CPU's order), bf16 in kReference.
 struct HcPostArgs {
