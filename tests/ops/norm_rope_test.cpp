@@ -1,11 +1,13 @@
 // sm90_rmsnorm, sm90_q_head_norm_rope and sm90_rope against the CPU reference ops (rmsnorm, q_head_norm, rope) at
 // V4-Flash and V4-Pro shapes and edge shapes, in both precisions, on fresh random inputs with poisoned outputs.
+#include "backend/cuda/kernels/norm_rope/norm_rope.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cuda/kernels/norm_rope/norm_rope.h"
+#include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
 #include "testing/testing.h"
@@ -78,6 +80,55 @@ TEST_P(RmsNormTest, MatchesCpuAtModelShapes) {
             DSV4_EXPECT_CLOSE(got, want, tolerance(prec));
             // Same f32 math and the same f64 sum of squares: bit-exact but for rare rounding-boundary flips.
             EXPECT_LE(count_bit_differences(got, want), got.size() / 1000 + 1);
+        }
+    }
+}
+
+// The e4m3 quantisation fused into the norm's launch (RmsNormArgs::codes) against sm90_act_quant_e4m3 run on the
+// norm's own output: the engine quantises normed and qr this way, so the two must be the same bits.
+TEST(RmsNormFusedQuant, SameBitsAsActQuantOnTheOutput) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    // D 4096 / 7168 and q_lora 1024 / 1536 at 1 and several tokens; 384 and 1152 put a pass boundary mid-warp (the
+    // quantisation groups are half warps); 128 the test models' width
+    const NormCase cases[] = {{1, 4096},   {33, 4096}, {1, 7168}, {9, 7168}, {1, 1024},
+                              {130, 1024}, {5, 1536},  {3, 384},  {2, 1152}, {300, 128}};
+    for (const NormCase& c : cases) {
+        for (const auto format : {backend::WeightFormat::kBF16, backend::WeightFormat::kF32}) {
+            SCOPED_TRACE("rows " + std::to_string(c.rows) + " dim " + std::to_string(c.dim) +
+                         (format == backend::WeightFormat::kF32 ? " f32 weight" : " bf16 weight"));
+            const size_t n = size_t(c.rows * c.dim), nb = n / 128;
+            auto x = random_bf16(rng, n, 2.0f);
+            for (size_t i = 0; i < std::min<size_t>(n, 128); ++i) x[i] *= 1e-6f;  // a block near the amax floor
+            auto w = random_bf16(rng, size_t(c.dim), 0.5f);
+            auto wbits = to_bf16_bits(w);
+            backend::WeightView wv = format == backend::WeightFormat::kF32
+                                         ? backend::WeightView{format, 1, c.dim, w.data(), nullptr}
+                                         : backend::WeightView{format, 1, c.dim, wbits.data(), nullptr};
+            auto dx = to_device(to_bf16_bits(x));
+            auto dw = upload_weight(wv, "norm.weight");
+            auto y_plain = poisoned<uint16_t>(n), y_fused = poisoned<uint16_t>(n);
+            auto codes_plain = poisoned<uint8_t>(n), codes_fused = poisoned<uint8_t>(n);
+            auto scales_plain = poisoned<float>(nb), scales_fused = poisoned<float>(nb);
+            ASSERT_TRUE(dx.is_ok() && dw.is_ok() && y_plain.is_ok() && y_fused.is_ok() && codes_plain.is_ok() &&
+                        codes_fused.is_ok() && scales_plain.is_ok() && scales_fused.is_ok());
+            RmsNormArgs a{dx->data(), c.rows, c.dim, dw->view(), 1e-6f, y_plain->data()};
+            DSV4_ASSERT_OK(sm90_rmsnorm(Precision::kReference, a, nullptr));
+            ActQuantArgs q{y_plain->data(),           c.rows,  c.dim,  128, codes_plain->as<uint8_t>(),
+                           scales_plain->as<float>(), nullptr, nullptr};
+            DSV4_ASSERT_OK(sm90_act_quant_e4m3(q, nullptr));
+            a.y = y_fused->data();
+            a.codes = codes_fused->as<uint8_t>();
+            a.scales = scales_fused->as<float>();
+            DSV4_ASSERT_OK(sm90_rmsnorm(Precision::kReference, a, nullptr));
+            EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint16_t>(*y_fused, n), to_host<uint16_t>(*y_plain, n)))
+                << "normed rows differ";
+            EXPECT_TRUE(
+                dsv4::testing::bytes_equal(to_host<uint8_t>(*codes_fused, n), to_host<uint8_t>(*codes_plain, n)))
+                << "e4m3 codes differ";
+            EXPECT_TRUE(
+                dsv4::testing::bytes_equal(to_host<float>(*scales_fused, nb), to_host<float>(*scales_plain, nb)))
+                << "scales differ";
         }
     }
 }
@@ -174,6 +225,16 @@ TEST(NormRopeValidation, BadShapesAreClearErrors) {
     Status s = sm90_rmsnorm(Precision::kReference, a, nullptr);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("multiple of 8"), std::string::npos) << s.message();
+    // the fused quantisation: both outputs or neither, reference precision, whole 128-blocks
+    RmsNormArgs f{buf->data(), 1, 256, {}, 1e-6f, buf->data(), buf->as<uint8_t>(), nullptr};
+    s = sm90_rmsnorm(Precision::kReference, f, nullptr);
+    EXPECT_NE(s.message().find("codes and scales go together"), std::string::npos) << s.message();
+    f.scales = buf->as<float>();
+    s = sm90_rmsnorm(Precision::kF32, f, nullptr);
+    EXPECT_NE(s.message().find("reference precision"), std::string::npos) << s.message();
+    f.dim = 136;
+    s = sm90_rmsnorm(Precision::kReference, f, nullptr);
+    EXPECT_NE(s.message().find("dim % 128"), std::string::npos) << s.message();
     RopeArgs r{buf->data(), 1, 1, 100, 64, buf->as<int64_t>(), {}, false};
     s = sm90_rope(Precision::kReference, r, nullptr);
     EXPECT_NE(s.message().find("outside the vector"), std::string::npos) << s.message();

@@ -445,7 +445,7 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
 }  // namespace
 
 Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, std::span<GpuBatchSeq> seqs,
-                           int64_t rows, bool decode) {
+                           int64_t rows, bool decode, const QuantizedRows& normed_q) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const GpuAttention& w = layer.attn;
@@ -456,17 +456,23 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
 
     // 1. row-wise: q path, window K=V (packed into the pass rows of the layer's pool), compressor projections, the
     //    indexer's queries and weights
-    //    normed (and qr after its norm) are quantised once for the W8A8 linears that read them (up to 7 and 2)
-    QuantizedRows normed_q, qr_q;
-    DSV4_ASSIGN_OR_RETURN(normed_q, quantize_rows(m, s.normed.data(), rows, c.hidden_size, s.normed_codes,
-                                                  s.normed_scales));
+    //    normed (and qr after its norm) are quantised once, by the norms' launches, for the W8A8 linears that read
+    //    them (up to 7 and 2)
+    QuantizedRows qr_q;
     DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data(), normed_q));
-    DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(
-        m.precision, {.x = s.qr.data(), .rows = rows, .dim = c.q_lora_rank, .weight = w.q_norm, .eps = eps,
-                      .y = s.qr.data()}, st));
     if (layer.kind == model::AttnKind::kCSA) {  // wq_b and the indexer's wq_b
-        DSV4_ASSIGN_OR_RETURN(qr_q, quantize_rows(m, s.qr.data(), rows, c.q_lora_rank, s.qr_codes, s.qr_scales));
+        DSV4_ASSIGN_OR_RETURN(qr_q, quantized_rows_in(m, s.qr.data(), rows, c.q_lora_rank, s.qr_codes, s.qr_scales));
     }
+    DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(m.precision,
+                                            {.x = s.qr.data(),
+                                             .rows = rows,
+                                             .dim = c.q_lora_rank,
+                                             .weight = w.q_norm,
+                                             .eps = eps,
+                                             .y = s.qr.data(),
+                                             .codes = qr_q.codes,
+                                             .scales = qr_q.scales},
+                                            st));
     DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, w.wq_b, LinearOut::kBF16, s.q.data(), qr_q));
     cuda::QHeadNormRopeArgs qn;
     qn.q = s.q.data();

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "backend/cuda/common/graph.h"
-#include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
 #include "backend/cuda/kernels/experts/experts.h"
 #include "backend/cuda/kernels/glue/glue.h"
@@ -21,19 +20,12 @@ namespace dsv4::engine {
 using backend::LinearOut;
 using backend::Precision;
 
-Result<QuantizedRows> quantize_rows(GpuModel& m, const void* x, int64_t rows, int64_t cols, DeviceBuffer& codes,
-                                    DeviceBuffer& scales) {
+Result<QuantizedRows> quantized_rows_in(const GpuModel& m, const void* x, int64_t rows, int64_t cols,
+                                        DeviceBuffer& codes, DeviceBuffer& scales) {
     if (m.precision != Precision::kReference || cols % 128 != 0) return QuantizedRows{};
     if (codes.bytes() < size_t(rows * cols) || scales.bytes() < size_t(rows * (cols / 128)) * sizeof(float))
-        return internal_error("quantize_rows: pass buffers too small for " + std::to_string(rows) + " rows of " +
+        return internal_error("quantized_rows_in: pass buffers too small for " + std::to_string(rows) + " rows of " +
                               std::to_string(cols));
-    cuda::ActQuantArgs q;
-    q.x = x;
-    q.rows = rows;
-    q.cols = cols;
-    q.codes = codes.as<uint8_t>();
-    q.scale = scales.as<float>();
-    DSV4_RETURN_IF_ERROR(cuda::sm90_act_quant_e4m3(q, m.stream.handle()));
     return QuantizedRows{x, codes.as<uint8_t>(), scales.as<float>()};
 }
 
@@ -77,9 +69,10 @@ Result<cuda::HcPostFirst> take_post_first(GpuModel& m, const PendingPost& p) {
 
 // [pending hc_post +] hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled. branch: the
 // split + Sinkhorn (post / comb, first read by this sub-block's hc_post in the next collapse) runs on m.hc_branch
-// from the mixes, beside the sub-block instead of on the step's chain (HcPreArgs::sinkhorn_apart).
+// from the mixes, beside the sub-block instead of on the step's chain (HcPreArgs::sinkhorn_apart). quantized: where
+// normed's e4m3 codes go when its linears want them (written by the norm's launch), else null.
 Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& norm, void* streams, int64_t rows,
-                       const PendingPost& pending, bool branch) {
+                       const PendingPost& pending, bool branch, QuantizedRows* quantized) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     if (pending.residual && pending.out != streams)
@@ -122,6 +115,12 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
     np.weight = norm;
     np.eps = float(c.rms_norm_eps);
     np.y = s.normed.data();
+    if (quantized) {
+        DSV4_ASSIGN_OR_RETURN(
+            *quantized, quantized_rows_in(m, s.normed.data(), rows, c.hidden_size, s.normed_codes, s.normed_scales));
+        np.codes = quantized->codes;
+        np.scales = quantized->scales;
+    }
     return cuda::sm90_rmsnorm(m.precision, np, m.stream.handle());
 }
 
@@ -240,10 +239,11 @@ Status block_forward(GpuModel& m, const GpuLayer& layer, int slot, std::span<Gpu
                      void* streams, void* spare, bool decode, PendingPost& pending) {
     // decode steps (graph-captured chains of short kernels) take the Sinkhorn off the chain; prefill passes keep it
     // inside the collapse, where the 32-token tiles run it per token anyway
-    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_attn, layer.attn_norm, streams, rows, pending, decode));
-    DSV4_RETURN_IF_ERROR(gpu_attention_block(m, layer, slot, seqs, rows, decode));
+    QuantizedRows normed_q;  // the attention's linears read normed's codes; the MoE quantises inside its kernels
+    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_attn, layer.attn_norm, streams, rows, pending, decode, &normed_q));
+    DSV4_RETURN_IF_ERROR(gpu_attention_block(m, layer, slot, seqs, rows, decode, normed_q));
     pending = {streams, spare, decode};
-    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_ffn, layer.ffn_norm, spare, rows, pending, decode));
+    DSV4_RETURN_IF_ERROR(enter_sub_block(m, layer.hc_ffn, layer.ffn_norm, spare, rows, pending, decode, nullptr));
     DSV4_RETURN_IF_ERROR(moe_block(m, layer, rows));
     pending = {spare, streams, decode};
     return Status::ok();

@@ -74,7 +74,7 @@ struct GpuPass {
     cuda::PinnedBuffer plan_host;    // the same layout, filled on the host and uploaded once per pass
     DeviceBuffer streams_a, streams_b;  // act [R, hc, D]
     DeviceBuffer hc_x, normed, block_out;  // act [R, D]
-    DeviceBuffer normed_codes, normed_scales;  // e4m3 [R, D], f32 [R, D/128]: normed quantised once (quantize_rows)
+    DeviceBuffer normed_codes, normed_scales;  // e4m3 [R, D], f32 [R, D/128]: normed quantised once (QuantizedRows)
     DeviceBuffer qr_codes, qr_scales;          // e4m3 [R, q_lora], f32 [R, q_lora/128]: the same for qr
     DeviceBuffer pre, post, comb;    // f32 [R, hc], [R, hc], [R, hc, hc]
     DeviceBuffer mixes;              // f32 [R, 24]: a decode step's hc_pre mixes, for the branch's Sinkhorn
@@ -242,17 +242,18 @@ constexpr int64_t kFusedRouterGateMaxRows = 8;
 // The per-session parts of the pass buffers, sized for the cache's max context (resize_gpu_cache calls it).
 Status size_gpu_pass_for_cache(GpuModel& m);
 
-// Rows quantised once (sm90_act_quant_e4m3, 128-blocks) for the several W8A8 / W4A8 linears that read them:
-// gpu_linear takes the codes when its x is `x`, so a QuantizedRows must not be used after x is rewritten. Empty (x
-// null: every linear quantises for itself) in f32 numerics or when the width is not a multiple of 128.
+// Rows quantised once (e4m3, 128-blocks, the bits of sm90_act_quant_e4m3) for the several W8A8 / W4A8 linears that
+// read them, by the launch that writes the rows (sm90_rmsnorm's codes): gpu_linear takes the codes when its x is
+// `x`, so a QuantizedRows must not be used after x is rewritten. Empty (x null: every linear quantises for itself)
+// in f32 numerics or when the width is not a multiple of 128.
 struct QuantizedRows {
     const void* x = nullptr;
-    const uint8_t* codes = nullptr;
-    const float* scales = nullptr;
+    uint8_t* codes = nullptr;
+    float* scales = nullptr;
 };
-// x [rows, cols] into the pass buffers codes ([R, cols] bytes) and scales ([R, cols / 128] floats).
-Result<QuantizedRows> quantize_rows(GpuModel& m, const void* x, int64_t rows, int64_t cols, DeviceBuffer& codes,
-                                    DeviceBuffer& scales);
+// Where x [rows, cols]'s codes go: the pass buffers codes ([R, cols] bytes) and scales ([R, cols / 128] floats).
+Result<QuantizedRows> quantized_rows_in(const GpuModel& m, const void* x, int64_t rows, int64_t cols,
+                                        DeviceBuffer& codes, DeviceBuffer& scales);
 
 // The split decode attention's options: each chunk's softmax from its own running maximum (no block-maxima pass).
 // Class F of the official tolerances (3e-3 rel_l2, no bitwise criterion); the split's model puts it 2.0-2.3e-3 from
@@ -268,10 +269,11 @@ inline cuda::SparseAttnSplitOptions decode_split_options() {
 Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, backend::LinearOut out,
                   void* y, const QuantizedRows& q = {}, cuda::Fp8GemmPartials* partials = nullptr);
 
-// One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out.
+// One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out; normed_q:
+// normed's codes, written with it (empty where the linears quantise for themselves).
 // decode: every share is one token past position 0; per-sequence steps then read the position from the device plan
 // (same launches every step: capturable once, replayable).
 Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, std::span<GpuBatchSeq> seqs,
-                           int64_t rows, bool decode);
+                           int64_t rows, bool decode, const QuantizedRows& normed_q);
 
 }  // namespace dsv4::engine

@@ -18,6 +18,30 @@ struct ActQuantConfig {
     static constexpr int kHadamardWarps = 4;
 };
 
+// One thread's 8 consecutive values of an e4m3 quantisation block held by `group` aligned consecutive lanes (block
+// = 8·group values; every lane of the warp must call it, `v` zero on lanes without values): the block's UE8M0
+// exponent e (amax over the group, floored, over 448) and the thread's 8 codes of v·2^-e (exact scaling, clamped
+// to ±448, RNE) in channel order, four per word. Every kernel that quantises activations to e4m3 blocks
+// takes this one function, so their codes and scales are the same bits (the fused norms' against act_quant's).
+struct E4m3Chunk {
+    uint32_t packed[2];
+    int e;
+};
+__device__ __forceinline__ E4m3Chunk e4m3_quantize_chunk(const float (&v)[8], int group) {
+    float amax = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    amax = group_max(amax, group);
+    E4m3Chunk r{{0, 0}, ue8m0_exponent_for(amax, ActQuantConfig::kE4m3AmaxFloor, ActQuantConfig::kE4m3Max)};
+    const float inv = exp2_int(-r.e);  // x·2^-e is exact: e >= -22 here
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const float q = fminf(fmaxf(__fmul_rn(v[i], inv), -ActQuantConfig::kE4m3Max), ActQuantConfig::kE4m3Max);
+        r.packed[i / 4] |= uint32_t(f32_to_e4m3(q)) << (8 * (i % 4));
+    }
+    return r;
+}
+
 // grid-stride over 8-value chunks; a warp covers 256 consecutive values, whole blocks since cols % block == 0.
 __global__ void __launch_bounds__(ActQuantConfig::kThreads)
     sm90_act_quant_e4m3_kernel(const __nv_bfloat16* x, int64_t n_chunks, int block,
@@ -32,24 +56,17 @@ __global__ void __launch_bounds__(ActQuantConfig::kThreads)
         const bool live = c < n_chunks;
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (live) load8(x + c * 8, v);
-        float amax = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-        amax = group_max(amax, group);
+        const E4m3Chunk q = e4m3_quantize_chunk(v, group);
         if (!live) continue;
-        const int e = ue8m0_exponent_for(amax, ActQuantConfig::kE4m3AmaxFloor, ActQuantConfig::kE4m3Max);
-        const float s = exp2_int(e), inv = exp2_int(-e);  // x·2^-e is exact: e >= -22 here
-        uint32_t packed[2] = {0, 0};
-        float sim[8];
+        const int e = q.e;
+        const float s = exp2_int(e);
+        if (codes) *reinterpret_cast<uint2*>(codes + c * 8) = make_uint2(q.packed[0], q.packed[1]);
+        if (x_sim) {
+            float sim[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const float q = fminf(fmaxf(__fmul_rn(v[i], inv), -ActQuantConfig::kE4m3Max), ActQuantConfig::kE4m3Max);
-            const uint8_t code = f32_to_e4m3(q);
-            packed[i / 4] |= uint32_t(code) << (8 * (i % 4));
-            sim[i] = __fmul_rn(e4m3_to_f32(code), s);
+            for (int i = 0; i < 8; ++i) sim[i] = __fmul_rn(e4m3_to_f32(uint8_t(q.packed[i / 4] >> (8 * (i % 4)))), s);
+            store8(x_sim + c * 8, sim);
         }
-        if (codes) *reinterpret_cast<uint2*>(codes + c * 8) = make_uint2(packed[0], packed[1]);
-        if (x_sim) store8(x_sim + c * 8, sim);
         if ((threadIdx.x & (group - 1)) == 0) {
             const int64_t b = c / group;
             if (scale) scale[b] = s;

@@ -17,7 +17,7 @@ template <typename ActT, typename WeightT>
 void launch_rmsnorm(const RmsNormArgs& a, cudaStream_t s) {
     sm90_rmsnorm_kernel<ActT, WeightT><<<unsigned(a.rows), Cfg::kNormThreads, 0, s>>>(
         static_cast<const ActT*>(a.x), static_cast<const WeightT*>(a.weight.data), int(a.dim), a.eps,
-        static_cast<ActT*>(a.y));
+        static_cast<ActT*>(a.y), a.codes, a.scales);
 }
 
 template <typename ActT>
@@ -40,6 +40,11 @@ Status sm90_rmsnorm(Precision precision, const RmsNormArgs& a, StreamHandle stre
         if (a.weight.format != WeightFormat::kBF16 && a.weight.format != WeightFormat::kF32)
             return invalid_argument(op + ": norm weight must be bf16 or f32");
     }
+    if (!a.codes != !a.scales) return invalid_argument(op + ": codes and scales go together");
+    if (a.codes && (precision != Precision::kReference || a.dim % 128 != 0))
+        return invalid_argument(op + ": the fused e4m3 quantisation needs reference precision and dim % 128 == 0");
+    if (a.codes && (!is_aligned(a.codes, 8) || !is_aligned(a.scales, 4)))
+        return invalid_argument(op + ": codes must be 8-byte and scales 4-byte aligned");
     if (a.rows == 0) return Status::ok();
     if (a.rows > 0x7fffffff) return invalid_argument(op + ": too many rows");
     if (precision == Precision::kReference) launch_rmsnorm_act<__nv_bfloat16>(a, stream);

@@ -5,8 +5,9 @@
 #pragma once
 
 #include "backend/cuda/common/numerics.cuh"
-#include "backend/ops.h"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/act_quant/act_quant.cuh"
+#include "backend/ops.h"
 
 namespace dsv4::cuda {
 
@@ -50,11 +51,12 @@ __device__ __forceinline__ void rotate_pair(float& a, float& b, float c, float s
     b = im;
 }
 
-// grid: rows; block: kNormThreads. WeightT: void (none), __nv_bfloat16 or float.
+// grid: rows; block: kNormThreads. WeightT: void (none), __nv_bfloat16 or float. codes / scales (bf16 activations,
+// dim % 128 == 0, or null): y's e4m3 block-128 quantisation, the 16 lanes of a half warp holding a block's chunks.
 template <typename ActT, typename WeightT>
 __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
     sm90_rmsnorm_kernel(const ActT* __restrict__ x, const WeightT* __restrict__ w, int dim, float eps,
-                        ActT* __restrict__ y) {
+                        ActT* __restrict__ y, uint8_t* __restrict__ codes, float* __restrict__ scales) {
     pdl_enter();
     constexpr int kT = NormRopeConfig::kNormThreads, kC = NormRopeConfig::kNormMaxChunks;
     const int64_t row = blockIdx.x;
@@ -82,8 +84,9 @@ __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
 #pragma unroll
     for (int j = 0; j < kC; ++j) {
         const int c = (threadIdx.x + j * kT) * 8;
+        if (j * kT * 8 >= dim) break;  // uniform over the block: every lane of a live pass reaches the quantisation
+        float out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (c < dim) {
-            float out[8];
             if constexpr (std::is_void_v<WeightT>) {
 #pragma unroll
                 for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(v[j][i], rs);
@@ -94,6 +97,17 @@ __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
                 for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(wv[i], __fmul_rn(v[j][i], rs));
             }
             store8(yr + c, out);  // bf16 store rounds (RNE) in kReference
+        }
+        if constexpr (std::is_same_v<ActT, __nv_bfloat16>) {
+            if (codes) {  // the stored bf16 values, quantised as act_quant would read them back
+#pragma unroll
+                for (int i = 0; i < 8; ++i) out[i] = round_bf16(out[i]);
+                const E4m3Chunk q = e4m3_quantize_chunk(out, 16);
+                if (c < dim) {
+                    *reinterpret_cast<uint2*>(codes + row * dim + c) = make_uint2(q.packed[0], q.packed[1]);
+                    if ((threadIdx.x & 15) == 0) scales[row * (dim / 128) + c / 128] = exp2_int(q.e);
+                }
+            }
         }
     }
 }

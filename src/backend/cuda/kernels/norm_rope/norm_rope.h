@@ -21,6 +21,11 @@ struct RmsNormArgs {
     DeviceWeightView weight;
     float eps = 1e-6f;
     void* y = nullptr;  // [rows, dim] (may alias x)
+    // Optional (kReference, dim % 128 == 0): y's e4m3 codes [rows, dim] and f32 scales [rows, dim / 128] for the W8A8
+    // linears that read it, the bits sm90_act_quant_e4m3 (block 128) gives on y — the quantisation fused into the
+    // norm's launch. Both or neither.
+    uint8_t* codes = nullptr;
+    float* scales = nullptr;
 };
 Status sm90_rmsnorm(backend::Precision precision, const RmsNormArgs& a, StreamHandle stream);
 
