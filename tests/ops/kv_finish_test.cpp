@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
 #include "testing/testing.h"
@@ -67,6 +68,52 @@ TEST_P(WindowKvFinishTest, MatchesCpuNormRopeFp8Sim) {
             if (prec == Precision::kReference) {
                 EXPECT_LE(count_bit_differences(got, want), sim_bit_budget(got.size()));
             }
+        }
+    }
+}
+
+// The pack fused into the finish (WindowKvFinishArgs::pool) against the finish followed by sm90_kv_pack: the same
+// finished rows and the same pool bytes, the rows outside [pool_first, pool_first + T) untouched.
+TEST_P(WindowKvFinishTest, FusedPackStoresWhatKvPackStores) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
+    const int64_t row_bytes = kv_row_bytes(prec);
+    for (const int64_t T : {int64_t(1), int64_t(8), int64_t(300)}) {
+        for (const int64_t first : {int64_t(0), int64_t(3)}) {
+            SCOPED_TRACE("tokens " + std::to_string(T) + " pool_first " + std::to_string(first));
+            auto kv = random_act(prec, rng, size_t(T * 512), 1.5f);
+            auto w = random_bf16(rng, 512, 0.5f);
+            auto wbits = to_bf16_bits(w);
+            backend::WeightView wv{WeightFormat::kBF16, 1, 512, wbits.data(), nullptr};
+            auto pos = random_positions(rng, T);
+            const size_t pool_bytes = size_t((first + T + 2) * row_bytes);
+            auto dkv_a = act_to_device(prec, kv), dkv_b = act_to_device(prec, kv);
+            auto dw = upload_weight(wv, "kv_norm");
+            auto dpos = to_device(pos);
+            auto pool_a = poisoned<uint8_t>(pool_bytes), pool_b = poisoned<uint8_t>(pool_bytes);
+            ASSERT_TRUE(dkv_a.is_ok() && dkv_b.is_ok() && dw.is_ok() && dpos.is_ok() && pool_a.is_ok() &&
+                        pool_b.is_ok());
+            WindowKvFinishArgs a{dkv_a->data(), T, dw->view(), dpos->as<int64_t>(), freqs, 1e-6f};
+            DSV4_ASSERT_OK(sm90_window_kv_finish(prec, a, nullptr));
+            KvPackArgs p;
+            p.rows = dkv_a->data();
+            p.n = T;
+            p.dst_first = first;
+            p.pool = pool_a->data();
+            DSV4_ASSERT_OK(sm90_kv_pack(prec, p, nullptr));
+            a.kv = dkv_b->data();
+            a.pool = pool_b->data();
+            a.pool_first = first;
+            DSV4_ASSERT_OK(sm90_window_kv_finish(prec, a, nullptr));
+            const size_t act_bytes = size_t(T * 512) * (prec == Precision::kReference ? 2 : 4);
+            EXPECT_TRUE(
+                dsv4::testing::bytes_equal(to_host<uint8_t>(*dkv_b, act_bytes), to_host<uint8_t>(*dkv_a, act_bytes)))
+                << "finished rows differ";
+            EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint8_t>(*pool_b, pool_bytes),
+                                                   to_host<uint8_t>(*pool_a, pool_bytes)))
+                << "pool bytes differ";
         }
     }
 }

@@ -494,13 +494,9 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     kf.positions = s.positions;
     kf.freqs = freqs;
     kf.eps = eps;
+    kf.pool = m.cache.layers[size_t(layer_slot)].kv.data();  // packed into the pass rows of the layer's pool
+    kf.pool_first = 0;
     DSV4_RETURN_IF_ERROR(cuda::sm90_window_kv_finish(m.precision, kf, st));
-    cuda::KvPackArgs kp;
-    kp.rows = s.window_kv.data();
-    kp.n = rows;
-    kp.dst_first = 0;
-    kp.pool = m.cache.layers[size_t(layer_slot)].kv.data();
-    DSV4_RETURN_IF_ERROR(cuda::sm90_kv_pack(m.precision, kp, st));
 
     if (layer.ratio)
         DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(),

@@ -14,7 +14,8 @@
 namespace dsv4::cuda {
 
 // In place on the wkv output: kv = RMSNorm_{kv_norm}(kv); RoPE on [448, 512) at positions[t]; kReference:
-// act_quant(64) → bf16(q·s) on [0, 448).
+// act_quant(64) → bf16(q·s) on [0, 448). pool (optional): row t is also packed into pool row pool_first + t, the
+// bytes sm90_kv_pack (dst_first = pool_first) stores from kv — the pack fused into the finish's launch.
 struct WindowKvFinishArgs {
     void* kv = nullptr;                  // [T, 512]
     int64_t tokens = 0;
@@ -22,6 +23,8 @@ struct WindowKvFinishArgs {
     const int64_t* positions = nullptr;  // device [T]
     backend::RopeFreqs freqs;
     float eps = 1e-6f;
+    void* pool = nullptr;  // [pool rows, kv_row_bytes] (kv_store.h), 16-byte aligned
+    int64_t pool_first = 0;
 };
 Status sm90_window_kv_finish(backend::Precision precision, const WindowKvFinishArgs& a, StreamHandle stream);
 
