@@ -34,16 +34,20 @@ using namespace dsv4::cuda::testing;
 
 constexpr int64_t kPagesPerSession = 8;  // entries 0..511 per session
 
+enum class Ape { kInScore, kF32, kBF16 };  // where the score's position bias comes from
+
 struct Case {
     Precision precision;
     K kind;
     int64_t ratio, batch;
+    Ape ape = Ape::kInScore;  // kF32 / kBF16: given as CompressorDecodeArgs::ape, added by sm90_add_ape in the sequence
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& i) {
     const Case& c = i.param;
     const std::string kind = c.kind == K::kIndexer ? "IndexerKeys" : c.ratio == 4 ? "CsaMain" : "HcaMain";
-    return std::string(backend::precision_name(c.precision)) + "_" + kind + "_B" + std::to_string(c.batch);
+    const std::string ape = c.ape == Ape::kF32 ? "_ApeF32" : c.ape == Ape::kBF16 ? "_ApeBF16" : "";
+    return std::string(backend::precision_name(c.precision)) + "_" + kind + "_B" + std::to_string(c.batch) + ape;
 }
 
 bool closes(int64_t pos, int64_t m) { return pos >= 0 && pos % m == m - 1; }
@@ -163,6 +167,22 @@ TEST_P(CompressorDecodeFusedTest, SameBytesAsTheSixLaunchSequence) {
     std::vector<float> kv, score;
     fill(kv, size_t(B * width), dkv);
     fill(score, size_t(B * width), dsc);
+    // the position bias [m, width]: bf16 values for the bf16 weight, so that both paths read the same numbers
+    std::vector<float> ape;
+    std::vector<uint16_t> ape_bits;
+    if (c.ape != Ape::kInScore) {
+        fill(ape, size_t(m * width), dsc);
+        if (c.ape == Ape::kBF16) {
+            for (auto& v : ape) v = round_bf16(v);
+            ape_bits = to_bf16_bits(ape);
+        }
+    }
+    const backend::WeightView ape_view =
+        c.ape == Ape::kF32    ? backend::WeightView{WeightFormat::kF32, m, width, ape.data(), nullptr}
+        : c.ape == Ape::kBF16 ? backend::WeightView{WeightFormat::kBF16, m, width, ape_bits.data(), nullptr}
+                              : backend::WeightView{};
+    auto d_ape = c.ape == Ape::kInScore ? Result<DeviceWeight>(DeviceWeight{}) : upload_weight(ape_view, "ape");
+    ASSERT_TRUE(d_ape.is_ok()) << d_ape.status().to_string();
     auto w = random_bf16(rng, size_t(dim), 0.5f);
     auto wbits = to_bf16_bits(w);
     backend::WeightView wv{WeightFormat::kBF16, 1, dim, wbits.data(), nullptr};
@@ -193,6 +213,9 @@ TEST_P(CompressorDecodeFusedTest, SameBytesAsTheSixLaunchSequence) {
     auto d_entry_rows = poisoned<int32_t>(size_t(n_c));
     ASSERT_TRUE(seq.is_ok() && d_pos_c.is_ok() && d_slots_c.is_ok() && d_kv_c.is_ok() && d_score_c.is_ok() &&
                 d_pooled.is_ok() && d_entry_rows.is_ok());
+    if (c.ape != Ape::kInScore && n_c > 0)
+        DSV4_ASSERT_OK(
+            sm90_add_ape({d_score_c->as<float>(), n_c, width, m, d_pos_c->as<int64_t>(), d_ape->view()}, nullptr));
     DSV4_ASSERT_OK(sm90_compressor_append({n_c, d_pos_c->as<int64_t>(), d_slots_c->as<int32_t>(),
                                            d_kv_c->as<float>(), d_score_c->as<float>(), m, width,
                                            seq->open_kv.as<float>(), seq->open_score.as<float>()},
@@ -248,6 +271,7 @@ TEST_P(CompressorDecodeFusedTest, SameBytesAsTheSixLaunchSequence) {
     a.slots = d_slots->as<int32_t>();
     a.kv = d_kv->as<float>();
     a.score = d_score->as<float>();
+    if (c.ape != Ape::kInScore) a.ape = d_ape->view();
     a.ratio = m;
     a.head_dim = dim;
     a.overlap = overlap;
@@ -291,8 +315,11 @@ TEST_P(CompressorDecodeFusedTest, SameBytesAsTheSixLaunchSequence) {
         const size_t at = (size_t(s) * size_t(m) + size_t(p % m)) * token_row;
         EXPECT_EQ(std::memcmp(f_open_kv.data() + at, kv.data() + r * width, token_row), 0)
             << "row " << r << " (position " << p << "): the token's kv is not in its open window";
-        EXPECT_EQ(std::memcmp(f_open_sc.data() + at, score.data() + r * width, token_row), 0)
-            << "row " << r << ": the token's score is not in its open window";
+        std::vector<float> token_score(score.begin() + r * width, score.begin() + (r + 1) * width);
+        if (c.ape != Ape::kInScore)
+            for (int64_t ch = 0; ch < width; ++ch) token_score[size_t(ch)] += ape[size_t((p % m) * width + ch)];
+        EXPECT_EQ(std::memcmp(f_open_sc.data() + at, token_score.data(), token_row), 0)
+            << "row " << r << ": the token's score (+ its ape row) is not in its open window";
         if (!closes(p, m)) continue;
         const int64_t j = p / m;
         want_rows.push_back(entry_base + 64 * int64_t(table[size_t(s * kPagesPerSession + j / 64)]) + j % 64);
@@ -336,7 +363,9 @@ std::vector<Case> all_cases() {
         for (const int64_t b : {1, 3, 64})
             for (const auto& [kind, ratio] : {std::pair{K::kMain, int64_t(4)}, std::pair{K::kMain, int64_t(128)},
                                               std::pair{K::kIndexer, int64_t(4)}})
-                cases.push_back({p, kind, ratio, b});
+                for (const Ape ape : {Ape::kInScore, Ape::kF32, Ape::kBF16})
+                    if (ape == Ape::kInScore || (b == 3) == (ape == Ape::kBF16))  // bf16 at B = 3, f32 at 1 and 64
+                        cases.push_back({p, kind, ratio, b, ape});
     return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CompressorDecodeFusedTest, ::testing::ValuesIn(all_cases()), case_name);

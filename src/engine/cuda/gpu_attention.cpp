@@ -38,11 +38,13 @@ Status rope(GpuModel& m, void* x, int64_t rows, int64_t vecs, int64_t stride, in
     return cuda::sm90_rope(m.precision, r, m.stream.handle());
 }
 
-// Compressor projections of all rows: kv, score f32 [rows, width], ape added to the score.
+// Compressor projections of all rows: kv, score f32 [rows, width], ape added to the score unless `decode` (the
+// decode compressor adds it in its own launch: CompressorDecodeArgs::ape).
 Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t rows, void* kv, void* score,
-                    const QuantizedRows& normed_q) {
+                    const QuantizedRows& normed_q, bool decode) {
     DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wkv, LinearOut::kF32, kv, normed_q));
     DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wgate, LinearOut::kF32, score, normed_q));
+    if (decode) return Status::ok();
     cuda::AddApeArgs a;
     a.score = static_cast<float*>(score);
     a.rows = rows;
@@ -371,6 +373,7 @@ Status decode_compressor(GpuModel& m, const GpuCompressor& w, const DeviceBuffer
     d.slots = m.pass.slots;
     d.kv = static_cast<const float*>(kv);
     d.score = static_cast<const float*>(score);
+    d.ape = w.ape;  // project_rows leaves it to this launch at decode
     d.ratio = ratio;
     d.head_dim = head_dim;
     d.overlap = overlap;
@@ -499,11 +502,11 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     DSV4_RETURN_IF_ERROR(cuda::sm90_window_kv_finish(m.precision, kf, st));
 
     if (layer.ratio)
-        DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(),
-                                          normed_q));
+        DSV4_RETURN_IF_ERROR(
+            project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(), normed_q, decode));
     if (layer.kind == model::AttnKind::kCSA) {
         DSV4_RETURN_IF_ERROR(project_rows(m, w.index_compressor, layer.ratio, rows, s.index_proj_kv.data(),
-                                          s.index_proj_score.data(), normed_q));
+                                          s.index_proj_score.data(), normed_q, decode));
         bool any_entries = decode;  // a decode step's launches may not depend on the positions
         for (const GpuBatchSeq& q : seqs) any_entries |= (q.seq->position + q.n) / layer.ratio > 0;
         if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows, normed_q, qr_q));

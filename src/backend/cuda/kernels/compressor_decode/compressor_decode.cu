@@ -36,6 +36,13 @@ Status check(Precision precision, const CompressorDecodeArgs& a, const std::stri
                           static_cast<const void*>(a.prev_kv), static_cast<const void*>(a.prev_score)})
         if (!is_aligned(p, 16)) return invalid_argument(op + ": kv, score and the windows must be 16-byte aligned");
     const bool ref = precision == Precision::kReference;
+    if (!a.ape.empty()) {
+        const int64_t width = a.overlap ? 2 * a.head_dim : a.head_dim;
+        if ((a.ape.format != backend::WeightFormat::kF32 && a.ape.format != backend::WeightFormat::kBF16) ||
+            a.ape.rows * a.ape.cols != a.ratio * width)
+            return invalid_argument(op + ": ape must be f32 or bf16 [ratio, width] = [" + std::to_string(a.ratio) +
+                                    ", " + std::to_string(width) + "]");
+    }
     const uintptr_t pool_align = !ref ? 16 : main ? 8 : 4;
     if (!is_aligned(a.pool, pool_align))
         return invalid_argument(op + ": pool must be " + std::to_string(pool_align) + "-byte aligned");
@@ -59,6 +66,8 @@ Status sm90_compressor_decode_fused(Precision precision, const CompressorDecodeA
                                    a.slots,
                                    a.kv,
                                    a.score,
+                                   a.ape.empty() ? nullptr : a.ape.data,
+                                   a.ape.format == backend::WeightFormat::kBF16,
                                    a.open_kv,
                                    a.open_score,
                                    a.prev_kv,

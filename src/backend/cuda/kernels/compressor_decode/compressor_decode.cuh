@@ -39,6 +39,8 @@ struct CompressorDecodeParams {
     const int32_t* slots;          // [B]
     const float* kv;               // [B, width]
     const float* score;            // [B, width]
+    const void* ape;               // [ratio, width] f32 or bf16, or null (CompressorDecodeArgs::ape)
+    bool ape_bf16;
     float* open_kv;                // [sessions, ratio, width]
     float* open_score;
     float* prev_kv;                // [sessions, ratio, width] or null (no overlap)
@@ -64,6 +66,25 @@ __device__ __forceinline__ void copy_words(float4* dst, const float4* src, int n
     for (int i = t; i < n4; i += threads) dst[i] = src[i];
 }
 
+// Position-embedding bias of the score row: element c of ape row t (f32 or bf16 weights).
+__device__ __forceinline__ float ape_at(const void* ape, bool bf16, int64_t i) {
+    return bf16 ? to_f32(static_cast<const __nv_bfloat16*>(ape)[i]) : static_cast<const float*>(ape)[i];
+}
+
+// copy_words of a score row with the ape row added to each value (sm90_add_ape's single f32 addition).
+__device__ __forceinline__ void copy_words_add_ape(float4* dst, const float4* src, const void* ape_row, bool bf16,
+                                                   int n4, int t, int threads) {
+#pragma unroll 4
+    for (int i = t; i < n4; i += threads) {
+        float4 v = src[i];
+        v.x = __fadd_rn(v.x, ape_at(ape_row, bf16, 4 * i));
+        v.y = __fadd_rn(v.y, ape_at(ape_row, bf16, 4 * i + 1));
+        v.z = __fadd_rn(v.z, ape_at(ape_row, bf16, 4 * i + 2));
+        v.w = __fadd_rn(v.w, ape_at(ape_row, bf16, 4 * i + 3));
+        dst[i] = v;
+    }
+}
+
 // grid: B blocks; block: kDim threads. ActT: __nv_bfloat16 (kReference) or float (kF32); kDim 512 or 128. The
 // minimum of one block per SM in the launch bounds lets ptxas keep the unrolled f64 exp polynomials of the m = 4
 // pool in registers (67 registers, no spills; with the default heuristic it spilled 16–32 bytes at kDim 128).
@@ -86,11 +107,23 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
     float* osc = a.open_score + slot_off;
     const int t = int(pos % m);
     const bool closes = t == m - 1;  // uniform over the block
+    // the token's score (+ its ape row, where the projection left it out: sm90_add_ape)
+    const void* ape_row =
+        a.ape ? static_cast<const uint8_t*>(a.ape) + int64_t(t) * width * (a.ape_bf16 ? 2 : 4) : nullptr;
+    const auto token_score = [&](int c) {
+        const float v = a.score[r * width + c];
+        return ape_row ? __fadd_rn(v, ape_at(ape_row, a.ape_bf16, c)) : v;
+    };
     const auto append = [&] {  // sm90_compressor_append
         copy_words(reinterpret_cast<float4*>(okv + int64_t(t) * width),
                    reinterpret_cast<const float4*>(a.kv + r * width), width / 4, tid, kDim);
-        copy_words(reinterpret_cast<float4*>(osc + int64_t(t) * width),
-                   reinterpret_cast<const float4*>(a.score + r * width), width / 4, tid, kDim);
+        if (ape_row)
+            copy_words_add_ape(reinterpret_cast<float4*>(osc + int64_t(t) * width),
+                               reinterpret_cast<const float4*>(a.score + r * width), ape_row, a.ape_bf16, width / 4,
+                               tid, kDim);
+        else
+            copy_words(reinterpret_cast<float4*>(osc + int64_t(t) * width),
+                       reinterpret_cast<const float4*>(a.score + r * width), width / 4, tid, kDim);
     };
 
     // 2. pool (sm90_compressor_pool, batched decode): the previous window iff overlap and not the first window
@@ -117,7 +150,7 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
             pk[u] = with_prev ? pkv[int64_t(u) * width + ch] : 0.0f;
             ps[u] = with_prev ? psc[int64_t(u) * width + ch] : 0.0f;
             ok[u] = u < 3 ? okv[int64_t(u) * width + cur] : a.kv[r * width + cur];
-            os[u] = u < 3 ? osc[int64_t(u) * width + cur] : a.score[r * width + cur];
+            os[u] = u < 3 ? osc[int64_t(u) * width + cur] : token_score(cur);
         }
         append();
         pooled = compressor_pool_values<4>(

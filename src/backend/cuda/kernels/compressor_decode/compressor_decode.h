@@ -31,7 +31,10 @@ struct CompressorDecodeArgs {
     const int64_t* positions = nullptr;  // device [B]
     const int32_t* slots = nullptr;      // device [B]
     const float* kv = nullptr;           // [B, width] f32 projections, width = overlap ? 2·head_dim : head_dim
-    const float* score = nullptr;        // [B, width] f32 (ape included)
+    const float* score = nullptr;        // [B, width] f32 (ape included unless `ape` is given)
+    // Optional f32 or bf16 [ratio, width]: row pos % ratio is added to the token's score row first, sm90_add_ape's
+    // arithmetic in this launch (the score projection then leaves it out).
+    DeviceWeightView ape;
     int64_t ratio = 4, head_dim = 512;   // CSA main: 4, 512; HCA: 128, 512; indexer keys: 4, 128
     bool overlap = true;                 // CSA (ratio 4): two series and a previous window
     backend::CompressedKind kind = backend::CompressedKind::kMain;  // kMain: head_dim 512; kIndexer: 128
