@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "ops/gpu_testing.h"
@@ -180,8 +181,18 @@ TEST(IndexerScoresS8, TakesTheQueryFinishOutput) {
     ASSERT_TRUE(dq.is_ok() && dq_int.is_ok() && dq_exp.is_ok() && dw.is_ok() && dpos.is_ok() && drows.is_ok() &&
                 dpool.is_ok() && ds_bf16.is_ok() && ds_s8.is_ok());
     DSV4_ASSERT_OK(sm90_key_pack(prec, {drows->data(), n, nullptr, 0, dpool->data()}, nullptr));
-    DSV4_ASSERT_OK(sm90_indexer_q_finish(
-        {dq->data(), T, H, dpos->as<int64_t>(), freqs, dq_int->as<int8_t>(), dq_exp->as<int8_t>()}, nullptr));
+    // the head weights' scale rides along (IndexerQFinishArgs::w): the same bits as sm90_scale on a copy
+    const float w_scale = float(1.0 / std::sqrt(128.0) / std::sqrt(64.0));
+    auto dw_scaled = act_to_device(prec, w);
+    ASSERT_TRUE(dw_scaled.is_ok());
+    DSV4_ASSERT_OK(sm90_scale(prec, {dw_scaled->data(), T * H, w_scale}, nullptr));
+    IndexerQFinishArgs qf{dq->data(), T, H, dpos->as<int64_t>(), freqs, dq_int->as<int8_t>(), dq_exp->as<int8_t>()};
+    qf.w = dw->data();
+    qf.w_scale = w_scale;
+    DSV4_ASSERT_OK(sm90_indexer_q_finish(qf, nullptr));
+    EXPECT_TRUE(
+        dsv4::testing::bytes_equal(to_host<uint16_t>(*dw, size_t(T * H)), to_host<uint16_t>(*dw_scaled, size_t(T * H))))
+        << "head weights scaled by the finish differ from sm90_scale's";
     // the integer form is the simulation
     const auto sim = act_to_host(prec, *dq, q.size());
     const auto ints = to_host<int8_t>(*dq_int, q.size());

@@ -63,26 +63,37 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows, const Quan
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t ih = c.index_n_heads, ihd = c.index_head_dim;
     const bool ref = m.precision == Precision::kReference;
-    // reference: where the projection splits K (decode) the finish reduces its partial sums itself
-    cuda::Fp8GemmPartials parts;
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data(),
-                                    qr_q, ref ? &parts : nullptr));
-    if (ref) {
-        // RoPE, Hadamard and the FP4 simulation in one launch (the config validation fixes the 128-wide head and
-        // its 64 rotated channels)
-        DSV4_RETURN_IF_ERROR(cuda::sm90_indexer_q_finish({s.index_q.data(), rows, ih, s.positions, m.freqs_compress,
-                                                          s.index_q_int.as<int8_t>(), s.index_q_exp.as<int8_t>(),
-                                                          parts.partial, parts.splits},
-                                                         st));
-    } else {
-        DSV4_RETURN_IF_ERROR(
-            rope(m, s.index_q.data(), rows, ih, ihd, ihd - c.rope_head_dim, s.positions, m.freqs_compress));
-    }
+    const float w_scale = float(1.0 / std::sqrt(double(ihd)) / std::sqrt(double(ih)));
     DSV4_RETURN_IF_ERROR(
         gpu_linear(m, s.normed.data(), rows, layer.attn.index_weights_proj, LinearOut::kBF16, s.index_w.data(),
                    normed_q));
-    const float scale = float(1.0 / std::sqrt(double(ihd)) / std::sqrt(double(ih)));
-    return cuda::sm90_scale(m.precision, {.x = s.index_w.data(), .n = rows * ih, .scale = scale}, st);
+    if (!ref) {
+        DSV4_RETURN_IF_ERROR(
+            gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data(), qr_q));
+        DSV4_RETURN_IF_ERROR(
+            rope(m, s.index_q.data(), rows, ih, ihd, ihd - c.rope_head_dim, s.positions, m.freqs_compress));
+        return cuda::sm90_scale(m.precision, {.x = s.index_w.data(), .n = rows * ih, .scale = w_scale}, st);
+    }
+    // reference: where the projection splits K (decode) the finish reduces its partial sums itself; the finish also
+    // scales the head weights (projected first, so that the query projection's partials stay in the workspace)
+    cuda::Fp8GemmPartials parts;
+    DSV4_RETURN_IF_ERROR(
+        gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data(), qr_q, &parts));
+    // RoPE, Hadamard and the FP4 simulation in one launch (the config validation fixes the 128-wide head and its 64
+    // rotated channels)
+    cuda::IndexerQFinishArgs qf;
+    qf.q = s.index_q.data();
+    qf.tokens = rows;
+    qf.heads = ih;
+    qf.positions = s.positions;
+    qf.freqs = m.freqs_compress;
+    qf.q_int = s.index_q_int.as<int8_t>();
+    qf.q_exp = s.index_q_exp.as<int8_t>();
+    qf.partials = parts.partial;
+    qf.splits = parts.splits;
+    qf.w = s.index_w.data();
+    qf.w_scale = w_scale;
+    return cuda::sm90_indexer_q_finish(qf, st);
 }
 
 

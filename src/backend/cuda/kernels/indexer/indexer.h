@@ -64,6 +64,10 @@ struct IndexerQFinishArgs {
     // (bf16 of the split-ordered f32 sum) — the projection and the finish in two launches instead of three.
     const float* partials = nullptr;
     int splits = 0;
+    // Optional: the head weights [tokens, heads] bf16, scaled in place, w = bf16(w · w_scale) — sm90_scale's
+    // kReference step, done by this launch (one value per (token, head) vector).
+    void* w = nullptr;
+    float w_scale = 1.0f;
 };
 Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream);
 

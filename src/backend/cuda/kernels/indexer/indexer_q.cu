@@ -1,4 +1,5 @@
-// sm90_indexer_q_finish: the indexer query's RoPE, Hadamard-128 and e2m1 simulation in one launch (indexer.h).
+// sm90_indexer_q_finish: the indexer query's RoPE, Hadamard-128 and e2m1 simulation in one launch, and optionally the
+// head weights' scale (indexer.h).
 #include <cuda_bf16.h>
 
 #include <string>
@@ -30,11 +31,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     sm90_indexer_q_finish_kernel(__nv_bfloat16* __restrict__ q, int64_t vectors, int heads,
                                  const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
                                  int8_t* __restrict__ q_int, int8_t* __restrict__ q_exp,
-                                 const float* __restrict__ partials, int splits) {
+                                 const float* __restrict__ partials, int splits, __nv_bfloat16* __restrict__ w,
+                                 float w_scale) {
     pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t v = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
     if (v >= vectors) return;
+    if (w && lane == 0) w[v] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(w[v]), w_scale));  // sm90_scale
     auto* p = reinterpret_cast<uint2*>(q + v * 128 + 4 * lane);
     float x[4];
     if (partials) {  // sm90_fp8_gemm_reduce_kernel's sum (split order) and rounding; 4 splits' loads at a time
@@ -113,7 +116,8 @@ Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream) {
     const char* op = "sm90_indexer_q_finish";
     if (!a.q || !a.positions || a.tokens < 0 || a.heads <= 0)
         return invalid_argument(std::string(op) + ": null pointer or bad shape");
-    if (!is_aligned(a.q, 8)) return invalid_argument(std::string(op) + ": q must be 8-byte aligned");
+    if (!is_aligned(a.q, 8) || !is_aligned(a.w, 2))
+        return invalid_argument(std::string(op) + ": q must be 8-byte and w 2-byte aligned");
     if (a.q_int && (!a.q_exp || !is_aligned(a.q_int, 4)))
         return invalid_argument(std::string(op) + ": q_int needs q_exp and 4-byte alignment");
     if (a.partials && (a.splits < 1 || a.splits > kMaxQSplits || !is_aligned(a.partials, 16)))
@@ -125,7 +129,7 @@ Status sm90_indexer_q_finish(const IndexerQFinishArgs& a, StreamHandle stream) {
     if (blocks > 0x7fffffff || a.heads > 0x7fffffff) return invalid_argument(std::string(op) + ": too many rows");
     sm90_indexer_q_finish_kernel<<<unsigned(blocks), kWarps * 32, 0, stream>>>(
         static_cast<__nv_bfloat16*>(a.q), vectors, int(a.heads), a.positions, a.freqs, a.q_int, a.q_exp, a.partials,
-        a.partials ? a.splits : 0);
+        a.partials ? a.splits : 0, static_cast<__nv_bfloat16*>(a.w), a.w_scale);
     return launch_status(op);
 }
 
