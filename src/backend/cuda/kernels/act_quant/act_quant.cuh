@@ -6,41 +6,18 @@
 #pragma once
 
 #include "backend/cuda/common/numerics.cuh"
-#include "backend/cuda/common/warp_ops.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/warp_ops.cuh"
+#include "backend/cuda/kernels/act_quant/e4m3_chunk.cuh"
 
 namespace dsv4::cuda {
 
 struct ActQuantConfig {
     static constexpr int kThreads = 256;
-    static constexpr float kE4m3Max = 448.0f, kE4m3AmaxFloor = 1e-4f;
+    static constexpr float kE4m3Max = kE4m3ChunkMax, kE4m3AmaxFloor = kE4m3ChunkAmaxFloor;
     static constexpr float kE2m1Max = 6.0f;
     static constexpr int kHadamardWarps = 4;
 };
-
-// One thread's 8 consecutive values of an e4m3 quantisation block held by `group` aligned consecutive lanes (block
-// = 8·group values; every lane of the warp must call it, `v` zero on lanes without values): the block's UE8M0
-// exponent e (amax over the group, floored, over 448) and the thread's 8 codes of v·2^-e (exact scaling, clamped
-// to ±448, RNE) in channel order, four per word. Every kernel that quantises activations to e4m3 blocks
-// takes this one function, so their codes and scales are the same bits (the fused norms' against act_quant's).
-struct E4m3Chunk {
-    uint32_t packed[2];
-    int e;
-};
-__device__ __forceinline__ E4m3Chunk e4m3_quantize_chunk(const float (&v)[8], int group) {
-    float amax = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    amax = group_max(amax, group);
-    E4m3Chunk r{{0, 0}, ue8m0_exponent_for(amax, ActQuantConfig::kE4m3AmaxFloor, ActQuantConfig::kE4m3Max)};
-    const float inv = exp2_int(-r.e);  // x·2^-e is exact: e >= -22 here
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float q = fminf(fmaxf(__fmul_rn(v[i], inv), -ActQuantConfig::kE4m3Max), ActQuantConfig::kE4m3Max);
-        r.packed[i / 4] |= uint32_t(f32_to_e4m3(q)) << (8 * (i % 4));
-    }
-    return r;
-}
 
 // grid-stride over 8-value chunks; a warp covers 256 consecutive values, whole blocks since cols % block == 0.
 __global__ void __launch_bounds__(ActQuantConfig::kThreads)

@@ -6,7 +6,7 @@
 
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
-#include "backend/cuda/kernels/act_quant/act_quant.cuh"
+#include "backend/cuda/kernels/act_quant/e4m3_chunk.cuh"
 #include "backend/cuda/kernels/gemm_fp8/partials.cuh"
 #include "backend/ops.h"
 
