@@ -67,10 +67,10 @@ Result<cuda::HcPostFirst> take_post_first(GpuModel& m, const PendingPost& p) {
     return cuda::HcPostFirst{m.pass.block_out.data(), p.residual, m.pass.post.as<float>(), m.pass.comb.as<float>()};
 }
 
-// [pending hc_post +] hc_pre + RMSNorm, one launch: streams [rows, hc, D] → pass.normed; pre / post / comb filled.
-// branch: the split + Sinkhorn (post / comb, first read by this sub-block's hc_post in the next collapse) runs on
-// m.hc_branch from the mixes, beside the sub-block instead of on the step's chain (HcPreArgs::sinkhorn_apart).
-// quantized: where normed's e4m3 codes go when its linears want them (written by the norm's launch), else null.
+// [pending hc_post +] hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled. branch: the
+// split + Sinkhorn (post / comb, first read by this sub-block's hc_post in the next collapse) runs on m.hc_branch
+// from the mixes, beside the sub-block instead of on the step's chain (HcPreArgs::sinkhorn_apart). quantized: where
+// normed's e4m3 codes go when its linears want them (written by the norm's launch), else null.
 Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& norm, void* streams, int64_t rows,
                        const PendingPost& pending, bool branch, QuantizedRows* quantized) {
     const model::ModelConfig& c = m.cfg;
@@ -94,15 +94,6 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
     DSV4_ASSIGN_OR_RETURN(hp.post_first, take_post_first(m, pending));
     hp.sinkhorn_apart = branch;
     if (branch) hp.mixes = s.mixes.as<float>();
-    hp.norm_after.weight = norm;  // the sub-block's RMSNorm (and normed's codes) in the collapse's launch
-    hp.norm_after.eps = float(c.rms_norm_eps);
-    hp.norm_after.y = s.normed.data();
-    if (quantized) {
-        DSV4_ASSIGN_OR_RETURN(
-            *quantized, quantized_rows_in(m, s.normed.data(), rows, c.hidden_size, s.normed_codes, s.normed_scales));
-        hp.norm_after.codes = quantized->codes;
-        hp.norm_after.scales = quantized->scales;
-    }
     DSV4_RETURN_IF_ERROR(cuda::sm90_hc_pre(m.precision, hp, m.stream.handle()));
     if (branch) {
         DSV4_RETURN_IF_ERROR(m.hc_branch.fork(m.stream.handle()));
@@ -117,7 +108,20 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
         sp.comb = s.comb.as<float>();
         DSV4_RETURN_IF_ERROR(cuda::sm90_hc_split_sinkhorn(sp, m.hc_branch.side()));
     }
-    return Status::ok();
+    cuda::RmsNormArgs np;
+    np.x = s.hc_x.data();
+    np.rows = rows;
+    np.dim = c.hidden_size;
+    np.weight = norm;
+    np.eps = float(c.rms_norm_eps);
+    np.y = s.normed.data();
+    if (quantized) {
+        DSV4_ASSIGN_OR_RETURN(
+            *quantized, quantized_rows_in(m, s.normed.data(), rows, c.hidden_size, s.normed_codes, s.normed_scales));
+        np.codes = quantized->codes;
+        np.scales = quantized->scales;
+    }
+    return cuda::sm90_rmsnorm(m.precision, np, m.stream.handle());
 }
 
 // The fused W4A8 kernels (decode up to kMoeDecodeKernelMaxRows rows, prefill above) serve reference numerics with
@@ -261,10 +265,15 @@ Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost&
     hp.norm_eps = float(c.rms_norm_eps);
     hp.y = s.hc_x.data();
     DSV4_ASSIGN_OR_RETURN(hp.post_first, take_post_first(m, pending));
-    hp.norm_after.weight = m.norm;  // the final norm in the collapse's launch
-    hp.norm_after.eps = float(c.rms_norm_eps);
-    hp.norm_after.y = s.normed.data();
     DSV4_RETURN_IF_ERROR(cuda::sm90_hc_head(m.precision, hp, m.stream.handle()));
+    cuda::RmsNormArgs np;
+    np.x = s.hc_x.data();
+    np.rows = rows;
+    np.dim = c.hidden_size;
+    np.weight = m.norm;
+    np.eps = float(c.rms_norm_eps);
+    np.y = s.normed.data();
+    DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(m.precision, np, m.stream.handle()));
     if (rows > kHeadChunkRows) return Status::ok();
     return gpu_linear(m, s.normed.data(), rows, m.head, LinearOut::kF32, s.logits.data());
 }

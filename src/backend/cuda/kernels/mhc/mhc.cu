@@ -7,7 +7,6 @@
 #include "backend/cuda/kernels/mhc/mhc.cuh"
 #include "backend/cuda/kernels/mhc/mhc.h"
 #include "backend/cuda/kernels/mhc/mhc_rows.cuh"
-#include "backend/cuda/kernels/norm_rope/norm_rope.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -37,18 +36,11 @@ int collapse_cluster_size(int64_t tokens, int64_t dim) {
     return int(std::clamp<int64_t>(std::min(want, tiles), 1, MhcConfig::kMaxCluster));
 }
 
-// The fused norm's kernel argument (HcNormAfter, checked by check_norm_after).
-HcNormOutput norm_output(const HcNormAfter& n) {
-    return {n.weight.data, n.weight.format == WeightFormat::kBF16, n.eps, n.y, n.codes, n.scales};
-}
-
-template <typename ActT, int kMix, bool kPostFirst, bool kNorm>
+template <typename ActT, int kMix, bool kPostFirst>
 Status launch_collapse(const char* op, void* x, int64_t tokens, int64_t dim, const DeviceWeightView& fn,
                        const DeviceWeightView& scale, const DeviceWeightView& base, int iters, float hc_eps,
                        float norm_eps, float* mixes, float* pre, float* post, float* comb, void* y,
-                       const HcPostInput& post_in, const HcNormAfter& norm_after, cudaStream_t s) {
-    constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
-    const HcNormOutput norm = norm_output(norm_after);
+                       const HcPostInput& post_in, cudaStream_t s) {
     if (tokens >= MhcRowsConfig::min_tokens(kMix)) {  // prefill: tiles of 32 tokens, fn read once per tile
         auto* kernel = sm90_hc_collapse_rows_kernel<ActT, kMix, kPostFirst>;
         constexpr size_t kSmem = MhcRowsConfig::smem_bytes(kMix);
@@ -59,30 +51,15 @@ Status launch_collapse(const char* op, void* x, int64_t tokens, int64_t dim, con
             static_cast<ActT*>(x), tokens, int(dim), static_cast<const float*>(fn.data),
             static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes,
             pre, post, comb, static_cast<ActT*>(y), post_in);
-        DSV4_RETURN_IF_ERROR(launch_status(op));
-        if constexpr (kNorm) {  // a launch of its own here: the tiles' blocks do not hold whole rows' outputs alone
-            RmsNormArgs na;
-            na.x = y;
-            na.rows = tokens;
-            na.dim = dim;
-            na.weight = norm_after.weight;
-            na.eps = norm_after.eps;
-            na.y = norm_after.y;
-            na.codes = norm_after.codes;
-            na.scales = norm_after.scales;
-            return sm90_rmsnorm(kRef ? Precision::kReference : Precision::kF32, na, s);
-        }
-        return Status::ok();
+        return launch_status(op);
     }
     const int cluster = collapse_cluster_size(tokens, dim);
     if (tokens * cluster > 0x7fffffff) return invalid_argument(std::string(op) + ": too many tokens");
-    if (kNorm && MhcConfig::norm_items(cluster, dim) > MhcConfig::norm_max_items(cluster > 1))
-        return internal_error(std::string(op) + ": the fused norm's chunks exceed a thread's registers");
     if (cluster == 1) {  // short prefill: a plain launch (the kernel's implicit one-block cluster never synchronises)
-        sm90_hc_collapse_kernel<ActT, kMix, false, kPostFirst, kNorm><<<unsigned(tokens), MhcConfig::kThreads, 0, s>>>(
-            static_cast<ActT*>(x), int(dim), static_cast<const float*>(fn.data), static_cast<const float*>(scale.data),
-            static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes, pre, post, comb,
-            static_cast<ActT*>(y), post_in, norm);
+        sm90_hc_collapse_kernel<ActT, kMix, false, kPostFirst><<<unsigned(tokens), MhcConfig::kThreads, 0, s>>>(
+            static_cast<ActT*>(x), int(dim), static_cast<const float*>(fn.data),
+            static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters, hc_eps, norm_eps, mixes,
+            pre, post, comb, static_cast<ActT*>(y), post_in);
         return launch_status(op);
     }
     cudaLaunchConfig_t cfg{};
@@ -97,10 +74,10 @@ Status launch_collapse(const char* op, void* x, int64_t tokens, int64_t dim, con
     attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sm90_hc_collapse_kernel<ActT, kMix, true, kPostFirst, kNorm>,
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sm90_hc_collapse_kernel<ActT, kMix, true, kPostFirst>,
                                      static_cast<ActT*>(x), int(dim), static_cast<const float*>(fn.data),
-                                     static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters,
-                                     hc_eps, norm_eps, mixes, pre, post, comb, static_cast<ActT*>(y), post_in, norm),
+                                     static_cast<const float*>(scale.data), static_cast<const float*>(base.data),
+                                     iters, hc_eps, norm_eps, mixes, pre, post, comb, static_cast<ActT*>(y), post_in),
                   std::string(op) + ": cluster launch");
     return launch_status(op);
 }
@@ -117,59 +94,18 @@ Result<bool> check_post_first(const std::string& op, const HcPostFirst& p, const
     return true;
 }
 
-// The fused norm (HcNormAfter) of a collapse whose output `collapsed` is [tokens, dim] and streams x [tokens, 4, dim]:
-// a weight and its y, or nothing. Returns whether it is set.
-Result<bool> check_norm_after(const std::string& op, Precision precision, const HcNormAfter& n, const void* x,
-                              const void* collapsed, int64_t tokens, int64_t dim) {
-    if (n.weight.empty()) {
-        if (n.y || n.codes || n.scales)
-            return invalid_argument(op + ": norm_after.y, codes or scales set without a norm_after.weight");
-        return false;
-    }
-    if (n.weight.rows * n.weight.cols != dim)
-        return invalid_argument(op + ": norm_after.weight length differs from dim");
-    if (n.weight.format != WeightFormat::kBF16 && n.weight.format != WeightFormat::kF32)
-        return invalid_argument(op + ": norm_after.weight must be bf16 or f32");
-    if (dim > MhcConfig::kNormMaxDim)
-        return invalid_argument(op + ": the fused norm needs dim <= " + std::to_string(MhcConfig::kNormMaxDim));
-    if (!n.y) return invalid_argument(op + ": norm_after.y is null (the normed output of norm_after.weight)");
-    const int64_t act_bytes = precision == Precision::kReference ? 2 : 4, row_bytes = dim * act_bytes;
-    const auto overlaps = [&](const void* p, int64_t p_bytes) {
-        const auto a = reinterpret_cast<uintptr_t>(n.y), b = reinterpret_cast<uintptr_t>(p);
-        return a < b + uintptr_t(p_bytes) && b < a + uintptr_t(tokens * row_bytes);
-    };
-    if (overlaps(collapsed, tokens * row_bytes) || overlaps(x, tokens * 4 * row_bytes))
-        return invalid_argument(op + ": norm_after.y must not alias the collapsed output or the streams");
-    if (!n.codes != !n.scales) return invalid_argument(op + ": norm_after.codes and scales go together");
-    if (n.codes && (precision != Precision::kReference || dim % 128 != 0))
-        return invalid_argument(op + ": the fused e4m3 quantisation needs reference precision and dim % 128 == 0");
-    if (!is_aligned(n.y, 16) || !is_aligned(n.weight.data, 16))
-        return invalid_argument(op + ": norm_after.y and norm_after.weight must be 16-byte aligned");
-    if (n.codes && (!is_aligned(n.codes, 8) || !is_aligned(n.scales, 4)))
-        return invalid_argument(op + ": norm_after.codes must be 8-byte and scales 4-byte aligned");
-    return true;
-}
-
-// The collapse instances of one (activation type, mix count): with or without the hc_post first, with or without
-// the norm after.
+// The four collapse instances of one (activation type, mix count): with or without the hc_post first.
 template <typename ActT, int kMix>
-Status launch_collapse_any(const char* op, bool post_first, bool norm, void* x, int64_t tokens, int64_t dim,
+Status launch_collapse_any(const char* op, bool post_first, void* x, int64_t tokens, int64_t dim,
                            const DeviceWeightView& fn, const DeviceWeightView& scale, const DeviceWeightView& base,
                            int iters, float hc_eps, float norm_eps, float* mixes, float* pre, float* post, float* comb,
-                           void* y, const HcPostFirst& p, const HcNormAfter& n, cudaStream_t s) {
+                           void* y, const HcPostFirst& p, cudaStream_t s) {
     const HcPostInput in{p.a, p.residual, p.post, p.comb};
-    if (post_first) {
-        if (norm)
-            return launch_collapse<ActT, kMix, true, true>(op, x, tokens, dim, fn, scale, base, iters, hc_eps, norm_eps,
-                                                           mixes, pre, post, comb, y, in, n, s);
-        return launch_collapse<ActT, kMix, true, false>(op, x, tokens, dim, fn, scale, base, iters, hc_eps, norm_eps,
-                                                        mixes, pre, post, comb, y, in, n, s);
-    }
-    if (norm)
-        return launch_collapse<ActT, kMix, false, true>(op, x, tokens, dim, fn, scale, base, iters, hc_eps, norm_eps,
-                                                        mixes, pre, post, comb, y, in, n, s);
-    return launch_collapse<ActT, kMix, false, false>(op, x, tokens, dim, fn, scale, base, iters, hc_eps, norm_eps,
-                                                     mixes, pre, post, comb, y, in, n, s);
+    if (post_first)
+        return launch_collapse<ActT, kMix, true>(op, x, tokens, dim, fn, scale, base, iters, hc_eps, norm_eps, mixes,
+                                                 pre, post, comb, y, in, s);
+    return launch_collapse<ActT, kMix, false>(op, x, tokens, dim, fn, scale, base, iters, hc_eps, norm_eps, mixes, pre,
+                                              post, comb, y, in, s);
 }
 
 }  // namespace
@@ -183,8 +119,6 @@ Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream)
                                           : ": null post or comb"));
     DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
     DSV4_ASSIGN_OR_RETURN(const bool post_first, check_post_first(op, a.post_first, a.x));
-    DSV4_ASSIGN_OR_RETURN(const bool norm,
-                          check_norm_after(op, precision, a.norm_after, a.x, a.x_out, a.tokens, a.dim));
     DSV4_RETURN_IF_ERROR(check_f32(a.fn, 24, 4 * a.dim, op + ": fn"));
     DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 3, op + ": scale"));
     DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 24, op + ": base"));
@@ -195,12 +129,12 @@ Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream)
     float* post = a.sinkhorn_apart ? nullptr : a.post;  // null comb: the kernels leave the split + Sinkhorn out
     float* comb = a.sinkhorn_apart ? nullptr : a.comb;
     if (precision == Precision::kReference)
-        return launch_collapse_any<__nv_bfloat16, 24>(op.c_str(), post_first, norm, x, a.tokens, a.dim, a.fn, a.scale,
-                                                      a.base, a.iters, a.hc_eps, a.norm_eps, a.mixes, a.pre, post, comb,
-                                                      a.x_out, a.post_first, a.norm_after, stream);
-    return launch_collapse_any<float, 24>(op.c_str(), post_first, norm, x, a.tokens, a.dim, a.fn, a.scale, a.base,
-                                          a.iters, a.hc_eps, a.norm_eps, a.mixes, a.pre, post, comb, a.x_out,
-                                          a.post_first, a.norm_after, stream);
+        return launch_collapse_any<__nv_bfloat16, 24>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base,
+                                                      a.iters, a.hc_eps, a.norm_eps, a.mixes, a.pre, post, comb,
+                                                      a.x_out, a.post_first, stream);
+    return launch_collapse_any<float, 24>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base, a.iters,
+                                          a.hc_eps, a.norm_eps, a.mixes, a.pre, post, comb, a.x_out, a.post_first,
+                                          stream);
 }
 
 Status sm90_hc_split_sinkhorn(const HcSinkhornArgs& a, StreamHandle stream) {
@@ -223,7 +157,6 @@ Status sm90_hc_head(Precision precision, const HcHeadArgs& a, StreamHandle strea
     if (!a.x || !a.y) return invalid_argument(op + ": null pointer");
     DSV4_RETURN_IF_ERROR(check_shape(op, a.tokens, a.dim));
     DSV4_ASSIGN_OR_RETURN(const bool post_first, check_post_first(op, a.post_first, a.x));
-    DSV4_ASSIGN_OR_RETURN(const bool norm, check_norm_after(op, precision, a.norm_after, a.x, a.y, a.tokens, a.dim));
     DSV4_RETURN_IF_ERROR(check_f32(a.fn, 4, 4 * a.dim, op + ": fn"));
     DSV4_RETURN_IF_ERROR(check_f32(a.scale, 1, 1, op + ": scale"));
     DSV4_RETURN_IF_ERROR(check_f32(a.base, 1, 4, op + ": base"));
@@ -232,12 +165,12 @@ Status sm90_hc_head(Precision precision, const HcHeadArgs& a, StreamHandle strea
     if (a.tokens == 0) return Status::ok();
     void* x = const_cast<void*>(a.x);  // written only with post_first (HcHeadArgs)
     if (precision == Precision::kReference)
-        return launch_collapse_any<__nv_bfloat16, 4>(op.c_str(), post_first, norm, x, a.tokens, a.dim, a.fn, a.scale,
-                                                     a.base, 1, a.hc_eps, a.norm_eps, nullptr, a.pre, nullptr, nullptr,
-                                                     a.y, a.post_first, a.norm_after, stream);
-    return launch_collapse_any<float, 4>(op.c_str(), post_first, norm, x, a.tokens, a.dim, a.fn, a.scale, a.base, 1,
+        return launch_collapse_any<__nv_bfloat16, 4>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base,
+                                                     1, a.hc_eps, a.norm_eps, nullptr, a.pre, nullptr, nullptr, a.y,
+                                                     a.post_first, stream);
+    return launch_collapse_any<float, 4>(op.c_str(), post_first, x, a.tokens, a.dim, a.fn, a.scale, a.base, 1,
                                          a.hc_eps, a.norm_eps, nullptr, a.pre, nullptr, nullptr, a.y, a.post_first,
-                                         a.norm_after, stream);
+                                         stream);
 }
 
 Status sm90_hc_post(Precision precision, const HcPostArgs& a, StreamHandle stream) {

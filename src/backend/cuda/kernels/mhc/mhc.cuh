@@ -7,8 +7,6 @@
 // order, so every value is the CPU's); then each block collapses its share of the channels with the pre weights
 // read from block 0. S > 1 spreads a decode token's fn read (1.6 MB Flash, 2.75 MB Pro) over S SMs. Long prefill
 // launches take mhc_rows.cuh's 32-token tiles instead (fn read once per tile).
-// With HcNormAfter the collapse also runs the sub-block's RMSNorm (+ e4m3 codes) on its output, laid out so that the
-// sum of squares takes sm90_rmsnorm_kernel's operations in its order (sm90_hc_collapse_kernel, kNorm).
 // hc_post is elementwise: one thread per 8 channels of a token, all 4 outputs.
 #pragma once
 
@@ -16,7 +14,6 @@
 
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
-#include "backend/cuda/kernels/act_quant/e4m3_chunk.cuh"
 
 namespace dsv4::cuda {
 
@@ -25,28 +22,6 @@ struct MhcConfig {
     static constexpr int kHc = 4;
     static constexpr int kMixMax = 24;
     static constexpr int kMaxCluster = 8;  // portable cluster size
-    // The fused norm (kNorm) replays sm90_rmsnorm_kernel's layout: 8 warps, 8-value chunks u + 256j of pass j on
-    // thread u, dim <= 8192 (4 passes).
-    static constexpr int kNormPasses = 4, kNormMaxDim = kNormPasses * kThreads * 8;
-    // Chunks a thread holds for the fused norm with S blocks per token (ceil(8 / S) norm warps on block 0, every
-    // pass): at most 4 with S = 1, 2 with S >= 2.
-    static constexpr int norm_items(int S, int64_t dim) {
-        const int64_t passes = (dim + kThreads * 8 - 1) / (kThreads * 8), warps = (kThreads / 32 + S - 1) / S;
-        return int((32 * warps * passes + kThreads - 1) / kThreads);
-    }
-    static constexpr int norm_max_items(bool cluster) { return cluster ? 2 : 4; }
-};
-
-// The weighted RMSNorm fused after the collapse (HcNormAfter), as sm90_rmsnorm_kernel computes it: per token
-// rs = 1 / sqrt(f32(Σy² / D) + eps) (sum in f64), out = w·(y·rs) stored as ActT; codes / scales (bf16, D % 128 == 0,
-// or null): out's e4m3 block-128 quantisation.
-struct HcNormOutput {
-    const void* weight;  // [D]: bf16 (weight_bf16) or f32
-    bool weight_bf16;
-    float eps;
-    void* y;  // ActT [T, D]
-    uint8_t* codes;
-    float* scales;
 };
 
 // sigmoid as the CPU computes it: 1 / (1 + exp(-x)), each step rounded in f32.
@@ -192,14 +167,12 @@ __device__ __forceinline__ void hc_collapse8(float p0, float p1, float p2, float
 // plain launch, the chunk stride a constant as in the one-block kernel, so its loads batch the same way).
 // kPostFirst: the streams x are first computed from the previous sub-block (post_in: hc_post fused in) and stored;
 // post_in's post and comb may be this launch's post and comb (each token's are read before its block 0 writes them).
-// kNorm: y's weighted RMSNorm (+ e4m3 codes) follows in the same launch (norm; dim <= kNormMaxDim and
-// MhcConfig::norm_items(S, dim) <= norm_max_items(kCluster)).
-template <typename ActT, int kMix, bool kCluster, bool kPostFirst, bool kNorm>
+template <typename ActT, int kMix, bool kCluster, bool kPostFirst>
 __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at prefill: <= 128 registers
     sm90_hc_collapse_kernel(ActT* __restrict__ x, int dim, const float* __restrict__ fn,
                             const float* __restrict__ scale, const float* __restrict__ base, int iters, float hc_eps,
                             float norm_eps, float* __restrict__ mixes, float* __restrict__ pre, float* post,
-                            float* comb, ActT* __restrict__ y, HcPostInput post_in, HcNormOutput norm) {
+                            float* comb, ActT* __restrict__ y, HcPostInput post_in) {
     pdl_enter(false);
     namespace cg = cooperative_groups;
     constexpr int kT = MhcConfig::kThreads, kHc = MhcConfig::kHc, kWarps = kT / 32;
@@ -216,18 +189,6 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(fn + int64_t(threadIdx.x) * n + c),
                          "r"(uint32_t(min(kT * 8, n - c)) * 4u)
                          : "memory");
-    if constexpr (kNorm && kCluster) {  // likewise the norm weight's slices (256 channels) this block will scale
-        const int i = int(threadIdx.x) - 32, passes = (dim + kT * 8 - 1) / (kT * 8);
-        if (i >= 0 && i < (kWarps - rank + S - 1) / S * passes) {  // (local norm warp, pass): see the norm below
-            const int c = (32 * (rank + S * (i / passes)) + kT * (i % passes)) * 8;
-            const int bytes = norm.weight_bf16 ? 2 : 4;
-            const char* w = static_cast<const char*>(norm.weight) + int64_t(c) * bytes;
-            if (c < dim)
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w),
-                             "r"(uint32_t(min(32 * 8, dim - c) * bytes))
-                             : "memory");
-        }
-    }
     pdl_wait();
     ActT* xt = x + t * n;
     double acc[kMix + 1];  // [0, kMix): fn rows · x; kMix: Σ x²
@@ -298,135 +259,14 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
     else __syncthreads();
     const float* pre0 = S > 1 ? cluster.map_shared_rank(pre_s, 0) : pre_s;
     const float p0 = pre0[0], p1 = pre0[1], p2 = pre0[2], p3 = pre0[3];
-    if constexpr (!kNorm) {
-        for (int c = (rank * kT + threadIdx.x) * 8; c < dim; c += S * kT * 8) {
-            float v[kHc][8], out[8];
+    for (int c = (rank * kT + threadIdx.x) * 8; c < dim; c += S * kT * 8) {
+        float v[kHc][8], out[8];
 #pragma unroll
-            for (int j = 0; j < kHc; ++j) load8(xt + j * dim + c, v[j]);
-            hc_collapse8(p0, p1, p2, p3, v, out);
-            store8(y + t * dim + c, out);  // bf16 store rounds (RNE) in kReference
-        }
-        if (S > 1) cluster.sync();  // block 0's shared memory stays alive until every block has read pre
-    } else {
-        // The collapse followed by sm90_rmsnorm_kernel's arithmetic on the stored y. Its chunks are laid out as that
-        // kernel's threads hold them, so Σy² is formed by the same f64 operations in the same order (per thread over
-        // the passes, the warp butterfly, the 8 warp sums from 0 in warp order) and rs gets its bits even where the
-        // f64 sum rounds (f32 values, or bf16 values spanning a wide range): norm warp w (thread u = 32w + lane,
-        // chunks u + 256j) is block w % S's local norm warp w / S; a block's items, (pass, local warp, lane) in that
-        // order, go to its threads round robin (with S = 1 item j·256 + u is thread u's pass j, as in the norm).
-        constexpr int kItems = MhcConfig::norm_max_items(kCluster);
-        const int nwarps = (kWarps - rank + S - 1) / S;  // norm warps rank, rank + S, ... of this block
-        const int per_pass = 32 * nwarps;
-        const int items = per_pass * ((dim + kT * 8 - 1) / (kT * 8));
-        auto channel = [&](int m) {  // item m's first channel
-            const int j = m / per_pass, r = m - j * per_pass;
-            return (32 * (rank + S * (r >> 5)) + (r & 31) + kT * j) * 8;
-        };
-        ActT* vals = nullptr;  // clusters: the block's stored y chunks by item, for the threads that sum them
-        if constexpr (kCluster) {
-            __shared__ alignas(16) ActT vals_s[kItems * kT * 8];
-            vals = vals_s;
-        }
-        auto load_weight = [&](int c, float(&w)[8]) {
-            if (norm.weight_bf16)
-                load8(static_cast<const __nv_bfloat16*>(norm.weight) + c, w);
-            else
-                load8(static_cast<const float*>(norm.weight) + c, w);
-        };
-        // this thread's items: y as stored and, one-block launches, the norm weight (loaded beside the collapse there;
-        // clusters load it after the sum, from L2, as ptxas then keeps the decode instances free of spills)
-        float held[kItems][8], wv[kCluster ? 1 : kItems][8];
-#pragma unroll
-        for (int k = 0; k < kItems; ++k) {
-            const int m = threadIdx.x + k * kT, c = channel(m);
-            if (m < items && c < dim) {
-                float v[kHc][8], out[8];
-#pragma unroll
-                for (int j = 0; j < kHc; ++j) load8(xt + j * dim + c, v[j]);
-                hc_collapse8(p0, p1, p2, p3, v, out);
-                store8(y + t * dim + c, out);  // bf16 store rounds (RNE) in kReference ...
-#pragma unroll
-                for (int i = 0; i < 8; ++i) held[k][i] = to_f32(from_f32<ActT>(out[i]));  // ... and the norm reads that
-                if constexpr (kCluster)
-                    store8(vals + m * 8, held[k]);
-                else
-                    load_weight(c, wv[k]);
-            }
-        }
-        if constexpr (kCluster) __syncthreads();  // vals complete
-        __shared__ double norm_part[kWarps];      // this block's norm warps' Σy², by local norm warp
-        if (warp < nwarps) {                      // warp-uniform
-            double ss = 0;
-#pragma unroll
-            for (int j = 0; j < MhcConfig::kNormPasses; ++j) {
-                const int m = j * per_pass + threadIdx.x;  // (pass j, this local norm warp, this lane)
-                if (channel(m) < dim) {
-                    float v[8];
-                    if constexpr (kCluster) {
-                        load8(vals + m * 8, v);
-                    } else {  // S = 1: item m is this thread's k = j
-#pragma unroll
-                        for (int i = 0; i < 8; ++i) v[i] = held[j][i];
-                    }
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) ss += double(v[i]) * double(v[i]);
-                }
-            }
-            ss = warp_sum_f64(ss);
-            if (lane == 0) norm_part[warp] = ss;
-        }
-        // every norm warp's sum is published (clusters: and every block has read block 0's pre)
-        if constexpr (kCluster)
-            cluster.sync();
-        else
-            __syncthreads();
-        double part = 0;  // lane w < 8: norm warp w's sum
-        if (lane < kWarps) {
-            if constexpr (kCluster)
-                part = cluster.map_shared_rank(norm_part, lane % S)[lane / S];
-            else
-                part = norm_part[lane];
-        }
-        double total = 0;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) total += __shfl_sync(0xffffffffu, part, w);
-        // clusters: this block's reads of the others' norm_part are done; each block's shared memory stays alive
-        // until every block has arrived (the wait at the end)
-        if constexpr (kCluster) cluster.barrier_arrive();
-        const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(total / double(dim)), norm.eps)));
-        ActT* ny = static_cast<ActT*>(norm.y) + t * dim;
-#pragma unroll
-        for (int k = 0; k < kItems; ++k) {
-            if (k * kT >= items) break;  // uniform over the block: every lane of a live pass reaches the quantisation
-            const int m = threadIdx.x + k * kT, c = channel(m);
-            const bool live = m < items && c < dim;  // uniform over the 16 lanes of a quantisation block
-            float out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (live) {
-                float w[8];
-                if constexpr (kCluster) {
-                    load_weight(c, w);
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) w[i] = wv[k][i];
-                }
-#pragma unroll
-                for (int i = 0; i < 8; ++i) out[i] = __fmul_rn(w[i], __fmul_rn(held[k][i], rs));
-                store8(ny + c, out);  // bf16 store rounds (RNE) in kReference
-            }
-            if constexpr (std::is_same_v<ActT, __nv_bfloat16>) {
-                if (norm.codes) {  // the stored bf16 values, quantised as act_quant would read them back
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) out[i] = round_bf16(out[i]);
-                    const E4m3Chunk q = e4m3_quantize_chunk(out, 16);
-                    if (live) {
-                        *reinterpret_cast<uint2*>(norm.codes + t * dim + c) = make_uint2(q.packed[0], q.packed[1]);
-                        if ((threadIdx.x & 15) == 0) norm.scales[t * (dim / 128) + c / 128] = exp2_int(q.e);
-                    }
-                }
-            }
-        }
-        if constexpr (kCluster) cluster.barrier_wait();
+        for (int j = 0; j < kHc; ++j) load8(xt + j * dim + c, v[j]);
+        hc_collapse8(p0, p1, p2, p3, v, out);
+        store8(y + t * dim + c, out);  // bf16 store rounds (RNE) in kReference
     }
+    if (S > 1) cluster.sync();  // block 0's shared memory stays alive until every block has read pre
 }
 
 // grid-stride over tokens · dim/8 chunks.

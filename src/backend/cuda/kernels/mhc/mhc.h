@@ -25,20 +25,6 @@ struct HcPostFirst {
     const float* comb = nullptr;     // [T, 4, 4]
 };
 
-// Optional for hc_pre / hc_head: the sub-block's weighted RMSNorm of the collapsed output (x_out / y, still written)
-// in the same launch, bit for bit what sm90_rmsnorm (weight, eps) on it would store into y and — codes set — what
-// sm90_act_quant_e4m3 (block 128) would then give on that y. An empty weight: no fused norm (y, codes, scales null).
-// dim <= 8192 (sm90_rmsnorm's limit). Launches taking the prefill tiles (mhc_rows.cuh) run sm90_rmsnorm after the
-// collapse instead, with the same result.
-struct HcNormAfter {
-    DeviceWeightView weight;  // bf16 or f32 [D], 16-byte aligned
-    float eps = 1e-6f;
-    void* y = nullptr;         // [T, D] normed (bf16 in kReference, f32 in kF32), 16-byte aligned; must not overlap
-                               // the streams or the collapsed output
-    uint8_t* codes = nullptr;  // optional (kReference, D % 128 == 0): y's e4m3 codes [T, D], 8-byte aligned,
-    float* scales = nullptr;   //   and f32 scales [T, D / 128], 4-byte aligned; both or neither
-};
-
 // m = (fn @ flat(X)) · rsqrt(mean(flat(X)²) + norm_eps) (f64 dot products and sum of squares, as the CPU);
 // pre = σ(m[0:4]·s0 + b) + eps; post = 2σ(m[4:8]·s1 + b); comb = Sinkhorn(softmax_rows(m[8:24]·s2 + b) + eps);
 // x_out = Σ_j pre[j]·X[j] (bf16 in kReference).
@@ -61,7 +47,6 @@ struct HcPreArgs {
     // the collapse's own chain; the split + 20 Sinkhorn iterations (a serial ~4.5 µs on one warp at decode) can then
     // run beside the sub-block, whose hc_post is the first reader of post and comb.
     bool sinkhorn_apart = false;
-    HcNormAfter norm_after;  // optional: x_out's RMSNorm (+ e4m3 codes) in the same launch (above)
 };
 Status sm90_hc_pre(backend::Precision precision, const HcPreArgs& a, StreamHandle stream);
 
@@ -101,7 +86,6 @@ struct HcHeadArgs {
     float* pre = nullptr;  // [T, 4] (may be null)
     void* y = nullptr;     // [T, D]
     HcPostFirst post_first;  // optional: x is then written (above)
-    HcNormAfter norm_after;  // optional: y's RMSNorm (+ e4m3 codes) in the same launch (above)
 };
 Status sm90_hc_head(backend::Precision precision, const HcHeadArgs& a, StreamHandle stream);
 
