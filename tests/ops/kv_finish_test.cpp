@@ -118,53 +118,6 @@ TEST_P(WindowKvFinishTest, FusedPackStoresWhatKvPackStores) {
     }
 }
 
-// wkv's K-split partial sums given to the finish (WindowKvFinishArgs::partials): the finish of the rows the GEMM's
-// reduction would store (bf16 of the split-ordered f32 sum, formed here on the host), the same rows and pool bytes.
-TEST(WindowKvFinishFromPartials, SameBytesAsTheReducedRows) {
-    DSV4_REQUIRE_GPU();
-    const Precision prec = Precision::kReference;
-    std::mt19937_64 rng(fresh_seed());
-    const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
-    std::normal_distribution<float> d(0.0f, 0.5f);
-    for (const auto& [T, splits] : {std::pair{int64_t(1), 16}, std::pair{int64_t(8), 5}, std::pair{int64_t(64), 1}}) {
-        SCOPED_TRACE("tokens " + std::to_string(T) + " splits " + std::to_string(splits));
-        const size_t n = size_t(T * 512);
-        std::vector<float> parts(n * size_t(splits)), kv(n);
-        for (auto& v : parts) v = d(rng);
-        for (size_t i = 0; i < n; ++i) {
-            float sum = parts[i];
-            for (int z = 1; z < splits; ++z) sum += parts[size_t(z) * n + i];
-            kv[i] = round_bf16(sum);
-        }
-        auto w = random_bf16(rng, 512, 0.5f);
-        auto wbits = to_bf16_bits(w);
-        backend::WeightView wv{WeightFormat::kBF16, 1, 512, wbits.data(), nullptr};
-        auto pos = random_positions(rng, T);
-        const size_t pool_bytes = size_t((T + 1) * kv_row_bytes(prec));
-        auto dkv_want = act_to_device(prec, kv);
-        auto dkv_got = act_poisoned(prec, n);
-        auto dparts = to_device(parts);
-        auto dw = upload_weight(wv, "kv_norm");
-        auto dpos = to_device(pos);
-        auto pool_want = poisoned<uint8_t>(pool_bytes), pool_got = poisoned<uint8_t>(pool_bytes);
-        ASSERT_TRUE(dkv_want.is_ok() && dkv_got.is_ok() && dparts.is_ok() && dw.is_ok() && dpos.is_ok() &&
-                    pool_want.is_ok() && pool_got.is_ok());
-        WindowKvFinishArgs a{dkv_want->data(), T, dw->view(), dpos->as<int64_t>(), freqs, 1e-6f};
-        a.pool = pool_want->data();
-        DSV4_ASSERT_OK(sm90_window_kv_finish(prec, a, nullptr));
-        a.kv = dkv_got->data();
-        a.pool = pool_got->data();
-        a.partials = dparts->as<float>();
-        a.splits = splits;
-        DSV4_ASSERT_OK(sm90_window_kv_finish(prec, a, nullptr));
-        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint16_t>(*dkv_got, n), to_host<uint16_t>(*dkv_want, n)))
-            << "finished rows differ";
-        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint8_t>(*pool_got, pool_bytes),
-                                               to_host<uint8_t>(*pool_want, pool_bytes)))
-            << "pool bytes differ";
-    }
-}
-
 class CompressorPoolTest : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(CompressorPoolTest, MatchesCpu) {

@@ -133,65 +133,6 @@ TEST(RmsNormFusedQuant, SameBitsAsActQuantOnTheOutput) {
     }
 }
 
-// x given as a K-split GEMM's partial sums (RmsNormArgs::partials): the norm of the rows the GEMM's reduction
-// would store (bf16 of the split-ordered f32 sum, formed here on the host), the same bits, codes included.
-TEST(RmsNormFromPartials, SameBitsAsTheReducedRows) {
-    DSV4_REQUIRE_GPU();
-    std::mt19937_64 rng(fresh_seed());
-    struct Case {
-        int64_t rows, dim;
-        int splits;
-    };
-    // q_norm after wq_a (q_lora 1024 / 1536) at decode batches; 1, 5 and 16 splits (4 loads in flight per round)
-    const Case cases[] = {{1, 1024, 16}, {4, 1024, 5}, {1, 1536, 1}, {8, 1536, 7}, {2, 4096, 3}};
-    std::normal_distribution<float> d(0.0f, 0.7f);
-    for (const Case& c : cases) {
-        SCOPED_TRACE("rows " + std::to_string(c.rows) + " dim " + std::to_string(c.dim) + " splits " +
-                     std::to_string(c.splits));
-        const size_t n = size_t(c.rows * c.dim), nb = n / 128;
-        std::vector<float> parts(n * size_t(c.splits)), x(n);
-        for (auto& v : parts) v = d(rng);
-        for (size_t i = 0; i < n; ++i) {
-            float sum = parts[i];
-            for (int z = 1; z < c.splits; ++z) sum += parts[size_t(z) * n + i];
-            x[i] = round_bf16(sum);
-        }
-        auto w = random_bf16(rng, size_t(c.dim), 0.5f);
-        auto wbits = to_bf16_bits(w);
-        backend::WeightView wv{backend::WeightFormat::kBF16, 1, c.dim, wbits.data(), nullptr};
-        auto dx = to_device(to_bf16_bits(x));
-        auto dparts = to_device(parts);
-        auto dw = upload_weight(wv, "q_norm.weight");
-        auto y_want = poisoned<uint16_t>(n), y_got = poisoned<uint16_t>(n);
-        auto codes_want = poisoned<uint8_t>(n), codes_got = poisoned<uint8_t>(n);
-        auto scales_want = poisoned<float>(nb), scales_got = poisoned<float>(nb);
-        ASSERT_TRUE(dx.is_ok() && dparts.is_ok() && dw.is_ok() && y_want.is_ok() && y_got.is_ok() &&
-                    codes_want.is_ok() && codes_got.is_ok() && scales_want.is_ok() && scales_got.is_ok());
-        RmsNormArgs a{dx->data(),
-                      c.rows,
-                      c.dim,
-                      dw->view(),
-                      1e-6f,
-                      y_want->data(),
-                      codes_want->as<uint8_t>(),
-                      scales_want->as<float>()};
-        DSV4_ASSERT_OK(sm90_rmsnorm(Precision::kReference, a, nullptr));
-        a.x = nullptr;
-        a.partials = dparts->as<float>();
-        a.splits = c.splits;
-        a.y = y_got->data();
-        a.codes = codes_got->as<uint8_t>();
-        a.scales = scales_got->as<float>();
-        DSV4_ASSERT_OK(sm90_rmsnorm(Precision::kReference, a, nullptr));
-        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint16_t>(*y_got, n), to_host<uint16_t>(*y_want, n)))
-            << "normed rows differ";
-        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<uint8_t>(*codes_got, n), to_host<uint8_t>(*codes_want, n)))
-            << "codes differ";
-        EXPECT_TRUE(dsv4::testing::bytes_equal(to_host<float>(*scales_got, nb), to_host<float>(*scales_want, nb)))
-            << "scales differ";
-    }
-}
-
 class QHeadNormRopeTest : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(QHeadNormRopeTest, FusedMatchesCpuNormThenRope) {

@@ -471,13 +471,9 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     // 1. row-wise: q path, window K=V (packed into the pass rows of the layer's pool), compressor projections, the
     //    indexer's queries and weights
     //    normed (and qr after its norm) are quantised once, by the norms' launches, for the W8A8 linears that read
-    //    them (up to 7 and 2). In reference numerics the launches after wq_a and wkv reduce those projections'
-    //    K-split partial sums themselves (decode shapes; cuda::Fp8GemmPartials): one launch fewer each.
-    const bool ref = m.precision == Precision::kReference;
+    //    them (up to 7 and 2)
     QuantizedRows qr_q;
-    cuda::Fp8GemmPartials qa_parts, kv_parts;
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data(), normed_q,
-                                    ref ? &qa_parts : nullptr));
+    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data(), normed_q));
     if (layer.kind == model::AttnKind::kCSA) {  // wq_b and the indexer's wq_b
         DSV4_ASSIGN_OR_RETURN(qr_q, quantized_rows_in(m, s.qr.data(), rows, c.q_lora_rank, s.qr_codes, s.qr_scales));
     }
@@ -489,9 +485,7 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
                                              .eps = eps,
                                              .y = s.qr.data(),
                                              .codes = qr_q.codes,
-                                             .scales = qr_q.scales,
-                                             .partials = qa_parts.partial,
-                                             .splits = qa_parts.splits},
+                                             .scales = qr_q.scales},
                                             st));
     DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, w.wq_b, LinearOut::kBF16, s.q.data(), qr_q));
     cuda::QHeadNormRopeArgs qn;
@@ -505,12 +499,10 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     qn.freqs = freqs;
     DSV4_RETURN_IF_ERROR(cuda::sm90_q_head_norm_rope(m.precision, qn, st));
 
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wkv, LinearOut::kBF16, s.window_kv.data(), normed_q,
-                                    ref ? &kv_parts : nullptr));
+    DSV4_RETURN_IF_ERROR(
+        gpu_linear(m, s.normed.data(), rows, w.wkv, LinearOut::kBF16, s.window_kv.data(), normed_q));
     cuda::WindowKvFinishArgs kf;
     kf.kv = s.window_kv.data();
-    kf.partials = kv_parts.partial;
-    kf.splits = kv_parts.splits;
     kf.tokens = rows;
     kf.kv_norm = w.kv_norm;
     kf.positions = s.positions;

@@ -10,7 +10,6 @@
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/warp_ops.cuh"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
-#include "backend/cuda/kernels/gemm_fp8/partials.cuh"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 
@@ -41,8 +40,25 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (w && lane == 0) w[v] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(w[v]), w_scale));  // sm90_scale
     auto* p = reinterpret_cast<uint2*>(q + v * 128 + 4 * lane);
     float x[4];
-    if (partials) {  // the projection's output as its reduction would have stored it
-        reduce_partials<4>(partials, splits, size_t(vectors) * 128, size_t(v) * 128 + 4 * lane, x);
+    if (partials) {  // sm90_fp8_gemm_reduce_kernel's sum (split order) and rounding; 4 splits' loads at a time
+        const float* at = partials + size_t(v) * 128 + 4 * lane;
+        const size_t n_out = size_t(vectors) * 128;
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int z0 = 0; z0 < splits; z0 += 4) {
+            float4 part[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (z0 + i < splits) part[i] = *reinterpret_cast<const float4*>(at + size_t(z0 + i) * n_out);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (z0 + i >= splits) break;
+                const float add[4] = {part[i].x, part[i].y, part[i].z, part[i].w};
+#pragma unroll
+                for (int c = 0; c < 4; ++c) sum[c] = z0 + i == 0 ? add[c] : __fadd_rn(sum[c], add[c]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = round_bf16(sum[i]);
     } else {
         const uint2 in = *p;
         const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in.x));

@@ -3,7 +3,6 @@
 
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
-#include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/kv_finish/kv_finish.cuh"
 #include "backend/cuda/kernels/kv_finish/kv_finish.h"
 
@@ -24,17 +23,18 @@ template <typename ActT>
 void launch_rows(const void* x, int64_t rows, int64_t dim, const DeviceWeightView& norm, float eps,
                  const int64_t* positions, int64_t first_window, int64_t ratio, const backend::RopeFreqs& freqs,
                  FinishSim sim, void* normed, void* y, const int64_t* decode_position, const int64_t* decode_positions,
-                 cudaStream_t s, const KvRowFinishExtras& extra = {}) {
+                 cudaStream_t s, void* pack_pool = nullptr, int64_t pack_first = 0) {
     const unsigned grid = unsigned((rows + Cfg::kWarps - 1) / Cfg::kWarps);
     const auto* w = static_cast<const __nv_bfloat16*>(norm.data);
     if (dim == 512)
-        sm90_kv_row_finish_kernel<ActT, 512><<<grid, Cfg::kWarps * 32, 0, s>>>(
-            static_cast<const ActT*>(x), rows, w, eps, positions, first_window, ratio, freqs, sim,
-            static_cast<ActT*>(normed), static_cast<ActT*>(y), decode_position, decode_positions, extra);
+        sm90_kv_row_finish_kernel<ActT, 512>
+            <<<grid, Cfg::kWarps * 32, 0, s>>>(static_cast<const ActT*>(x), rows, w, eps, positions, first_window,
+                                               ratio, freqs, sim, static_cast<ActT*>(normed), static_cast<ActT*>(y),
+                                               decode_position, decode_positions, pack_pool, pack_first);
     else
         sm90_kv_row_finish_kernel<ActT, 128><<<grid, Cfg::kWarps * 32, 0, s>>>(
             static_cast<const ActT*>(x), rows, w, eps, positions, first_window, ratio, freqs, sim,
-            static_cast<ActT*>(normed), static_cast<ActT*>(y), decode_position, decode_positions, KvRowFinishExtras{});
+            static_cast<ActT*>(normed), static_cast<ActT*>(y), decode_position, decode_positions, nullptr, 0);
 }
 
 }  // namespace
@@ -46,19 +46,14 @@ Status sm90_window_kv_finish(Precision precision, const WindowKvFinishArgs& a, S
     if (!is_aligned(a.kv, 16)) return invalid_argument(op + ": kv not 16-byte aligned");
     if (a.pool && (a.pool_first < 0 || !is_aligned(a.pool, 16)))
         return invalid_argument(op + ": pool must be 16-byte aligned and pool_first >= 0");
-    if (a.partials && (precision != Precision::kReference || a.splits < 1 || a.splits > kFp8GemmMaxSplits ||
-                       !is_aligned(a.partials, 16)))
-        return invalid_argument(op + ": partials need reference precision, 1.." + std::to_string(kFp8GemmMaxSplits) +
-                                " splits and 16-byte alignment");
     if (a.tokens == 0) return Status::ok();
     const FinishSim sim = precision == Precision::kReference ? FinishSim::kFp8Nope : FinishSim::kNone;
-    const KvRowFinishExtras extra{a.pool, a.pool_first, a.partials, a.partials ? a.splits : 0};
     if (precision == Precision::kReference)
         launch_rows<__nv_bfloat16>(a.kv, a.tokens, 512, a.kv_norm, a.eps, a.positions, 0, 1, a.freqs, sim, nullptr,
-                                   a.kv, nullptr, nullptr, stream, extra);
+                                   a.kv, nullptr, nullptr, stream, a.pool, a.pool_first);
     else
         launch_rows<float>(a.kv, a.tokens, 512, a.kv_norm, a.eps, a.positions, 0, 1, a.freqs, sim, nullptr, a.kv,
-                           nullptr, nullptr, stream, extra);
+                           nullptr, nullptr, stream, a.pool, a.pool_first);
     return launch_status(op.c_str());
 }
 

@@ -9,7 +9,6 @@
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/warp_ops.cuh"
-#include "backend/cuda/kernels/gemm_fp8/partials.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 
@@ -139,22 +138,15 @@ __device__ __forceinline__ void kv_row_finish_warp(const ActT* xr, const __nv_bf
 // the host never needs the position (a captured graph replays with the step's position). decode_positions
 // (rows = B, one per sequence): row r is finished only when decode_positions[r] closes a window, at RoPE position
 // (pos / ratio)·ratio, into y row r (no entry offset: the caller scatters). A negative position never closes.
-// extra (the window finish's, kDim 512): pack_pool: the finished row r is also packed into pool row pack_first + r
-// as sm90_kv_pack stores it (WindowKvFinishArgs::pool); partials (bf16): x is y, first formed from a K-split GEMM's
-// partial sums (WindowKvFinishArgs::partials).
-struct KvRowFinishExtras {
-    void* pack_pool = nullptr;
-    int64_t pack_first = 0;
-    const float* partials = nullptr;
-    int splits = 0;
-};
+// pack_pool (kDim 512, or null): the finished row r is also packed into pool row pack_first + r as sm90_kv_pack
+// stores it (WindowKvFinishArgs::pool).
 template <typename ActT, int kDim>
 __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     sm90_kv_row_finish_kernel(const ActT* x, int64_t rows, const __nv_bfloat16* __restrict__ norm, float eps,
                               const int64_t* __restrict__ positions, int64_t first_window, int64_t ratio,
                               backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y,
                               const int64_t* __restrict__ decode_position, const int64_t* __restrict__ decode_positions,
-                              const KvRowFinishExtras extra) {
+                              void* __restrict__ pack_pool, int64_t pack_first) {
     pdl_enter();
     static_assert(kDim == 512 || kDim == 128);
     const int64_t r = int64_t(blockIdx.x) * KvFinishConfig::kWarps + (threadIdx.x >> 5);
@@ -173,36 +165,21 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     } else {
         pos = positions ? positions[r] : (first_window + r) * ratio;
     }
-    if constexpr (kDim == 512 && std::is_same_v<ActT, __nv_bfloat16>) {
-        if (extra
-                .partials) {  // the GEMM's output row as its reduction would store it, each lane the chunks it finishes
-            const int lane = threadIdx.x & 31;
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int64_t at = r * kDim + 8 * (lane + 32 * j);
-                float v[8];
-                reduce_partials<8>(extra.partials, extra.splits, size_t(rows) * kDim, size_t(at), v);
-                store8(y + at, v);
-            }
-            x = y;  // read back below by the lanes that stored them
-        }
-    }
     kv_row_finish_warp<ActT, kDim>(x + r * kDim, norm, eps, pos, freqs, sim,
                                    normed ? normed + r * kDim : nullptr, y + r * kDim);
     if constexpr (kDim == 512) {
-        if (extra.pack_pool) {  // each lane packs the chunks it stored (lane L: chunks L, L + 32), read back from y
+        if (pack_pool) {  // each lane packs the chunks it stored (lane L: chunks L, L + 32), read back from y
             const int lane = threadIdx.x & 31;
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int c = lane + 32 * j;
                 if constexpr (std::is_same_v<ActT, __nv_bfloat16>) {
                     const uint4 raw = *reinterpret_cast<const uint4*>(y + r * kDim + 8 * c);
-                    kv_pack_ref_chunk(raw, c,
-                                      static_cast<uint8_t*>(extra.pack_pool) + (extra.pack_first + r) * kKvFp8RowBytes);
+                    kv_pack_ref_chunk(raw, c, static_cast<uint8_t*>(pack_pool) + (pack_first + r) * kKvFp8RowBytes);
                 } else {  // kF32 pool rows are the f32 rows
                     const float4* src = reinterpret_cast<const float4*>(y + r * kDim + 8 * c);
-                    float4* dst = reinterpret_cast<float4*>(static_cast<float*>(extra.pack_pool) +
-                                                            (extra.pack_first + r) * kDim + 8 * c);
+                    float4* dst =
+                        reinterpret_cast<float4*>(static_cast<float*>(pack_pool) + (pack_first + r) * kDim + 8 * c);
                     dst[0] = src[0];
                     dst[1] = src[1];
                 }

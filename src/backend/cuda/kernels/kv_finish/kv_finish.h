@@ -25,11 +25,6 @@ struct WindowKvFinishArgs {
     float eps = 1e-6f;
     void* pool = nullptr;  // [pool rows, kv_row_bytes] (kv_store.h), 16-byte aligned
     int64_t pool_first = 0;
-    // Optional (kReference): kv's values as the K-split partial sums of the FP8 GEMM that produces them
-    // (Fp8GemmPartials, [splits][T, 512] f32): the finish first stores the bf16 rows the GEMM's own reduction would
-    // have stored into kv, then finishes them.
-    const float* partials = nullptr;
-    int splits = 0;
 };
 Status sm90_window_kv_finish(backend::Precision precision, const WindowKvFinishArgs& a, StreamHandle stream);
 

@@ -3,7 +3,6 @@
 
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
-#include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 
@@ -18,7 +17,7 @@ template <typename ActT, typename WeightT>
 void launch_rmsnorm(const RmsNormArgs& a, cudaStream_t s) {
     sm90_rmsnorm_kernel<ActT, WeightT><<<unsigned(a.rows), Cfg::kNormThreads, 0, s>>>(
         static_cast<const ActT*>(a.x), static_cast<const WeightT*>(a.weight.data), int(a.dim), a.eps,
-        static_cast<ActT*>(a.y), a.codes, a.scales, a.partials, a.partials ? a.splits : 0);
+        static_cast<ActT*>(a.y), a.codes, a.scales);
 }
 
 template <typename ActT>
@@ -32,12 +31,7 @@ void launch_rmsnorm_act(const RmsNormArgs& a, cudaStream_t s) {
 
 Status sm90_rmsnorm(Precision precision, const RmsNormArgs& a, StreamHandle stream) {
     const std::string op = "sm90_rmsnorm";
-    if ((!a.x && !a.partials) || !a.y || a.rows < 0 || a.dim <= 0)
-        return invalid_argument(op + ": null pointer or bad shape");
-    if (a.partials && (precision != Precision::kReference || a.splits < 1 || a.splits > kFp8GemmMaxSplits ||
-                       !is_aligned(a.partials, 16)))
-        return invalid_argument(op + ": partials need reference precision, 1.." + std::to_string(kFp8GemmMaxSplits) +
-                                " splits and 16-byte alignment");
+    if (!a.x || !a.y || a.rows < 0 || a.dim <= 0) return invalid_argument(op + ": null pointer or bad shape");
     if (a.dim % 8 != 0 || a.dim > Cfg::kNormThreads * 8 * Cfg::kNormMaxChunks)
         return invalid_argument(op + ": dim " + std::to_string(a.dim) + " must be a multiple of 8 and at most 8192");
     if (!is_aligned(a.x, 16) || !is_aligned(a.y, 16)) return invalid_argument(op + ": activations not 16-byte aligned");

@@ -7,7 +7,6 @@
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/act_quant/e4m3_chunk.cuh"
-#include "backend/cuda/kernels/gemm_fp8/partials.cuh"
 #include "backend/ops.h"
 
 namespace dsv4::cuda {
@@ -54,12 +53,10 @@ __device__ __forceinline__ void rotate_pair(float& a, float& b, float c, float s
 
 // grid: rows; block: kNormThreads. WeightT: void (none), __nv_bfloat16 or float. codes / scales (bf16 activations,
 // dim % 128 == 0, or null): y's e4m3 block-128 quantisation, the 16 lanes of a half warp holding a block's chunks.
-// partials (bf16 activations, or null): x as a K-split GEMM's partial sums (RmsNormArgs::partials).
 template <typename ActT, typename WeightT>
 __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
     sm90_rmsnorm_kernel(const ActT* __restrict__ x, const WeightT* __restrict__ w, int dim, float eps,
-                        ActT* __restrict__ y, uint8_t* __restrict__ codes, float* __restrict__ scales,
-                        const float* __restrict__ partials, int splits) {
+                        ActT* __restrict__ y, uint8_t* __restrict__ codes, float* __restrict__ scales) {
     pdl_enter();
     constexpr int kT = NormRopeConfig::kNormThreads, kC = NormRopeConfig::kNormMaxChunks;
     const int64_t row = blockIdx.x;
@@ -70,10 +67,7 @@ __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
     for (int j = 0; j < kC; ++j) {
         const int c = (threadIdx.x + j * kT) * 8;
         if (c < dim) {
-            if (partials)
-                reduce_partials<8>(partials, splits, size_t(gridDim.x) * dim, size_t(row) * dim + c, v[j]);
-            else
-                load8(xr + c, v[j]);
+            load8(xr + c, v[j]);
 #pragma unroll
             for (int i = 0; i < 8; ++i) ss += double(v[j][i]) * double(v[j][i]);
         }

@@ -26,11 +26,6 @@ struct RmsNormArgs {
     // norm's launch. Both or neither.
     uint8_t* codes = nullptr;
     float* scales = nullptr;
-    // Optional (kReference): x given as the K-split partial sums of the FP8 GEMM that produces it (Fp8GemmPartials,
-    // [splits][rows, dim] f32): the norm reduces them first, the bf16 rows the GEMM's own reduction would have
-    // stored (x itself is then neither read nor written; it may be null).
-    const float* partials = nullptr;
-    int splits = 0;
 };
 Status sm90_rmsnorm(backend::Precision precision, const RmsNormArgs& a, StreamHandle stream);
 
