@@ -1,5 +1,5 @@
 // The per-chunk e4m3 block quantisation shared by the kernels that quantise activations (act_quant.cuh's kernel and
-// the norms that write their output's codes: norm_rope.cuh, mhc.cuh). Device functions only, so that any kernel
+// the norm that writes its output's codes: norm_rope.cuh). Device functions only, so that any kernel
 // header may include it (act_quant.cuh defines kernels and belongs to act_quant.cu alone).
 #pragma once
 
@@ -16,7 +16,7 @@ inline constexpr float kE4m3ChunkMax = 448.0f, kE4m3ChunkAmaxFloor = 1e-4f;
 // = 8·group values; every lane of the warp must call it, `v` zero on lanes without values): the block's UE8M0
 // exponent e (amax over the group, floored, over 448) and the thread's 8 codes of v·2^-e (exact scaling, clamped
 // to ±448, RNE) in channel order, four per word. Every kernel that quantises activations to e4m3 blocks
-// takes this one function, so their codes and scales are the same bits (the fused norms' against act_quant's).
+// takes this one function, so their codes and scales are the same bits (the fused norm's against act_quant's).
 struct E4m3Chunk {
     uint32_t packed[2];
     int e;
