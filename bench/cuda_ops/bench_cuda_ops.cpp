@@ -297,13 +297,55 @@ void bench_forward_ops(StreamHandle s, std::mt19937_64& rng, int64_t T) {
     }
 }
 
+// The decode and prefill FP8 GEMMs (activations pre-quantised): the attention projections of V4-Flash.
+void bench_fp8_gemms(StreamHandle s, std::mt19937_64& rng, int64_t T) {
+    struct G {
+        const char* name;
+        int64_t n, k;
+    };
+    for (const G g :
+         {G{"wq_b 32768x1024", 32768, 1024}, G{"wo_b 4096x8192", 4096, 8192}, G{"wq_a 1024x4096", 1024, 4096},
+          G{"wkv 512x4096", 512, 4096}, G{"index wq_b 8192x1024", 8192, 1024}}) {
+        const size_t wbytes = size_t(g.n * g.k), abytes = size_t(T * g.k);
+        const size_t bytes = wbytes + abytes + size_t(T * g.k / 128) * 4 + size_t(T * g.n) * 2;
+        const int n = T >= 1024 ? 2 : copies_for(bytes);
+        std::vector<DeviceBuffer> wd, wsc;
+        for (int i = 0; i < n; ++i) {
+            wd.push_back(random_buffer(rng, wbytes, false));
+            std::vector<uint8_t> sc(size_t(((g.n + 127) / 128) * (g.k / 128)), 127);
+            auto b = DeviceBuffer::allocate(sc.size());
+            CHECK(b.status());
+            CHECK(b->upload(sc.data(), sc.size()));
+            wsc.push_back(std::move(*b));
+        }
+        DeviceBuffer a = random_buffer(rng, abytes, false);
+        std::vector<float> ones(size_t(T * g.k / 128), 1.0f);
+        auto as = DeviceBuffer::allocate(ones.size() * 4);
+        CHECK(as.status());
+        CHECK(as->upload(ones.data(), ones.size() * 4));
+        auto y = DeviceBuffer::allocate(size_t(T * g.n) * 2);
+        const size_t wsb = sm90_fp8_gemm_workspace_bytes(T, g.n, g.k);
+        auto ws = DeviceBuffer::allocate(wsb);
+        CHECK(y.status());
+        CHECK(ws.status());
+        const double us = time_us(s, n, [&](int i) {
+            DeviceWeightView w{backend::WeightFormat::kFP8Block, g.n, g.k, wd[size_t(i)].data(),
+                               wsc[size_t(i)].as<uint8_t>()};
+            return sm90_fp8_gemm_block128({a.as<uint8_t>(), as->as<float>(), T, w, y->data(), ws->as<float>(), wsb}, s);
+        });
+        row("sm90_fp8_gemm_block128", g.name, T, us, double(bytes), 2.0 * double(T) * double(g.n) * double(g.k));
+    }
+}
+
 }  // namespace
 
 // `dsv4_bench_cuda_ops forward` times only the forward ops past the GEMMs; `dsv4_bench_cuda_ops mhc` only the mHC
-// kernels at V4-Flash (D 4096) and V4-Pro (D 7168) hidden sizes.
+// kernels at V4-Flash (D 4096) and V4-Pro (D 7168) hidden sizes; `dsv4_bench_cuda_ops gemm` only the FP8 GEMMs, at
+// the decode token counts on both sides of the register-streaming kernel's limit (8) and two prefill-like ones.
 int main(int argc, char** argv) {
     const bool forward_only = argc > 1 && std::string(argv[1]) == "forward";
     const bool mhc_only = argc > 1 && std::string(argv[1]) == "mhc";
+    const bool gemm_only = argc > 1 && std::string(argv[1]) == "gemm";
     auto stream_r = Stream::create();
     CHECK(stream_r.status());
     const StreamHandle s = stream_r->handle();
@@ -325,6 +367,10 @@ int main(int argc, char** argv) {
             bench_mhc(s, rng, T, 4096);
             bench_mhc(s, rng, T, 7168);
         }
+        return 0;
+    }
+    if (gemm_only) {
+        for (const int64_t T : {1, 2, 4, 8, 9, 16, 64, 4096}) bench_fp8_gemms(s, rng, T);
         return 0;
     }
     for (const int64_t T : {int64_t(1), int64_t(8), int64_t(64), int64_t(4096)}) {
@@ -401,43 +447,7 @@ int main(int argc, char** argv) {
             });
             row("sm90_fp4_quant_e2m1", "[T,64,128] sim", T, us, double(bytes), 0);
         }
-        // FP8 GEMMs (activations pre-quantised): wq_b [32768, 1024], wo_b [4096, 8192], wq_a [1024, 4096]
-        struct G {
-            const char* name;
-            int64_t n, k;
-        };
-        for (const G g :
-             {G{"wq_b 32768x1024", 32768, 1024}, G{"wo_b 4096x8192", 4096, 8192}, G{"wq_a 1024x4096", 1024, 4096}}) {
-            const size_t wbytes = size_t(g.n * g.k), abytes = size_t(T * g.k);
-            const size_t bytes = wbytes + abytes + size_t(T * g.k / 128) * 4 + size_t(T * g.n) * 2;
-            const int n = T >= 1024 ? 2 : copies_for(bytes);
-            std::vector<DeviceBuffer> wd, wsc;
-            for (int i = 0; i < n; ++i) {
-                wd.push_back(random_buffer(rng, wbytes, false));
-                std::vector<uint8_t> sc(size_t(((g.n + 127) / 128) * (g.k / 128)), 127);
-                auto b = DeviceBuffer::allocate(sc.size());
-                CHECK(b.status());
-                CHECK(b->upload(sc.data(), sc.size()));
-                wsc.push_back(std::move(*b));
-            }
-            DeviceBuffer a = random_buffer(rng, abytes, false);
-            std::vector<float> ones(size_t(T * g.k / 128), 1.0f);
-            auto as = DeviceBuffer::allocate(ones.size() * 4);
-            CHECK(as.status());
-            CHECK(as->upload(ones.data(), ones.size() * 4));
-            auto y = DeviceBuffer::allocate(size_t(T * g.n) * 2);
-            const size_t wsb = sm90_fp8_gemm_workspace_bytes(T, g.n, g.k);
-            auto ws = DeviceBuffer::allocate(wsb);
-            CHECK(y.status());
-            CHECK(ws.status());
-            const double us = time_us(s, n, [&](int i) {
-                DeviceWeightView w{backend::WeightFormat::kFP8Block, g.n, g.k, wd[size_t(i)].data(),
-                                   wsc[size_t(i)].as<uint8_t>()};
-                return sm90_fp8_gemm_block128({a.as<uint8_t>(), as->as<float>(), T, w, y->data(), ws->as<float>(), wsb},
-                                              s);
-            });
-            row("sm90_fp8_gemm_block128", g.name, T, us, double(bytes), 2.0 * double(T) * double(g.n) * double(g.k));
-        }
+        bench_fp8_gemms(s, rng, T);
         bench_forward_ops(s, rng, T);
     }
     CHECK(stream_r->synchronize());

@@ -5,6 +5,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.cuh"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
+#include "backend/cuda/kernels/gemm_fp8/gemv_fp8.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -54,7 +55,7 @@ Status launch(const Fp8GemmArgs& a, const Plan& p, cudaStream_t s) {
 }  // namespace
 
 size_t sm90_fp8_gemm_workspace_bytes(int64_t tokens, int64_t n, int64_t k) {
-    if (tokens <= 0 || n <= 0 || k < Cfg::kBK) return 0;
+    if (tokens <= 0 || n <= 0 || k < Cfg::kBK || tokens <= kFp8GemvMaxTokens) return 0;
     const Plan p = make_plan(tokens, n, k);
     return p.splits > 1 ? size_t(p.splits) * size_t(tokens) * size_t(n) * sizeof(float) : 0;
 }
@@ -75,7 +76,7 @@ Status check_and_plan(const Fp8GemmArgs& a, const std::string& op, Plan& plan) {
         return invalid_argument(op + ": activation codes and weight must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
     plan = make_plan(a.tokens, a.w.rows, a.w.cols);
-    if (plan.splits > 1) {
+    if (plan.splits > 1 && a.tokens > kFp8GemvMaxTokens) {  // the decode path (gemv_fp8.h) needs no workspace
         const size_t need = sm90_fp8_gemm_workspace_bytes(a.tokens, a.w.rows, a.w.cols);
         if (!a.workspace || a.workspace_bytes < need)
             return invalid_argument(op + ": split-K needs a workspace of " + std::to_string(need) + " bytes, got " +
@@ -97,7 +98,7 @@ Status sm90_fp8_gemm_block128_partials(const Fp8GemmArgs& a, Fp8GemmPartials& ou
     out = {};
     Plan p;
     DSV4_RETURN_IF_ERROR(check_and_plan(a, "sm90_fp8_gemm_block128", p));
-    if (a.tokens == 0 || p.splits <= 1) return Status::ok();
+    if (a.tokens == 0 || a.tokens <= kFp8GemvMaxTokens || p.splits <= 1) return Status::ok();
     DSV4_RETURN_IF_ERROR(launch_plan(a, p, stream));
     out = {a.workspace, p.splits};
     return Status::ok();
@@ -108,6 +109,7 @@ Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream) {
     Plan p;
     DSV4_RETURN_IF_ERROR(check_and_plan(a, op, p));
     if (a.tokens == 0) return Status::ok();
+    if (a.tokens <= kFp8GemvMaxTokens) return launch_fp8_gemv(a, stream);
     DSV4_RETURN_IF_ERROR(launch_plan(a, p, stream));
     if (p.splits > 1) {
         const int64_t n_out = a.tokens * a.w.rows;

@@ -1,0 +1,181 @@
+// sm90_fp8_gemv: y = W·x for 1-8 tokens (decode), the numerics of sm90_fp8_gemm_block128 (gemm_fp8.cuh): per
+// 128-wide K block an f32 tensor-core sum of exact e4m3 products, then y += acc · (a_scale · w_scale) with separate
+// IEEE multiply and add; bf16 out.
+//
+// Why a second kernel: at one token the shared-memory ring GEMM streams its weight at ~2.0-2.6 TB/s (docs/perf.md):
+// a 64-row tile lives only 8 K blocks at q_b's shape, so each block is mostly ramp-up and tail, and shapes with few
+// output tiles (wo_b, q_a, wkv) split K across blocks and need a second launch to reduce. Here every byte goes from
+// global memory straight into the registers of the one warp that uses it, as the MoE decode kernel's FP8-block stage
+// does (3.4-3.7 TB/s at its decode shapes, docs/kernels/moe.md): no shared-memory staging, no block-wide barrier per
+// K block, the next K block's weight loads issued before the current one is multiplied, and the K splits of a
+// 16-row tile are warps of the same block, reduced through shared memory in split order in the same launch.
+//
+// Block: 8 warps = RT row tiles of 16 x KS K splits (RT · KS = 8; KS chosen by the launcher so that the grid has
+// about one warp per resident-warp slot of the GPU). Warp (rt, ks) owns rows row0 + 16·rt + {g, g+8} (g = lane/4)
+// and a contiguous run of K blocks. Lane t = lane%4 owns bytes 16t..16t+15 and 64+16t..64+16t+15 of each 128-byte
+// K block (each 16-byte load of the warp covers whole 64-byte row segments); its 32 bytes form 16 e4m3 pairs
+// (bytes 2p, 2p+1), MMA j (m16n8k16, f16 from cvt.f16x2.e4m3x2, exact) takes pairs 2j (a0/a1, b0) and 2j+1
+// (a2/a3, b1). The token's activation bytes are loaded with the same pattern (token = MMA column g: lanes with
+// g >= T feed zeros), so each lane multiplies matching elements; which 16 elements one MMA sums is a permutation
+// of the block's, exact products either way.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/gemm_fp8/gemv_fp8.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32, kBK = 128;
+
+__device__ __forceinline__ uint4 ld_weight16(const uint8_t* p) {  // read once: no L1 allocation
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
+    const uint4& h = v[i >> 2];
+    return (i & 3) == 0 ? h.x : (i & 3) == 1 ? h.y : (i & 3) == 2 ? h.z : h.w;
+}
+
+// One K block's weight bytes of the lane: [row g, g+8][half].
+struct WeightRegs {
+    uint4 lo[2], hi[2];
+};
+
+template <int KS>
+__global__ void __launch_bounds__(kThreads, 2)
+    sm90_fp8_gemv_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_scale,
+                         const uint8_t* __restrict__ a, const float* __restrict__ a_scale, int N, int K, int T,
+                         __nv_bfloat16* __restrict__ y) {
+    pdl_enter(false);
+    // the first two K blocks' weight loads are issued before the wait (weights are written only at model load)
+    constexpr int RT = kWarps / KS;
+    __shared__ float4 red[KS > 1 ? (KS - 1) * RT * 32 : 1];
+    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+    const int rt = warp % RT, ks = warp / RT;
+    const int row0 = (int(blockIdx.x) * RT + rt) * 16;  // may be >= N for the last block's extra tiles
+    const bool tile = row0 < N;
+    const int r_lo = min(row0 + g, N - 1), r_hi = min(row0 + g + 8, N - 1);
+    const int KB = K / kBK, per = (KB + KS - 1) / KS;
+    const int kb_begin = min(KB, ks * per), kb_end = tile ? min(KB, kb_begin + per) : kb_begin;
+    const uint8_t* wl = w + size_t(r_lo) * size_t(K) + 16 * t;
+    const uint8_t* wh = w + size_t(r_hi) * size_t(K) + 16 * t;
+    auto load = [&](int kb, WeightRegs& r) {
+        const size_t o = size_t(kb) * kBK;
+        r.lo[0] = ld_weight16(wl + o), r.lo[1] = ld_weight16(wl + o + 64);
+        r.hi[0] = ld_weight16(wh + o), r.hi[1] = ld_weight16(wh + o + 64);
+    };
+    WeightRegs ra, rb;
+    if (kb_begin < kb_end) load(kb_begin, ra);
+    if (kb_begin + 1 < kb_end) load(kb_begin + 1, rb);
+    pdl_wait();
+
+    const bool tok_b = g < T, col0 = 2 * t < T, col1 = 2 * t + 1 < T;
+    const uint4* arow = reinterpret_cast<const uint4*>(a + size_t(tok_b ? g : 0) * size_t(K) + 16 * t);
+    const float* srow0 = a_scale + size_t(col0 ? 2 * t : 0) * size_t(KB);
+    const float* srow1 = a_scale + size_t(col1 ? 2 * t + 1 : 0) * size_t(KB);
+    const uint8_t* wsrow = w_scale + size_t(min(row0, N - 1) / 128) * size_t(KB);
+    float yv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    auto multiply = [&](int kb, const WeightRegs& r) {
+        uint4 av[2];
+        av[0] = tok_b ? __ldg(arow + kb * (kBK / 16)) : make_uint4(0, 0, 0, 0);
+        av[1] = tok_b ? __ldg(arow + kb * (kBK / 16) + 4) : make_uint4(0, 0, 0, 0);
+        const float sa0 = col0 ? __ldg(srow0 + kb) : 0.0f, sa1 = col1 ? __ldg(srow1 + kb) : 0.0f;
+        const float sw = e8m0_to_f32(__ldg(wsrow + kb));
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t l = word(r.lo, j), h = word(r.hi, j), b = word(av, j);
+            mma_16816(acc, e4m3x2_f16x2(l), e4m3x2_f16x2(h), e4m3x2_f16x2_hi(l), e4m3x2_f16x2_hi(h), e4m3x2_f16x2(b),
+                      e4m3x2_f16x2_hi(b));
+        }
+        const float s0 = __fmul_rn(sa0, sw), s1 = __fmul_rn(sa1, sw);
+        yv[0] = __fadd_rn(yv[0], __fmul_rn(acc[0], s0));
+        yv[1] = __fadd_rn(yv[1], __fmul_rn(acc[1], s1));
+        yv[2] = __fadd_rn(yv[2], __fmul_rn(acc[2], s0));
+        yv[3] = __fadd_rn(yv[3], __fmul_rn(acc[3], s1));
+    };
+    // two register sets: the loads of K block kb + 1 are in flight while kb is multiplied
+    for (int kb = kb_begin; kb < kb_end; kb += 2) {
+        multiply(kb, ra);
+        if (kb + 2 < kb_end) load(kb + 2, ra);
+        if (kb + 1 < kb_end) {
+            multiply(kb + 1, rb);
+            if (kb + 3 < kb_end) load(kb + 3, rb);
+        }
+    }
+
+    // K splits: warps ks > 0 leave their sums, ks == 0 adds them in split order
+    if constexpr (KS > 1) {
+        if (ks > 0) red[((ks - 1) * RT + rt) * 32 + lane] = make_float4(yv[0], yv[1], yv[2], yv[3]);
+        __syncthreads();
+        if (ks > 0) return;
+#pragma unroll
+        for (int s = 1; s < KS; ++s) {
+            const float4 v = red[((s - 1) * RT + rt) * 32 + lane];
+            yv[0] = __fadd_rn(yv[0], v.x), yv[1] = __fadd_rn(yv[1], v.y);
+            yv[2] = __fadd_rn(yv[2], v.z), yv[3] = __fadd_rn(yv[3], v.w);
+        }
+    }
+    // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int n = row0 + g + (i >= 2 ? 8 : 0), tok = 2 * t + (i & 1);
+        if (n < N && tok < T) y[size_t(tok) * size_t(N) + n] = __float2bfloat16_rn(yv[i]);
+    }
+}
+
+// K splits per 16-row tile: the fewest that give at least 3/4 of a warp per resident-warp slot (2 blocks of 8 warps
+// per SM), at most 8 (one block) and at least 2 K blocks per split.
+int k_splits(int64_t n, int64_t k) {
+    const int64_t tiles = (n + 15) / 16, slots = int64_t(current_sm_count()) * 2 * kWarps, kb = k / kBK;
+    int ks = 1;
+    while (ks < kWarps && 4 * tiles * ks < 3 * slots && 4 * ks <= kb) ks *= 2;
+    return ks;
+}
+
+template <int KS>
+Status launch(const Fp8GemmArgs& a, StreamHandle s) {
+    constexpr int RT = kWarps / KS;
+    const int64_t tiles = (a.w.rows + 15) / 16;
+    const unsigned grid = unsigned((tiles + RT - 1) / RT);
+    sm90_fp8_gemv_kernel<KS><<<grid, kThreads, 0, s>>>(static_cast<const uint8_t*>(a.w.data), a.w.scale, a.a_codes,
+                                                       a.a_scale, int(a.w.rows), int(a.w.cols), int(a.tokens),
+                                                       static_cast<__nv_bfloat16*>(a.y));
+    return launch_status("sm90_fp8_gemv");
+}
+
+}  // namespace
+
+Status launch_fp8_gemv(const Fp8GemmArgs& a, StreamHandle stream) {
+    if (a.tokens < 1 || a.tokens > kFp8GemvMaxTokens)
+        return invalid_argument("sm90_fp8_gemv: " + std::to_string(a.tokens) + " tokens, expected 1.." +
+                                std::to_string(kFp8GemvMaxTokens));
+    switch (k_splits(a.w.rows, a.w.cols)) {
+        case 1:
+            return launch<1>(a, stream);
+        case 2:
+            return launch<2>(a, stream);
+        case 4:
+            return launch<4>(a, stream);
+        default:
+            return launch<8>(a, stream);
+    }
+}
+
+}  // namespace dsv4::cuda
