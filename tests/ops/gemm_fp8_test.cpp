@@ -120,12 +120,15 @@ TEST(CudaFp8Gemm, MatchesCpuLinearAtTestModelShapes) {
 TEST(CudaFp8Gemm, DecodePathAtEveryTokenCountAndSplit) {
     DSV4_REQUIRE_GPU();
     std::mt19937_64 rng(fresh_seed());
-    // 1-8 tokens run the register-streaming kernel (gemv_fp8.cu); its K splits inside a block are 1 (q_b), 2 (N 16000,
+    // 1-16 tokens run the register-streaming kernel (gemv_fp8.cu); its K splits inside a block are 1 (q_b), 2 (N 16000,
     // K 512), 4 (indexer q_b) or 8 (o_b, q_a, wkv, N 1000) by shape; N off the 16-row tile and the 128-row scale block
     for (int64_t t = 1; t <= 8; ++t) run_case(rng, {"decode", t, 1000, 2048});
-    const GemmCase cases[] = {{"wq_b", 8, 32768, 1024},        {"wo_b", 8, 4096, 8192}, {"wkv", 2, 512, 4096},
-                              {"indexer.wq_b", 1, 8192, 1024}, {"edge", 1, 24, 512},    {"edge", 6, 3000, 640},
-                              {"two splits", 3, 16000, 512}};
+    // two token tiles (9-16), then the ring GEMM's decode shapes with K split across blocks (17-64)
+    for (const int64_t t : {9, 16, 23, 32, 33, 50, 64}) run_case(rng, {"decode", t, 1000, 2048});
+    const GemmCase cases[] = {
+        {"wq_b", 8, 32768, 1024},        {"wo_b", 8, 4096, 8192},  {"wkv", 2, 512, 4096},
+        {"indexer.wq_b", 1, 8192, 1024}, {"edge", 1, 24, 512},     {"edge", 6, 3000, 640},
+        {"two splits", 3, 16000, 512},   {"wo_b", 64, 4096, 8192}, {"two splits", 40, 16000, 512}};
     for (const GemmCase& c : cases) run_case(rng, c);
 }
 
@@ -139,8 +142,8 @@ TEST(CudaFp8Gemm, RejectsWrongFormatAndMissingWorkspace) {
     EXPECT_NE(s.message().find("expected fp8"), std::string::npos) << s.message();
     a.w.format = backend::WeightFormat::kFP8Block;
     a.w.rows = 512;
-    a.w.cols = 4096;  // 16 tokens, 8 tiles: needs split-K (up to 8 tokens the decode path needs no workspace)
-    a.tokens = 16;
+    a.w.cols = 4096;  // 100 tokens, 16 tiles: needs split-K (up to 16 tokens the decode path needs no workspace)
+    a.tokens = 100;
     s = sm90_fp8_gemm_block128(a, nullptr);
     EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.message();
 }

@@ -2,7 +2,7 @@
 // UE8M0 128x128 block scales exactly as shipped, activations e4m3 with one f32 (power-of-two) scale per token and
 // 128 channels (sm90_act_quant_e4m3), f32 accumulation per 128-wide K block on FP8 tensor cores, then
 // y += acc · (a_scale · w_scale) in f32 over the K blocks, bf16 output. The CPU op it matches is backend::cpu::linear
-// on an FP8 weight in kReference (act_quant + quantized_gemm). Up to 8 tokens (decode) it runs as the
+// on an FP8 weight in kReference (act_quant + quantized_gemm). Up to 16 tokens (decode) it runs as the
 // register-streaming sm90_fp8_gemv (gemv_fp8.cu), which splits K only inside a block: no workspace, no partials.
 #pragma once
 
@@ -25,8 +25,8 @@ struct Fp8GemmArgs {
     size_t workspace_bytes = 0;
 };
 
-// Token counts up to this run the register-streaming decode kernel (gemv_fp8.cu; one MMA column tile of 8 tokens).
-inline constexpr int64_t kFp8GemvMaxTokens = 8;
+// Token counts up to this run the register-streaming decode kernel (gemv_fp8.cu; one or two MMA column tiles of 8).
+inline constexpr int64_t kFp8GemvMaxTokens = 16;
 
 // The most K splits a launch uses (a consumer of Fp8GemmPartials may rely on it).
 inline constexpr int kFp8GemmMaxSplits = 32;
@@ -35,7 +35,7 @@ inline constexpr int kFp8GemmMaxSplits = 32;
 size_t sm90_fp8_gemm_workspace_bytes(int64_t tokens, int64_t n, int64_t k);
 Status sm90_fp8_gemm_block128(const Fp8GemmArgs& a, StreamHandle stream);
 
-// The K-split partial sums of a launch that splits K (decode shapes above 8 tokens), left in the workspace for a
+// The K-split partial sums of a launch that splits K (decode shapes above 16 tokens), left in the workspace for a
 // consumer that reduces them itself as the first step of its own work: y = bf16(partial[0] + partial[1] + ... in split
 // order, each an IEEE f32 add) is exactly sm90_fp8_gemm_block128's y, one launch (its reduction) fewer.
 struct Fp8GemmPartials {

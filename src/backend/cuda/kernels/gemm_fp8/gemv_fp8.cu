@@ -1,4 +1,4 @@
-// sm90_fp8_gemv: y = W·x for 1-8 tokens (decode), the numerics of sm90_fp8_gemm_block128 (gemm_fp8.cuh): per
+// sm90_fp8_gemv: y = W·x for 1-16 tokens (decode), the numerics of sm90_fp8_gemm_block128 (gemm_fp8.cuh): per
 // 128-wide K block an f32 tensor-core sum of exact e4m3 products, then y += acc · (a_scale · w_scale) with separate
 // IEEE multiply and add; bf16 out.
 //
@@ -17,7 +17,10 @@
 // (bytes 2p, 2p+1), MMA j (m16n8k16, f16 from cvt.f16x2.e4m3x2, exact) takes pairs 2j (a0/a1, b0) and 2j+1
 // (a2/a3, b1). The token's activation bytes are loaded with the same pattern (token = MMA column g: lanes with
 // g >= T feed zeros), so each lane multiplies matching elements; which 16 elements one MMA sums is a permutation
-// of the block's, exact products either way.
+// of the block's, exact products either way. From 9 tokens a second tile of 8 has its own accumulators and reuses
+// the K block's f16 weight fragments, converted once. (Four and eight tiles were built and measured, 2026-12-02: at
+// 64 tokens they need 206-255 registers, one block per SM, and lost to the ring GEMM on q_b, q_a and wkv; the limit
+// is kFp8GemvMaxTokens.)
 #include <algorithm>
 #include <string>
 
@@ -57,7 +60,7 @@ struct WeightRegs {
     uint4 lo[2], hi[2];
 };
 
-template <int KS>
+template <int KS, int NT>
 __global__ void __launch_bounds__(kThreads, 2)
     sm90_fp8_gemv_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_scale,
                          const uint8_t* __restrict__ a, const float* __restrict__ a_scale, int N, int K, int T,
@@ -65,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     pdl_enter(false);
     // the first two K blocks' weight loads are issued before the wait (weights are written only at model load)
     constexpr int RT = kWarps / KS;
-    __shared__ float4 red[KS > 1 ? (KS - 1) * RT * 32 : 1];
+    __shared__ float4 red[KS > 1 ? (KS - 1) * RT * NT * 32 : 1];
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
     const int rt = warp % RT, ks = warp / RT;
     const int row0 = (int(blockIdx.x) * RT + rt) * 16;  // may be >= N for the last block's extra tiles
@@ -85,58 +88,85 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (kb_begin + 1 < kb_end) load(kb_begin + 1, rb);
     pdl_wait();
 
-    const bool tok_b = g < T, col0 = 2 * t < T, col1 = 2 * t + 1 < T;
-    const uint4* arow = reinterpret_cast<const uint4*>(a + size_t(tok_b ? g : 0) * size_t(K) + 16 * t);
-    const float* srow0 = a_scale + size_t(col0 ? 2 * t : 0) * size_t(KB);
-    const float* srow1 = a_scale + size_t(col1 ? 2 * t + 1 : 0) * size_t(KB);
     const uint8_t* wsrow = w_scale + size_t(min(row0, N - 1) / 128) * size_t(KB);
-    float yv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto multiply = [&](int kb, const WeightRegs& r) {
+    float yv[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) yv[n][0] = yv[n][1] = yv[n][2] = yv[n][3] = 0.0f;
+    // Token tile n: this lane's B column is token 8n + g, its accumulator columns tokens 8n + 2t and 8n + 2t + 1.
+    auto tile_mma = [&](int kb, int n, const uint32_t(&af)[8][4], float sw) {
+        const int tb = 8 * n + g, c0 = 8 * n + 2 * t, c1 = c0 + 1;
+        const uint4* ap =
+            reinterpret_cast<const uint4*>(a + size_t(tb < T ? tb : 0) * size_t(K) + size_t(kb) * kBK + 16 * t);
         uint4 av[2];
-        av[0] = tok_b ? __ldg(arow + kb * (kBK / 16)) : make_uint4(0, 0, 0, 0);
-        av[1] = tok_b ? __ldg(arow + kb * (kBK / 16) + 4) : make_uint4(0, 0, 0, 0);
-        const float sa0 = col0 ? __ldg(srow0 + kb) : 0.0f, sa1 = col1 ? __ldg(srow1 + kb) : 0.0f;
-        const float sw = e8m0_to_f32(__ldg(wsrow + kb));
+        av[0] = tb < T ? __ldg(ap) : make_uint4(0, 0, 0, 0);
+        av[1] = tb < T ? __ldg(ap + 4) : make_uint4(0, 0, 0, 0);
+        const float sa0 = c0 < T ? __ldg(a_scale + size_t(c0) * KB + kb) : 0.0f;
+        const float sa1 = c1 < T ? __ldg(a_scale + size_t(c1) * KB + kb) : 0.0f;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const uint32_t l = word(r.lo, j), h = word(r.hi, j), b = word(av, j);
-            mma_16816(acc, e4m3x2_f16x2(l), e4m3x2_f16x2(h), e4m3x2_f16x2_hi(l), e4m3x2_f16x2_hi(h), e4m3x2_f16x2(b),
-                      e4m3x2_f16x2_hi(b));
+            const uint32_t b = word(av, j);
+            mma_16816(acc, af[j][0], af[j][1], af[j][2], af[j][3], e4m3x2_f16x2(b), e4m3x2_f16x2_hi(b));
         }
         const float s0 = __fmul_rn(sa0, sw), s1 = __fmul_rn(sa1, sw);
-        yv[0] = __fadd_rn(yv[0], __fmul_rn(acc[0], s0));
-        yv[1] = __fadd_rn(yv[1], __fmul_rn(acc[1], s1));
-        yv[2] = __fadd_rn(yv[2], __fmul_rn(acc[2], s0));
-        yv[3] = __fadd_rn(yv[3], __fmul_rn(acc[3], s1));
+        yv[n][0] = __fadd_rn(yv[n][0], __fmul_rn(acc[0], s0));
+        yv[n][1] = __fadd_rn(yv[n][1], __fmul_rn(acc[1], s1));
+        yv[n][2] = __fadd_rn(yv[n][2], __fmul_rn(acc[2], s0));
+        yv[n][3] = __fadd_rn(yv[n][3], __fmul_rn(acc[3], s1));
     };
-    // two register sets: the loads of K block kb + 1 are in flight while kb is multiplied
-    for (int kb = kb_begin; kb < kb_end; kb += 2) {
-        multiply(kb, ra);
-        if (kb + 2 < kb_end) load(kb + 2, ra);
-        if (kb + 1 < kb_end) {
-            multiply(kb + 1, rb);
-            if (kb + 3 < kb_end) load(kb + 3, rb);
+    // K block kb from register set r, which then takes K block kb + 2: one token tile converts the weights inside
+    // its MMAs and refills r after them; two convert once into f16 fragments, refill r at once (the loads are in
+    // flight during both tiles' MMAs) and reuse the fragments for each tile.
+    auto step = [&](int kb, WeightRegs& r) {
+        const float sw = e8m0_to_f32(__ldg(wsrow + kb));
+        uint32_t af[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t l = word(r.lo, j), h = word(r.hi, j);
+            af[j][0] = e4m3x2_f16x2(l), af[j][1] = e4m3x2_f16x2(h);
+            af[j][2] = e4m3x2_f16x2_hi(l), af[j][3] = e4m3x2_f16x2_hi(h);
         }
+        if constexpr (NT == 1) {
+            tile_mma(kb, 0, af, sw);
+            if (kb + 2 < kb_end) load(kb + 2, r);
+        } else {
+            if (kb + 2 < kb_end) load(kb + 2, r);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) tile_mma(kb, n, af, sw);
+        }
+    };
+    for (int kb = kb_begin; kb < kb_end; kb += 2) {
+        step(kb, ra);
+        if (kb + 1 < kb_end) step(kb + 1, rb);
     }
 
     // K splits: warps ks > 0 leave their sums, ks == 0 adds them in split order
     if constexpr (KS > 1) {
-        if (ks > 0) red[((ks - 1) * RT + rt) * 32 + lane] = make_float4(yv[0], yv[1], yv[2], yv[3]);
+        if (ks > 0) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+                red[(((ks - 1) * RT + rt) * NT + n) * 32 + lane] = make_float4(yv[n][0], yv[n][1], yv[n][2], yv[n][3]);
+        }
         __syncthreads();
         if (ks > 0) return;
 #pragma unroll
         for (int s = 1; s < KS; ++s) {
-            const float4 v = red[((s - 1) * RT + rt) * 32 + lane];
-            yv[0] = __fadd_rn(yv[0], v.x), yv[1] = __fadd_rn(yv[1], v.y);
-            yv[2] = __fadd_rn(yv[2], v.z), yv[3] = __fadd_rn(yv[3], v.w);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const float4 v = red[(((s - 1) * RT + rt) * NT + n) * 32 + lane];
+                yv[n][0] = __fadd_rn(yv[n][0], v.x), yv[n][1] = __fadd_rn(yv[n][1], v.y);
+                yv[n][2] = __fadd_rn(yv[n][2], v.z), yv[n][3] = __fadd_rn(yv[n][3], v.w);
+            }
         }
     }
-    // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens)
+    // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens) of each token tile
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int n = row0 + g + (i >= 2 ? 8 : 0), tok = 2 * t + (i & 1);
-        if (n < N && tok < T) y[size_t(tok) * size_t(N) + n] = __float2bfloat16_rn(yv[i]);
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = row0 + g + (i >= 2 ? 8 : 0), tok = 8 * n + 2 * t + (i & 1);
+            if (row < N && tok < T) y[size_t(tok) * size_t(N) + row] = __float2bfloat16_rn(yv[n][i]);
+        }
     }
 }
 
@@ -149,15 +179,29 @@ int k_splits(int64_t n, int64_t k) {
     return ks;
 }
 
-template <int KS>
+template <int KS, int NT>
 Status launch(const Fp8GemmArgs& a, StreamHandle s) {
     constexpr int RT = kWarps / KS;
     const int64_t tiles = (a.w.rows + 15) / 16;
     const unsigned grid = unsigned((tiles + RT - 1) / RT);
-    sm90_fp8_gemv_kernel<KS><<<grid, kThreads, 0, s>>>(static_cast<const uint8_t*>(a.w.data), a.w.scale, a.a_codes,
-                                                       a.a_scale, int(a.w.rows), int(a.w.cols), int(a.tokens),
-                                                       static_cast<__nv_bfloat16*>(a.y));
+    sm90_fp8_gemv_kernel<KS, NT><<<grid, kThreads, 0, s>>>(static_cast<const uint8_t*>(a.w.data), a.w.scale, a.a_codes,
+                                                           a.a_scale, int(a.w.rows), int(a.w.cols), int(a.tokens),
+                                                           static_cast<__nv_bfloat16*>(a.y));
     return launch_status("sm90_fp8_gemv");
+}
+
+template <int NT>
+Status launch_tiles(const Fp8GemmArgs& a, StreamHandle s) {
+    switch (k_splits(a.w.rows, a.w.cols)) {
+        case 1:
+            return launch<1, NT>(a, s);
+        case 2:
+            return launch<2, NT>(a, s);
+        case 4:
+            return launch<4, NT>(a, s);
+        default:
+            return launch<8, NT>(a, s);
+    }
 }
 
 }  // namespace
@@ -166,16 +210,7 @@ Status launch_fp8_gemv(const Fp8GemmArgs& a, StreamHandle stream) {
     if (a.tokens < 1 || a.tokens > kFp8GemvMaxTokens)
         return invalid_argument("sm90_fp8_gemv: " + std::to_string(a.tokens) + " tokens, expected 1.." +
                                 std::to_string(kFp8GemvMaxTokens));
-    switch (k_splits(a.w.rows, a.w.cols)) {
-        case 1:
-            return launch<1>(a, stream);
-        case 2:
-            return launch<2>(a, stream);
-        case 4:
-            return launch<4>(a, stream);
-        default:
-            return launch<8>(a, stream);
-    }
+    return a.tokens <= 8 ? launch_tiles<1>(a, stream) : launch_tiles<2>(a, stream);
 }
 
 }  // namespace dsv4::cuda

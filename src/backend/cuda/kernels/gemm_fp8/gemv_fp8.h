@@ -1,4 +1,4 @@
-// The decode-shape path of sm90_fp8_gemm_block128 (gemm_fp8.h): the same W8A8 product for up to 8 tokens, with the
+// The decode-shape path of sm90_fp8_gemm_block128 (gemm_fp8.h): the same W8A8 product for up to 16 tokens, with the
 // weight streamed from global memory straight into registers instead of through a shared-memory ring. Internal to
 // gemm_fp8/: the launcher there picks it; gemv_fp8.cu says why it is faster at these shapes.
 #pragma once
