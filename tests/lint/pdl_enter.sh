@@ -5,38 +5,20 @@
 # the wait under the rules in pdl.cuh; it is still the first statement. Usage: pdl_enter.sh ROOT
 set -euo pipefail
 root="${1:?usage: pdl_enter.sh SOURCE_ROOT}"
-python3 - "$root" <<'PY'
+lib="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib" && pwd)"  # the kernel finder, shared with removal-patch
+python3 - "$root" "$lib" <<'PY'
 import pathlib, re, sys
-root = pathlib.Path(sys.argv[1]) / "src" / "backend" / "cuda"
+root = pathlib.Path(sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+from cuda_kernels import backend_kernels
 kernels, bad = 0, []
-for f in sorted(list(root.rglob("*.cu")) + list(root.rglob("*.cuh"))):
-    s = f.read_text()
-    for m in re.finditer(r"__global__", s):
-        line_start = s.rfind("\n", 0, m.start()) + 1
-        if s[line_start:m.start()].strip().startswith("//"):
-            continue
-        j, depth, seen = m.end(), 0, False
-        while j < len(s):  # the body's opening brace: the first '{' after the parameter list
-            c = s[j]
-            if c == "(":
-                depth, seen = depth + 1, True
-            elif c == ")":
-                depth -= 1
-            elif c == ";" and depth == 0:
-                j = -1  # a declaration
-                break
-            elif c == "{" and depth == 0 and seen:
-                break
-            j += 1
-        if j < 0:
-            continue
+for f, _, found in backend_kernels(root):
+    for k in found:
         kernels += 1
-        first = s[j + 1:].lstrip().split("\n", 1)[0].strip()
-        if not re.fullmatch(r"pdl_enter\([^;]*\);", first):
-            line = s.count("\n", 0, m.start()) + 1
-            bad.append(f"{f.relative_to(root.parents[2])}:{line}: first statement is '{first}'")
+        if not re.fullmatch(r"pdl_enter\([^;]*\);", k.first):
+            bad.append(f"{f.relative_to(root)}:{k.line}: first statement is '{k.first}'")
 if kernels == 0:
-    sys.exit(f"no __global__ function found under {root}: wrong source root?")
+    sys.exit(f"no __global__ function found under {root / 'src/backend/cuda'}: wrong source root?")
 if bad:
     print("kernels that do not begin with pdl_enter():", *bad, sep="\n  ")
     sys.exit(1)
