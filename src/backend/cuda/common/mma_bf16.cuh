@@ -1,5 +1,6 @@
 // bf16 tensor-core building blocks shared by the attention, indexer and wo_a kernels (sm_80+ mma.sync m16n8k16,
-// f32 accumulators) and the f32-as-three-bf16 split that lets f32 mode use the same tensor-core path.
+// f32 accumulators), its f16 twin for the MoE decode kernels and the FP8 decode GEMV (e4m3 / e2m1 values as f16),
+// and the f32-as-three-bf16 split that lets f32 mode use the same tensor-core path.
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k16", g = lane / 4, q = lane % 4):
 //   A 16x16 row-major: {a0,a1} = A[g][2q..2q+1], {a2,a3} = A[g+8][2q..], {a4,a5} = A[g][2q+8..], {a6,a7} =
@@ -21,6 +22,15 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The same with f16 inputs. Not volatile: the MoE decode kernels' schedules were measured with ptxas free to move it.
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // Four 8x8 b16 matrices; lane L gives the address of row L % 8 of matrix L / 8.

@@ -25,6 +25,8 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/ld_stream.cuh"
+#include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/gemm_fp8/gemv_fp8.h"
@@ -33,22 +35,6 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32, kBK = 128;
-
-__device__ __forceinline__ uint4 ld_weight16(const uint8_t* p) {  // read once: no L1 allocation
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
     const uint4& h = v[i >> 2];
@@ -80,8 +66,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint8_t* wh = w + size_t(r_hi) * size_t(K) + 16 * t;
     auto load = [&](int kb, WeightRegs& r) {
         const size_t o = size_t(kb) * kBK;
-        r.lo[0] = ld_weight16(wl + o), r.lo[1] = ld_weight16(wl + o + 64);
-        r.hi[0] = ld_weight16(wh + o), r.hi[1] = ld_weight16(wh + o + 64);
+        r.lo[0] = ld_stream16(wl + o), r.lo[1] = ld_stream16(wl + o + 64);
+        r.hi[0] = ld_stream16(wh + o), r.hi[1] = ld_stream16(wh + o + 64);
     };
     WeightRegs ra, rb;
     if (kb_begin < kb_end) load(kb_begin, ra);
@@ -106,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const uint32_t b = word(av, j);
-            mma_16816(acc, af[j][0], af[j][1], af[j][2], af[j][3], e4m3x2_f16x2(b), e4m3x2_f16x2_hi(b));
+            mma_f16_16816(acc, af[j][0], af[j][1], af[j][2], af[j][3], e4m3x2_f16x2(b), e4m3x2_f16x2_hi(b));
         }
         const float s0 = __fmul_rn(sa0, sw), s1 = __fmul_rn(sa1, sw);
         yv[n][0] = __fadd_rn(yv[n][0], __fmul_rn(acc[0], s0));

@@ -55,6 +55,8 @@
 
 #include <type_traits>
 
+#include "backend/cuda/common/ld_stream.cuh"
+#include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/regimes.h"
 #include "backend/cuda/common/workspace.h"
@@ -223,28 +225,6 @@ __device__ __forceinline__ uint32_t pow2_f16x2(int n) {
     return b | (b << 16);
 }
 
-__device__ __forceinline__ void mma_f16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 16-byte streaming load of weight bytes (read once per step: no L1 allocation).
-__device__ __forceinline__ uint4 ld_stream16(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint2 ld_stream8(const void* p) {
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -296,17 +276,6 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
 }
 
 // ---------------------------------------------------------------------------------- NVFP4 and FP8-block stages
-
-__device__ __forceinline__ uint32_t ld_stream_u16(const void* p) {
-    unsigned short v;
-    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint32_t ld_stream_u8(const void* p) {
-    uint32_t v;
-    asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
 
 // NVFP4 stage of one 128-block: as block128_mma, but lane t's 32-block carries two e4m3 group scales per row
 // (sc_lo / sc_hi: bits 0-7 for elements 0-15 = MMAs j < 4, bits 8-15 for elements 16-31), and the per-(row, token)
