@@ -341,7 +341,8 @@ void bench_fp8_gemms(StreamHandle s, std::mt19937_64& rng, int64_t T) {
 
 // `dsv4_bench_cuda_ops forward` times only the forward ops past the GEMMs; `dsv4_bench_cuda_ops mhc` only the mHC
 // kernels at V4-Flash (D 4096) and V4-Pro (D 7168) hidden sizes; `dsv4_bench_cuda_ops gemm` only the FP8 GEMMs, at
-// the decode token counts on both sides of the register-streaming kernel's limit (8) and two prefill-like ones.
+// the decode token counts on both sides of the register-streaming kernel's limit (kFp8GemvMaxTokens, 16) and a
+// prefill pass.
 int main(int argc, char** argv) {
     const bool forward_only = argc > 1 && std::string(argv[1]) == "forward";
     const bool mhc_only = argc > 1 && std::string(argv[1]) == "mhc";
@@ -370,7 +371,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (gemm_only) {
-        for (const int64_t T : {1, 2, 4, 8, 9, 16, 64, 4096}) bench_fp8_gemms(s, rng, T);
+        for (const int64_t T : {1, 2, 4, 8, 9, 16, 17, 64, 4096}) bench_fp8_gemms(s, rng, T);
         return 0;
     }
     for (const int64_t T : {int64_t(1), int64_t(8), int64_t(64), int64_t(4096)}) {
