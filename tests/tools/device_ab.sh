@@ -2,7 +2,7 @@
 # scripts/device-ab on a throw-away tree (a copy of the script beside a one-line file; builds by a stand-in cmake):
 # the base run and each variant see their own tree, every patch is taken back afterwards, the base is built again
 # last, the base's command runs once before it as a warm-up (unless --no-warmup), and a patch that is missing or does
-# not apply stops the run before anything changes.
+# not apply stops the run before anything changes; --base-again runs the base last once more.
 # Usage: device_ab.sh SOURCE_ROOT
 set -euo pipefail
 root="${1:?usage: device_ab.sh SOURCE_ROOT}"
@@ -49,6 +49,12 @@ rm runs.txt
 OUT="$t/out4" tree/scripts/device-ab --no-build --no-warmup beta=patches/beta.patch -- \
     bash -c 'cat tree/value.txt >> runs.txt' > /dev/null
 [ "$(tr '\n' ' ' < runs.txt)" = "alpha beta " ] || fail "runs without warm-up: $(tr '\n' ' ' < runs.txt)"
+rm runs.txt
+# --base-again: the base once more after the variants, on the tree as it was found
+OUT="$t/out5" tree/scripts/device-ab --no-build --no-warmup --base-again beta=patches/beta.patch -- \
+    bash -c 'cat tree/value.txt >> runs.txt' > /dev/null
+[ "$(tr '\n' ' ' < runs.txt)" = "alpha beta alpha " ] || fail "runs with base-again: $(tr '\n' ' ' < runs.txt)"
+[ -f "$t/out5/base-again.txt" ] || fail "no base-again.txt"
 set +e
 msg="$(tree/scripts/device-ab --no-build stale=patches/stale.patch -- cat tree/value.txt 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'does not apply' <<<"$msg" || fail "stale patch: rc $rc, '$msg'"
@@ -57,4 +63,4 @@ msg="$(tree/scripts/device-ab --no-build gone=patches/none.patch -- true 2>&1)";
 msg="$(tree/scripts/device-ab --no-build 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'no command' <<<"$msg" || fail "no command: rc $rc, '$msg'"
 [ "$(cat tree/value.txt)" = alpha ] || fail "a failed run changed the tree"
-echo "device-ab: variants run on their own trees, patches taken back, the base rebuilt last, a warm-up run, bad patches refused"
+echo "device-ab: variants run on their own trees, patches taken back, the base rebuilt last, a warm-up run, the base again on request, bad patches refused"
