@@ -121,19 +121,32 @@ TEST_P(RouterTest, ScoreAndHashRoutingMatchCpu) {
         float scale;
         bool hash;
         int64_t k = 6;
+        bool ties = false;  // zero gate (every logit 0) and biases in five exact levels: every pick is a tie break
     };
-    const Case cases[] = {{1, 256, 4096, 1.5f, false}, {64, 256, 4096, 1.5f, false}, {9, 384, 7168, 2.5f, false},
-                          {1, 384, 7168, 2.5f, true},  {33, 256, 4096, 1.5f, true},  {5, 72, 512, 1.0f, false},
+    const Case cases[] = {{1, 256, 4096, 1.5f, false},
+                          {64, 256, 4096, 1.5f, false},
+                          {9, 384, 7168, 2.5f, false},
+                          {1, 384, 7168, 2.5f, true},
+                          {33, 256, 4096, 1.5f, true},
+                          {5, 72, 512, 1.0f, false},
                           // the test models: 4 experts, top-2, hidden 128, score and hash routing, 1 and 300 tokens
-                          {1, 4, 128, 1.5f, false, 2}, {300, 4, 128, 2.5f, false, 2}, {300, 4, 128, 1.5f, true, 2}};
+                          {1, 4, 128, 1.5f, false, 2},
+                          {300, 4, 128, 2.5f, false, 2},
+                          {300, 4, 128, 1.5f, true, 2},
+                          {3, 256, 4096, 1.5f, false, 6, true},
+                          {2, 384, 7168, 2.5f, false, 8, true}};
     for (const Case& c : cases) {
-        SCOPED_TRACE("T " + std::to_string(c.tokens) + " E " + std::to_string(c.experts) + (c.hash ? " hash" : ""));
+        SCOPED_TRACE("T " + std::to_string(c.tokens) + " E " + std::to_string(c.experts) + (c.hash ? " hash" : "") +
+                     (c.ties ? " ties" : ""));
         const int64_t T = c.tokens, E = c.experts, D = c.dim, K = c.k, vocab = 1000;
         auto gate = fast_bf16(rng(), size_t(E * D), 0.03f);
+        if (c.ties) std::fill(gate.begin(), gate.end(), uint16_t(0));
         backend::WeightView gv{WeightFormat::kBF16, E, D, gate.data(), nullptr};
         std::normal_distribution<float> nd(0.0f, 0.1f);
         std::vector<float> bias(static_cast<size_t>(E));
         for (auto& b : bias) b = nd(rng);
+        if (c.ties)
+            for (int64_t e = 0; e < E; ++e) bias[size_t(e)] = 0.25f * float((e * 37) % 5);
         backend::WeightView bv{WeightFormat::kF32, 1, E, bias.data(), nullptr};
         std::vector<int64_t> tid2eid(size_t(vocab * K));
         for (int64_t v = 0; v < vocab; ++v)
@@ -186,7 +199,7 @@ TEST_P(RouterTest, ScoreAndHashRoutingMatchCpu) {
                     EXPECT_NEAR(sa, sb, 1e-5f) << "token " << t << " pick " << j;
                 }
             }
-            EXPECT_LE(mismatched_tokens, size_t(T / 16 + 1));
+            EXPECT_LE(mismatched_tokens, size_t(c.ties ? 0 : T / 16 + 1));
             if (mismatched_tokens == 0) {
                 DSV4_EXPECT_CLOSE(wts, w_w, 2e-5);
             }
@@ -200,6 +213,14 @@ TEST_P(RouterTest, ScoreAndHashRoutingMatchCpu) {
             RouterGateArgs g{dx->data(), D, dg->view(), dlog->as<float>()};
             DSV4_ASSERT_OK(sm90_router_gate_select(g, a, nullptr));
             expect_matches_cpu();
+            // its scores, picks and weights are sm90_router_select's on its own logits, bit for bit
+            const auto fused_sc = to_host<float>(*dsc, w_scores.size());
+            const auto fused_idx = to_host<int32_t>(*didx, w_idx.size());
+            const auto fused_w = to_host<float>(*dw, w_w.size());
+            DSV4_ASSERT_OK(sm90_router_select(a, nullptr));
+            EXPECT_EQ(to_host<float>(*dsc, w_scores.size()), fused_sc);
+            EXPECT_EQ(to_host<int32_t>(*didx, w_idx.size()), fused_idx);
+            EXPECT_EQ(to_host<float>(*dw, w_w.size()), fused_w);
         }
     }
 }

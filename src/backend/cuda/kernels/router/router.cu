@@ -1,25 +1,32 @@
 // sm90_router_select: one block per token. Its 256 threads score one expert each (E / 256 rounds) into shared
 // memory, as the CPU computes them (softplus(x) = x > 20 ? x : log1p(exp(x)) in double, each step rounded to f32, then
 // sqrt); then warp 0 picks: expert e held by lane e % 32, top-K by K rounds of a warp arg-max on (value, -index), so
-// equal values pick the lower expert; the weights in pick order. (One warp scoring all E experts of a token ran the
-// double-precision softplus 8 times in sequence per lane: 24 µs per call at batch 1 under Nsight Compute.)
+// equal values pick the lower expert, each round two warp reductions (redux.sync) on an ordered key; lane j computes
+// weight j. (One warp scoring all E experts of a token ran the double-precision softplus 8 times in sequence per
+// lane: 24 µs per call at batch 1 under Nsight Compute.)
 // sm90_router_gate_select: the gate GEMV in the same launch for decode batches — a cluster of kGateCtas CTAs per
-// token, each the dot products of a share of the experts (one warp per expert row, f32 sums), gathered into the first
-// CTA's shared memory (distributed shared memory), which then scores and picks as above.
+// token, each the dot products of a share of the experts (one warp per expert row, its first 4096 columns in
+// registers requested before the programmatic wait, x staged in shared memory after it, f32 sums), each warp scoring
+// its expert and storing score and selection value into the first CTA's shared memory (distributed shared memory),
+// which then picks as above. docs/kernels/cuda-backend.md has its measurements.
 #include <cooperative_groups.h>
 
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/numerics.cuh"
-#include "backend/cuda/kernels/router/router.h"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/router/router.h"
 
 namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 256, kMaxPerLane = 32, kMaxExperts = 32 * kMaxPerLane, kMaxK = 16;
 constexpr int kGateCtas = 16;  // CTAs per token of the fused gate (a non-portable cluster size)
+// The fused gate's CTAs: 16 warps, each lane holding kGateChunks 16-byte chunks of one gate row at a time (a whole
+// V4-Flash row per warp: 4096 columns), x staged once per CTA in shared memory.
+constexpr int kGateThreads = 512, kGateWarps = kGateThreads / 32, kGateChunks = 16, kMaxGateDim = 16384;
 
 __device__ __forceinline__ float sqrt_softplus(float x) {
     const float sp = x > 20.0f ? x : float(log1p(double(exp_f32(x))));
@@ -39,112 +46,188 @@ struct SelectParams {
     float* weights;
 };
 
-// Token t's scores and picks from its logits (global or shared memory), by the whole block (header comment); sc and
-// sel are the block's shared [kMaxExperts] buffers. Ends with only warp 0 running: no block barrier after it.
-__device__ __forceinline__ void score_and_pick(const float* logits, int64_t t, const SelectParams& q, float* sc,
-                                               float* sel) {
-    for (int e = int(threadIdx.x); e < q.n_experts; e += kThreads) {
-        const float s = sqrt_softplus(logits[e]);
-        if (q.scores) q.scores[t * q.n_experts + e] = s;
-        sc[e] = s;
-        sel[e] = q.bias ? __fadd_rn(s, q.bias[e]) : -INFINITY;
-    }
-    __syncthreads();
-    if (threadIdx.x >= 32) return;
-    const int lane = int(threadIdx.x);
-    const int per_lane = (q.n_experts + 31) / 32;
-    float mine[kMaxPerLane];  // the selection values of experts lane + 32 i
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-        const int e = lane + 32 * i;
-        mine[i] = i < per_lane && e < q.n_experts ? sel[e] : -INFINITY;
-    }
+// Expert e's score and selection value (bias null: hash routing, no selection value).
+__device__ __forceinline__ void score_one(float logit, int e, const SelectParams& q, float& score, float& select) {
+    score = sqrt_softplus(logit);
+    select = q.bias ? __fadd_rn(score, q.bias[e]) : -INFINITY;
+}
+
+// An unsigned key ordered as the selection values: -0 counts as +0 (the floats compare equal, so the lower expert must
+// win the tie, as in the CPU's comparison), NaN below every number (1), 0 reserved for "taken". Numbers map to
+// 0x007fffff (-INF) and up.
+__device__ __forceinline__ uint32_t select_key(float v) {
+    if (v != v) return 1u;
+    const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Token t's picks and weights by one warp from the scores sc and selection values sel in shared memory: expert e held
+// by lane e % 32 as entry e / 32 of PL; K rounds of a warp arg-max on (value, -index) through two reductions (the
+// largest key, then the lowest expert holding it), so equal values pick the lower expert; then lane j computes
+// weight j from the picks' score sum in pick order.
+template <int PL>
+__device__ __forceinline__ void pick_top_k(const float* sc, const float* sel, int64_t t, const SelectParams& q) {
+    const int lane = int(threadIdx.x) & 31;
     int pick[kMaxK];
-    for (int j = 0; j < q.k; ++j) {
-        int e_best;
-        if (q.bias) {
-            float best = -INFINITY;
-            int best_e = 0x7fffffff;
+    if (q.bias) {
+        uint32_t key[PL];
 #pragma unroll
-            for (int i = 0; i < kMaxPerLane; ++i) {
-                const int e = lane + 32 * i;
-                if (i < per_lane && e < q.n_experts && (mine[i] > best || (mine[i] == best && e < best_e)))
-                    best = mine[i], best_e = e;
+        for (int i = 0; i < PL; ++i) {
+            const int e = lane + 32 * i;
+            key[i] = e < q.n_experts ? select_key(sel[e]) : 0u;
+        }
+        // this lane's best live key and its expert (the first of equal keys: the lowest expert)
+        uint32_t best = 0;
+        int best_e = 0x7fffffff;
+        auto rescan = [&]() {
+            best = 0, best_e = 0x7fffffff;
+#pragma unroll
+            for (int i = 0; i < PL; ++i)
+                if (key[i] > best) best = key[i], best_e = lane + 32 * i;
+        };
+        rescan();
+#pragma unroll
+        for (int j = 0; j < kMaxK; ++j) {
+            if (j >= q.k) break;
+            const uint32_t top = __reduce_max_sync(0xffffffffu, best);
+            const int e = int(__reduce_min_sync(0xffffffffu, best == top ? uint32_t(best_e) : 0xffffffffu));
+            pick[j] = e;
+            if (lane == (e & 31)) {
+#pragma unroll
+                for (int i = 0; i < PL; ++i)
+                    if (i == (e >> 5)) key[i] = 0u;  // taken
+                rescan();
             }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-                const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-                if (ob > best || (ob == best && oe < best_e)) best = ob, best_e = oe;
-            }
-            e_best = best_e;
-#pragma unroll
-            for (int i = 0; i < kMaxPerLane; ++i)
-                if (lane + 32 * i == e_best) mine[i] = -INFINITY;  // taken
-        } else {
+        }
+    } else {
+        int mine = -1;  // lane j < k: pick j of the table (out-of-range ids and experts: -1)
+        if (lane < q.k) {
             const int32_t tok = q.token_ids[t];
-            const int64_t e = tok >= 0 && tok < q.vocab ? q.tid2eid[int64_t(tok) * q.k + j] : -1;
-            e_best = e >= 0 && e < q.n_experts ? int(e) : -1;
+            const int64_t e = tok >= 0 && tok < q.vocab ? q.tid2eid[int64_t(tok) * q.k + lane] : -1;
+            mine = e >= 0 && e < q.n_experts ? int(e) : -1;
         }
-        pick[j] = e_best;
-    }
-    if (lane == 0) {
-        float sum = 0;
-        for (int j = 0; j < q.k; ++j) sum = __fadd_rn(sum, pick[j] >= 0 ? sc[pick[j]] : 0.0f);
-        for (int j = 0; j < q.k; ++j) {
-            q.idx[t * q.k + j] = pick[j];
-            q.weights[t * q.k + j] = pick[j] >= 0 ? __fmul_rn(__fdiv_rn(sc[pick[j]], sum), q.routed_scale) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxK; ++j) {
+            if (j >= q.k) break;
+            pick[j] = __shfl_sync(0xffffffffu, mine, j);
         }
     }
+    float sum = 0;
+#pragma unroll
+    for (int j = 0; j < kMaxK; ++j) {
+        if (j >= q.k) break;
+        sum = __fadd_rn(sum, pick[j] >= 0 ? sc[pick[j]] : 0.0f);
+    }
+    int e = -1;
+#pragma unroll
+    for (int j = 0; j < kMaxK; ++j)
+        if (j == lane && j < q.k) e = pick[j];
+    if (lane < q.k) {
+        q.idx[t * q.k + lane] = e;
+        q.weights[t * q.k + lane] = e >= 0 ? __fmul_rn(__fdiv_rn(sc[e], sum), q.routed_scale) : 0.0f;
+    }
+}
+
+// pick_top_k with the fewest entries per lane that hold E experts.
+__device__ __forceinline__ void select_top_k(const float* sc, const float* sel, int64_t t, const SelectParams& q) {
+    if (q.n_experts <= 256)
+        pick_top_k<8>(sc, sel, t, q);
+    else if (q.n_experts <= 384)
+        pick_top_k<12>(sc, sel, t, q);
+    else
+        pick_top_k<kMaxPerLane>(sc, sel, t, q);
 }
 
 __global__ void __launch_bounds__(kThreads) sm90_router_select_kernel(const float* __restrict__ logits, SelectParams q) {
     pdl_enter();
     __shared__ float sc[kMaxExperts], sel[kMaxExperts];
     const int64_t t = blockIdx.x;
-    score_and_pick(logits + t * q.n_experts, t, q, sc, sel);
+    for (int e = int(threadIdx.x); e < q.n_experts; e += kThreads) {
+        score_one(logits[t * q.n_experts + e], e, q, sc[e], sel[e]);
+        if (q.scores) q.scores[t * q.n_experts + e] = sc[e];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) select_top_k(sc, sel, t, q);
 }
 
-// grid: kGateCtas · tokens in clusters of kGateCtas (cluster c: token c).
-__global__ void __launch_bounds__(kThreads)
+// grid: kGateCtas · tokens in clusters of kGateCtas (cluster c: token c); kGateThreads threads, warp w of CTA r takes
+// experts r · per_cta + w + kGateWarps · i. Lane l sums columns l·8 + 256·i (i ascending, 8 fmaf each), then the warp
+// adds across lanes by xor butterfly: the order of the earlier one-warp-per-expert kernel, so the same logits.
+__global__ void __launch_bounds__(kGateThreads)
     sm90_router_gate_select_kernel(const __nv_bfloat16* __restrict__ x, int dim, const __nv_bfloat16* __restrict__ gate,
                                    float* __restrict__ logits_out, SelectParams q) {
     pdl_enter(false);
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    __shared__ float lg[kMaxExperts], sc[kMaxExperts], sel[kMaxExperts];
+    __shared__ float sc[kMaxExperts], sel[kMaxExperts];
+    __shared__ __align__(16) __nv_bfloat16 xs[kMaxGateDim];
     const int r = int(cluster.block_rank());
     const int64_t t = blockIdx.x / kGateCtas;
     const int per_cta = (q.n_experts + kGateCtas - 1) / kGateCtas;
     const int e0 = r * per_cta, e1 = min(q.n_experts, e0 + per_cta);
-    // this CTA's gate rows — a weight, written only at load (pdl.cuh) — into L2 while the previous kernel finishes
-    if (int(threadIdx.x) < e1 - e0)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gate + int64_t(e0 + int(threadIdx.x)) * dim),
-                     "r"(uint32_t(dim) * 2u)
-                     : "memory");
-    pdl_wait();
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-    const __nv_bfloat16* xr = x + t * dim;
-    float* lg0 = cluster.map_shared_rank(lg, 0);
-    for (int e = e0 + warp; e < e1; e += kThreads / 32) {
+    // The warp's first expert row's first kGateChunks chunks (and its bias) into registers before the wait: weights,
+    // written only at load (pdl.cuh). The CTA's other rows go to L2 meanwhile.
+    const int first = e0 + warp;
+    uint4 g[kGateChunks];
+    float bias_first = 0.0f;
+    if (first < e1) {
+        const __nv_bfloat16* gr = gate + int64_t(first) * dim;
+#pragma unroll
+        for (int i = 0; i < kGateChunks; ++i) {
+            const int c = lane * 8 + 256 * i;
+            if (c < dim) g[i] = ld_stream16(gr + c);
+        }
+        if (q.bias) bias_first = __ldg(q.bias + first);
+    }
+    for (int e = first + kGateWarps; e < e1; e += kGateWarps)
+        if (lane == 0)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gate + int64_t(e) * dim),
+                         "r"(uint32_t(dim) * 2u)
+                         : "memory");
+    pdl_wait();
+    for (int c = int(threadIdx.x) * 8; c < dim; c += kGateThreads * 8)
+        *reinterpret_cast<uint4*>(xs + c) = *reinterpret_cast<const uint4*>(x + t * dim + c);
+    __syncthreads();
+    float* sc0 = cluster.map_shared_rank(sc, 0);
+    float* sel0 = cluster.map_shared_rank(sel, 0);
+    for (int e = first; e < e1; e += kGateWarps) {
         const __nv_bfloat16* gr = gate + int64_t(e) * dim;
         float acc = 0.0f;
-        for (int c = lane * 8; c < dim; c += 32 * 8) {
-            float xv[8], gv[8];
-            load8(xr + c, xv);
-            load8(gr + c, gv);
+        for (int c0 = 0; c0 < dim; c0 += 256 * kGateChunks) {
+            if (e != first || c0 != 0) {
 #pragma unroll
-            for (int i = 0; i < 8; ++i) acc = fmaf(xv[i], gv[i], acc);
+                for (int i = 0; i < kGateChunks; ++i) {
+                    const int c = c0 + lane * 8 + 256 * i;
+                    if (c < dim) g[i] = ld_stream16(gr + c);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kGateChunks; ++i) {
+                const int c = c0 + lane * 8 + 256 * i;
+                if (c >= dim) break;
+                float xv[8], gv[8];
+                load8(xs + c, xv);
+                const uint32_t w[4] = {g[i].x, g[i].y, g[i].z, g[i].w};
+#pragma unroll
+                for (int h = 0; h < 4; ++h)
+                    gv[2 * h] = __uint_as_float(w[h] << 16), gv[2 * h + 1] = __uint_as_float(w[h] & 0xffff0000u);
+#pragma unroll
+                for (int h = 0; h < 8; ++h) acc = fmaf(xv[h], gv[h], acc);
+            }
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) lg0[e] = acc;
+        if (lane == 0) {
+            const float s = sqrt_softplus(acc);
+            sc0[e] = s;
+            sel0[e] = q.bias ? __fadd_rn(s, e == first ? bias_first : q.bias[e]) : -INFINITY;
+            if (logits_out) logits_out[t * q.n_experts + e] = acc;
+            if (q.scores) q.scores[t * q.n_experts + e] = s;
+        }
     }
-    cluster.sync();  // every logit is in CTA 0's shared memory; the others are done
-    if (r != 0) return;
-    if (logits_out)
-        for (int e = int(threadIdx.x); e < q.n_experts; e += kThreads) logits_out[t * q.n_experts + e] = lg[e];
-    score_and_pick(lg, t, q, sc, sel);
+    cluster.sync();  // every score is in CTA 0's shared memory; the others are done
+    if (r == 0 && threadIdx.x < 32) select_top_k(sc, sel, t, q);
 }
 
 Status check_select(const RouterSelectArgs& a, const std::string& op) {
@@ -178,15 +261,16 @@ Status sm90_router_select(const RouterSelectArgs& a, StreamHandle stream) {
 }
 
 bool router_gate_select_fits(int64_t dim, const DeviceWeightView& gate) {
-    return gate.format == backend::WeightFormat::kBF16 && dim > 0 && dim % 256 == 0 && gate.cols == dim;
+    return gate.format == backend::WeightFormat::kBF16 && dim > 0 && dim % 256 == 0 && dim <= kMaxGateDim &&
+           gate.cols == dim;
 }
 
 Status sm90_router_gate_select(const RouterGateArgs& g, const RouterSelectArgs& a, StreamHandle stream) {
     const std::string op = "sm90_router_gate_select";
     if (!g.x || g.gate.empty()) return invalid_argument(op + ": null x or gate");
     if (!router_gate_select_fits(g.dim, g.gate) || g.gate.rows != a.n_experts)
-        return invalid_argument(op + ": needs a bf16 gate [" + std::to_string(a.n_experts) + ", D] with D = " +
-                                std::to_string(g.dim) + " a positive multiple of 256");
+        return invalid_argument(op + ": needs a bf16 gate [" + std::to_string(a.n_experts) +
+                                ", D] with D = " + std::to_string(g.dim) + " a positive multiple of 256 up to 16384");
     if ((reinterpret_cast<uintptr_t>(g.x) | reinterpret_cast<uintptr_t>(g.gate.data)) & 15)
         return invalid_argument(op + ": x and gate must be 16-byte aligned");
     DSV4_RETURN_IF_ERROR(check_select(a, op));
@@ -196,7 +280,7 @@ Status sm90_router_gate_select(const RouterGateArgs& g, const RouterSelectArgs& 
     DSV4_CUDA_TRY(attr, op + ": cluster size attribute");
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(unsigned(a.tokens * kGateCtas));
-    cfg.blockDim = dim3(kThreads);
+    cfg.blockDim = dim3(kGateThreads);
     cfg.stream = stream;
     cudaLaunchAttribute cluster{};
     cluster.id = cudaLaunchAttributeClusterDimension;

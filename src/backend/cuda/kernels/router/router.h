@@ -31,7 +31,7 @@ Status sm90_router_select(const RouterSelectArgs& a, StreamHandle stream);
 // sm90_router_select (whose `logits` field it ignores). One cluster of 16 CTAs per token.
 struct RouterGateArgs {
     const void* x = nullptr;  // bf16 [T, D], 16-byte aligned
-    int64_t dim = 0;          // D, a multiple of 256
+    int64_t dim = 0;          // D, a multiple of 256 up to 16384
     DeviceWeightView gate;    // bf16 [E, D]
     float* logits = nullptr;  // [T, E] the gate's output, or null (not stored)
 };
