@@ -39,11 +39,12 @@ Status rope(GpuModel& m, void* x, int64_t rows, int64_t vecs, int64_t stride, in
 }
 
 // Compressor projections of all rows: kv, score f32 [rows, width], ape added to the score unless `decode` (the
-// decode compressor adds it in its own launch: CompressorDecodeArgs::ape).
+// decode compressor adds it in its own launch: CompressorDecodeArgs::ape). On stream `st` with workspace `ws`.
 Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t rows, void* kv, void* score,
-                    const QuantizedRows& normed_q, bool decode) {
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wkv, LinearOut::kF32, kv, normed_q));
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, m.pass.normed.data(), rows, w.wgate, LinearOut::kF32, score, normed_q));
+                    const QuantizedRows& normed_q, bool decode, cuda::StreamHandle st, const DeviceBuffer& ws) {
+    const void* x = m.pass.normed.data();
+    DSV4_RETURN_IF_ERROR(gpu_linear_on(m, st, ws, x, rows, w.wkv, LinearOut::kF32, kv, normed_q));
+    DSV4_RETURN_IF_ERROR(gpu_linear_on(m, st, ws, x, rows, w.wgate, LinearOut::kF32, score, normed_q));
     if (decode) return Status::ok();
     cuda::AddApeArgs a;
     a.score = static_cast<float*>(score);
@@ -52,7 +53,7 @@ Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t 
     a.ratio = ratio;
     a.positions = m.pass.positions;
     a.ape = w.ape;
-    return cuda::sm90_add_ape(a, m.stream.handle());
+    return cuda::sm90_add_ape(a, st);
 }
 
 // The indexer's queries and head weights for all rows of the pass (backend::cpu::indexer_q / indexer_weights).
@@ -377,7 +378,8 @@ Status sequence_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, Gp
 Status decode_compressor(GpuModel& m, const GpuCompressor& w, const DeviceBuffer& ok, const DeviceBuffer& os,
                          const DeviceBuffer& pk, const DeviceBuffer& ps, int64_t ratio, bool overlap,
                          CompressedKind kind, int64_t head_dim, const void* kv, const void* score, int64_t rows,
-                         const cuda::PagedEntries& entries, void* pool, bool independent_of_previous) {
+                         const cuda::PagedEntries& entries, void* pool, bool independent_of_previous,
+                         cuda::StreamHandle st) {
     cuda::CompressorDecodeArgs d;
     d.n = rows;
     d.positions = m.pass.positions;
@@ -399,34 +401,41 @@ Status decode_compressor(GpuModel& m, const GpuCompressor& w, const DeviceBuffer
     d.entries = entries;
     d.pool = pool;
     d.independent_of_previous = independent_of_previous;
-    return cuda::sm90_compressor_decode_fused(m.precision, d, m.stream.handle());
+    return cuda::sm90_compressor_decode_fused(m.precision, d, st);
+}
+
+// The main compressor's decode launch: the step's closing windows into the layer's K=V pool.
+Status decode_main_compressor(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, cuda::StreamHandle st) {
+    GpuLayerCache& lc = m.cache.layers[size_t(layer_slot)];
+    return decode_compressor(m, layer.attn.compressor, lc.open_kv, lc.open_score, lc.prev_kv, lc.prev_score,
+                             layer.ratio, layer.kind == model::AttnKind::kCSA, CompressedKind::kMain, m.cfg.head_dim,
+                             m.pass.proj_kv.data(), m.pass.proj_score.data(), rows, kv_entries(m, layer), lc.kv.data(),
+                             false, st);
 }
 
 // Steps 2-4 and the rings for a decode step: every row at once. The indexer scans each session's key capacity but
 // computes only the visible keys; HCA lists every entry slot, invisible ones -1 (whole blocks of -1 change nothing).
-Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows) {
+// beside: the window K=V and the main compressor ran on m.attn_branch, joined here before the attention reads them.
+Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, bool beside) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     GpuCache& cache = m.cache;
     GpuLayerCache& lc = cache.layers[size_t(layer_slot)];
     const cuda::StreamHandle st = m.stream.handle();
     const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
-    if (layer.ratio)
-        DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.compressor, lc.open_kv, lc.open_score, lc.prev_kv,
-                                               lc.prev_score, layer.ratio, csa, CompressedKind::kMain,
-                                               c.head_dim, s.proj_kv.data(), s.proj_score.data(), rows,
-                                               kv_entries(m, layer), lc.kv.data(), false));
+    if (layer.ratio && !beside) DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, st));
     const int64_t topk = c.index_topk;
     if (csa) {
         // right after the main compressor (CSA layers always have one), whose windows and pool rows it does not
-        // touch: it runs alongside it in the decode graph (CompressorDecodeArgs::independent_of_previous)
-        DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.index_compressor, lc.iopen_kv, lc.iopen_score,
-                                               lc.iprev_kv, lc.iprev_score, 4, true,
-                                               CompressedKind::kIndexer, c.index_head_dim, s.index_proj_kv.data(),
-                                               s.index_proj_score.data(), rows, key_entries(m), lc.keys.data(),
-                                               layer.ratio != 0));
+        // touch: it runs alongside it in the decode graph (CompressorDecodeArgs::independent_of_previous); with the
+        // main compressor on the branch, after the indexer's query finish, which it waits for
+        DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.index_compressor, lc.iopen_kv, lc.iopen_score, lc.iprev_kv,
+                                               lc.iprev_score, 4, true, CompressedKind::kIndexer, c.index_head_dim,
+                                               s.index_proj_kv.data(), s.index_proj_score.data(), rows, key_entries(m),
+                                               lc.keys.data(), layer.ratio != 0 && !beside, st));
         DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true));
     }
+    if (beside) DSV4_RETURN_IF_ERROR(m.attn_branch.join(st));
     const int64_t hca_cap = hca ? 64 * cache.hca.pages_per_session : 0;
     const int64_t width = cache.window + (csa ? topk : hca_cap);
     cuda::AttnIndexArgs ia;
@@ -456,6 +465,24 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     return cuda::sm90_ring_store(rs, st);
 }
 
+// The window K=V of the pass's rows: wkv, then norm + RoPE + packing into the pass rows of the layer's pool.
+Status window_kv(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, const QuantizedRows& normed_q,
+                 cuda::StreamHandle st, const DeviceBuffer& ws) {
+    const GpuAttention& w = layer.attn;
+    DSV4_RETURN_IF_ERROR(gpu_linear_on(m, st, ws, m.pass.normed.data(), rows, w.wkv, LinearOut::kBF16,
+                                       m.pass.window_kv.data(), normed_q));
+    cuda::WindowKvFinishArgs kf;
+    kf.kv = m.pass.window_kv.data();
+    kf.tokens = rows;
+    kf.kv_norm = w.kv_norm;
+    kf.positions = m.pass.positions;
+    kf.freqs = layer.ratio ? m.freqs_compress : m.freqs_window;
+    kf.eps = float(m.cfg.rms_norm_eps);
+    kf.pool = m.cache.layers[size_t(layer_slot)].kv.data();  // packed into the pass rows of the layer's pool
+    kf.pool_first = 0;
+    return cuda::sm90_window_kv_finish(m.precision, kf, st);
+}
+
 }  // namespace
 
 Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, std::span<GpuBatchSeq> seqs,
@@ -472,6 +499,19 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     //    indexer's queries and weights
     //    normed (and qr after its norm) are quantised once, by the norms' launches, for the W8A8 linears that read
     //    them (up to 7 and 2)
+    //    A decode step runs the window K=V and the main compressor (projections and window close) on m.attn_branch,
+    //    beside the query path and the indexer: they need only normed, and only the attention reads what they write.
+    const bool beside = decode && rows <= kAttnBranchMaxRows;
+    if (beside) {
+        const cuda::StreamHandle side = m.attn_branch.side();
+        DSV4_RETURN_IF_ERROR(m.attn_branch.fork(st));
+        DSV4_RETURN_IF_ERROR(window_kv(m, layer, layer_slot, rows, normed_q, side, s.attn_branch_workspace));
+        if (layer.ratio) {
+            DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(),
+                                              normed_q, decode, side, s.attn_branch_workspace));
+            DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, side));
+        }
+    }
     QuantizedRows qr_q;
     DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data(), normed_q));
     if (layer.kind == model::AttnKind::kCSA) {  // wq_b and the indexer's wq_b
@@ -499,25 +539,15 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     qn.freqs = freqs;
     DSV4_RETURN_IF_ERROR(cuda::sm90_q_head_norm_rope(m.precision, qn, st));
 
-    DSV4_RETURN_IF_ERROR(
-        gpu_linear(m, s.normed.data(), rows, w.wkv, LinearOut::kBF16, s.window_kv.data(), normed_q));
-    cuda::WindowKvFinishArgs kf;
-    kf.kv = s.window_kv.data();
-    kf.tokens = rows;
-    kf.kv_norm = w.kv_norm;
-    kf.positions = s.positions;
-    kf.freqs = freqs;
-    kf.eps = eps;
-    kf.pool = m.cache.layers[size_t(layer_slot)].kv.data();  // packed into the pass rows of the layer's pool
-    kf.pool_first = 0;
-    DSV4_RETURN_IF_ERROR(cuda::sm90_window_kv_finish(m.precision, kf, st));
-
-    if (layer.ratio)
-        DSV4_RETURN_IF_ERROR(
-            project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(), normed_q, decode));
+    if (!beside) {
+        DSV4_RETURN_IF_ERROR(window_kv(m, layer, layer_slot, rows, normed_q, st, s.workspace));
+        if (layer.ratio)
+            DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(),
+                                              normed_q, decode, st, s.workspace));
+    }
     if (layer.kind == model::AttnKind::kCSA) {
         DSV4_RETURN_IF_ERROR(project_rows(m, w.index_compressor, layer.ratio, rows, s.index_proj_kv.data(),
-                                          s.index_proj_score.data(), normed_q, decode));
+                                          s.index_proj_score.data(), normed_q, decode, st, s.workspace));
         bool any_entries = decode;  // a decode step's launches may not depend on the positions
         for (const GpuBatchSeq& q : seqs) any_entries |= (q.seq->position + q.n) / layer.ratio > 0;
         if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows, normed_q, qr_q));
@@ -525,7 +555,7 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
 
     // 2-4: every row at once in a decode step, else sequence by sequence
     if (decode) {
-        DSV4_RETURN_IF_ERROR(decode_attention(m, layer, layer_slot, rows));
+        DSV4_RETURN_IF_ERROR(decode_attention(m, layer, layer_slot, rows, beside));
     } else {
         for (GpuBatchSeq& q : seqs)
             DSV4_RETURN_IF_ERROR(sequence_attention(m, layer, layer_slot, *q.seq, q.row0, q.n));

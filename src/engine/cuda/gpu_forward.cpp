@@ -29,8 +29,9 @@ Result<QuantizedRows> quantized_rows_in(const GpuModel& m, const void* x, int64_
     return QuantizedRows{x, codes.as<uint8_t>(), scales.as<float>()};
 }
 
-Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y,
-                  const QuantizedRows& q, cuda::Fp8GemmPartials* partials) {
+namespace {
+cuda::LinearArgs linear_args(const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y,
+                             const QuantizedRows& q, const DeviceBuffer& workspace) {
     cuda::LinearArgs a;
     a.x = x;
     if (q.x == x && q.codes) a.x_codes = q.codes, a.x_scales = q.scales;
@@ -38,10 +39,22 @@ Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightVi
     a.w = w;
     a.out = out;
     a.y = y;
-    a.workspace = m.pass.workspace.data();
-    a.workspace_bytes = m.pass.workspace.bytes();
+    a.workspace = workspace.data();
+    a.workspace_bytes = workspace.bytes();
+    return a;
+}
+}  // namespace
+
+Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, LinearOut out, void* y,
+                  const QuantizedRows& q, cuda::Fp8GemmPartials* partials) {
+    cuda::LinearArgs a = linear_args(x, rows, w, out, y, q, m.pass.workspace);
     a.partials = partials;
     return cuda::sm90_linear(m.precision, a, m.stream.handle());
+}
+
+Status gpu_linear_on(GpuModel& m, cuda::StreamHandle stream, const DeviceBuffer& workspace, const void* x, int64_t rows,
+                     const DeviceWeightView& w, LinearOut out, void* y, const QuantizedRows& q) {
+    return cuda::sm90_linear(m.precision, linear_args(x, rows, w, out, y, q, workspace), stream);
 }
 
 bool fused_moe_shapes(const model::ModelConfig& c) {
