@@ -8,7 +8,7 @@
 // token, each the dot products of a share of the experts (one warp per expert row, its first 4096 columns in
 // registers requested before the programmatic wait, x staged in shared memory after it, f32 sums), each warp scoring
 // its expert and storing score and selection value into the first CTA's shared memory (distributed shared memory),
-// which then picks as above. docs/kernels/cuda-backend.md has its measurements.
+// which then picks as above. In-graph price and measurements: docs/perf.md, "Second pricing round".
 #include <cooperative_groups.h>
 
 #include <string>
