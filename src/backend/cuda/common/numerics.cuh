@@ -125,14 +125,17 @@ __device__ __forceinline__ float e2m1_to_f32(uint8_t code) {
 }
 
 // 8 consecutive activations as f32 from one 16-byte (bf16) or two 16-byte (f32) loads. Pointers 16-byte aligned.
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
+// 8 values given as bf16 bits (uint4, value 2i in the low half of word i: memory order) as f32.
+__device__ __forceinline__ void bf16x8_to_f32(uint4 u, float (&v)[8]) {
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         v[2 * i] = __uint_as_float(w[i] << 16);
         v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+    bf16x8_to_f32(*reinterpret_cast<const uint4*>(p), v);
 }
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
     const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);

@@ -33,16 +33,6 @@ __device__ __forceinline__ uint8_t key_scale_byte(float amax) {
                                       KvStoreConfig::kE2m1Max) + 127);
 }
 
-// 8 channels given as bf16 bits (uint4, channel 2i in the low half of word i) as f32.
-__device__ __forceinline__ void bf16x8_to_f32(uint4 u, float (&v)[8]) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        v[2 * i] = __uint_as_float(w[i] << 16);
-        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-}
-
 // Largest |v| of the `lanes` adjacent lanes (an aligned group) holding one quantisation block.
 template <int kLanes>
 __device__ __forceinline__ float group_amax(const float (&v)[8]) {

@@ -208,10 +208,7 @@ __global__ void __launch_bounds__(kGateThreads)
                 if (c >= dim) break;
                 float xv[8], gv[8];
                 load8(xs + c, xv);
-                const uint32_t w[4] = {g[i].x, g[i].y, g[i].z, g[i].w};
-#pragma unroll
-                for (int h = 0; h < 4; ++h)
-                    gv[2 * h] = __uint_as_float(w[h] << 16), gv[2 * h + 1] = __uint_as_float(w[h] & 0xffff0000u);
+                bf16x8_to_f32(g[i], gv);
 #pragma unroll
                 for (int h = 0; h < 8; ++h) acc = fmaf(xv[h], gv[h], acc);
             }
