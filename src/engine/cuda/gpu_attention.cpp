@@ -413,9 +413,21 @@ Status decode_main_compressor(GpuModel& m, const GpuLayer& layer, int layer_slot
                              false, st);
 }
 
+// The indexer compressor's decode launch: the step's closing windows into the layer's key pool. independent: it
+// directly follows the main compressor's launch, whose windows and pool rows it does not touch, so it may run
+// alongside it (CompressorDecodeArgs::independent_of_previous).
+Status decode_index_compressor(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, bool independent,
+                               cuda::StreamHandle st) {
+    GpuLayerCache& lc = m.cache.layers[size_t(layer_slot)];
+    return decode_compressor(m, layer.attn.index_compressor, lc.iopen_kv, lc.iopen_score, lc.iprev_kv, lc.iprev_score,
+                             4, true, CompressedKind::kIndexer, m.cfg.index_head_dim, m.pass.index_proj_kv.data(),
+                             m.pass.index_proj_score.data(), rows, key_entries(m), lc.keys.data(), independent, st);
+}
+
 // Steps 2-4 and the rings for a decode step: every row at once. The indexer scans each session's key capacity but
 // computes only the visible keys; HCA lists every entry slot, invisible ones -1 (whole blocks of -1 change nothing).
-// beside: the window K=V and the main compressor ran on m.attn_branch, joined here before the attention reads them.
+// beside: the window K=V and the main compressor ran on m.attn_branch, joined here before the attention reads them,
+// and (CSA) the indexer compressor on m.index_branch, joined before the indexer scores read its keys.
 Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, bool beside) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
@@ -426,13 +438,11 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     if (layer.ratio && !beside) DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, st));
     const int64_t topk = c.index_topk;
     if (csa) {
-        // right after the main compressor (CSA layers always have one), whose windows and pool rows it does not
-        // touch: it runs alongside it in the decode graph (CompressorDecodeArgs::independent_of_previous); with the
-        // main compressor on the branch, after the indexer's query finish, which it waits for
-        DSV4_RETURN_IF_ERROR(decode_compressor(m, layer.attn.index_compressor, lc.iopen_kv, lc.iopen_score, lc.iprev_kv,
-                                               lc.iprev_score, 4, true, CompressedKind::kIndexer, c.index_head_dim,
-                                               s.index_proj_kv.data(), s.index_proj_score.data(), rows, key_entries(m),
-                                               lc.keys.data(), layer.ratio != 0 && !beside, st));
+        if (beside) {
+            DSV4_RETURN_IF_ERROR(m.index_branch.join(st));
+        } else {  // right after the main compressor (CSA layers always have one)
+            DSV4_RETURN_IF_ERROR(decode_index_compressor(m, layer, layer_slot, rows, true, st));
+        }
         DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true));
     }
     if (beside) DSV4_RETURN_IF_ERROR(m.attn_branch.join(st));
@@ -501,7 +511,18 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     //    them (up to 7 and 2)
     //    A decode step runs the window K=V and the main compressor (projections and window close) on m.attn_branch,
     //    beside the query path and the indexer: they need only normed, and only the attention reads what they write.
+    //    Likewise (CSA) the indexer's compressor (projections and window close) on m.index_branch, joined before the
+    //    indexer scores read its keys. (The head weights' projection on that branch too, waited for by the query
+    //    finish, measured no faster: docs/perf.md.)
+    const bool csa = layer.kind == model::AttnKind::kCSA;
     const bool beside = decode && rows <= kAttnBranchMaxRows;
+    if (beside && csa) {
+        const cuda::StreamHandle side = m.index_branch.side();
+        DSV4_RETURN_IF_ERROR(m.index_branch.fork(st));
+        DSV4_RETURN_IF_ERROR(project_rows(m, w.index_compressor, layer.ratio, rows, s.index_proj_kv.data(),
+                                          s.index_proj_score.data(), normed_q, decode, side, s.index_branch_workspace));
+        DSV4_RETURN_IF_ERROR(decode_index_compressor(m, layer, layer_slot, rows, false, side));
+    }
     if (beside) {
         const cuda::StreamHandle side = m.attn_branch.side();
         DSV4_RETURN_IF_ERROR(m.attn_branch.fork(st));
@@ -514,7 +535,7 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     }
     QuantizedRows qr_q;
     DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data(), normed_q));
-    if (layer.kind == model::AttnKind::kCSA) {  // wq_b and the indexer's wq_b
+    if (csa) {  // wq_b and the indexer's wq_b
         DSV4_ASSIGN_OR_RETURN(qr_q, quantized_rows_in(m, s.qr.data(), rows, c.q_lora_rank, s.qr_codes, s.qr_scales));
     }
     DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(m.precision,
@@ -545,9 +566,10 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
             DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(),
                                               normed_q, decode, st, s.workspace));
     }
-    if (layer.kind == model::AttnKind::kCSA) {
-        DSV4_RETURN_IF_ERROR(project_rows(m, w.index_compressor, layer.ratio, rows, s.index_proj_kv.data(),
-                                          s.index_proj_score.data(), normed_q, decode, st, s.workspace));
+    if (csa) {
+        if (!beside)
+            DSV4_RETURN_IF_ERROR(project_rows(m, w.index_compressor, layer.ratio, rows, s.index_proj_kv.data(),
+                                              s.index_proj_score.data(), normed_q, decode, st, s.workspace));
         bool any_entries = decode;  // a decode step's launches may not depend on the positions
         for (const GpuBatchSeq& q : seqs) any_entries |= (q.seq->position + q.n) / layer.ratio > 0;
         if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows, normed_q, qr_q));

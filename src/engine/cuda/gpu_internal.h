@@ -92,6 +92,7 @@ struct GpuPass {
     DeviceBuffer bad_token;          // int32, the embedding's out-of-range report
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
     DeviceBuffer attn_branch_workspace;  // the linears on m.attn_branch (decode steps' window K=V and compressor)
+    DeviceBuffer index_branch_workspace;  // the linears on m.index_branch (the indexer compressor's projections)
     // attention's per-sequence work (one sequence at a time, or every row at once in a decode step)
     DeviceBuffer series_kv, series_score;  // f32 [127 + R, 512] / [3 + R, 1024]: open window + chunk projections
     DeviceBuffer pooled;             // act [max(R, R/4 + 2), 512] pooled and finished entries before packing
@@ -188,6 +189,8 @@ struct GpuModel {
     cuda::StreamFork hc_branch;  // decode steps' split + Sinkhorn, beside `stream` (gpu_forward.cpp enter_sub_block)
     // decode steps' window K=V and main compressor, beside the query path and the indexer (gpu_attention.cpp)
     cuda::StreamFork attn_branch;
+    // decode steps' indexer compressor (CSA layers), beside the query path (gpu_attention.cpp)
+    cuda::StreamFork index_branch;
     std::vector<cuda::DeviceWeight> owned;  // every uploaded weight
     std::vector<DeviceBuffer> tables;       // f32 vectors, tid2eid, expert pointer arrays
     uint64_t weight_bytes = 0;
@@ -271,10 +274,11 @@ inline cuda::SparseAttnSplitOptions decode_split_options() {
 // partials: cuda::LinearArgs::partials (the K-split sums left in the pass workspace for the next launch to reduce).
 Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, backend::LinearOut out,
                   void* y, const QuantizedRows& q = {}, cuda::Fp8GemmPartials* partials = nullptr);
-// The same on another stream with its own workspace: a graph branch beside m.stream (m.attn_branch).
+// The same on another stream with its own workspace: a graph branch beside m.stream (m.attn_branch, m.index_branch).
 Status gpu_linear_on(GpuModel& m, cuda::StreamHandle stream, const DeviceBuffer& workspace, const void* x, int64_t rows,
                      const DeviceWeightView& w, backend::LinearOut out, void* y, const QuantizedRows& q = {});
-// Decode steps of up to this many rows run the window K=V and the main compressor on m.attn_branch.
+// Decode steps of up to this many rows run the window K=V and the main compressor on m.attn_branch, and the
+// indexer's compressor on m.index_branch.
 constexpr int64_t kAttnBranchMaxRows = cuda::kDecodeMaxRows;
 
 // One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out; normed_q:

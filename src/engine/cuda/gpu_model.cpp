@@ -301,6 +301,18 @@ size_t attn_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
     return n;
 }
 
+// The same for m.index_branch: the indexer compressor's projections.
+size_t index_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
+    const int64_t r = std::min(rows, kAttnBranchMaxRows);
+    size_t n = 0;
+    for (const GpuLayer& l : m.layers) {
+        const GpuAttention& a = l.attn;
+        for (const DeviceWeightView* w : {&a.index_compressor.wkv, &a.index_compressor.wgate})
+            if (!w->empty()) n = std::max(n, cuda::sm90_linear_workspace_bytes(m.precision, r, *w, LinearOut::kF32));
+    }
+    return n;
+}
+
 // The largest workspace of split decode attention (CSA and HCA lists) and of the indexer's top-k over any row
 // count up to the pass's: the split plan depends on the row count, so every count a step may have is asked.
 size_t attention_workspace_bytes(const GpuModel& m, int64_t csa_cap, int64_t hca_cap) {
@@ -407,6 +419,8 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_RETURN_IF_ERROR(alloc(s.workspace, int64_t(workspace_bytes(m, R)), "op workspace"));
     DSV4_RETURN_IF_ERROR(
         alloc(s.attn_branch_workspace, int64_t(attn_branch_workspace_bytes(m, R)), "attention branch workspace"));
+    DSV4_RETURN_IF_ERROR(
+        alloc(s.index_branch_workspace, int64_t(index_branch_workspace_bytes(m, R)), "indexer branch workspace"));
     return Status::ok();
 }
 
@@ -446,6 +460,7 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
     DSV4_ASSIGN_OR_RETURN(m->stream, cuda::Stream::create());
     DSV4_ASSIGN_OR_RETURN(m->hc_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->attn_branch, cuda::StreamFork::create());
+    DSV4_ASSIGN_OR_RETURN(m->index_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->embed, put(*m, views.embed, "embed"));
     DSV4_ASSIGN_OR_RETURN(m->head, put(*m, views.head, "head"));
     DSV4_ASSIGN_OR_RETURN(m->norm, put_norm(*m, views.norm, "norm"));
