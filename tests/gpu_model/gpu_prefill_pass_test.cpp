@@ -14,6 +14,7 @@
 // much chunking is not separated (the paths switch on the row count only). A wrong expert, scale, row or logits
 // chunk gives an error of the logits' own size (~1). More layers amplify every difference alike (4 layers: 0.19 for
 // all three), so they would test nothing more.
+// Also (GpuDecodeRoute, below): routing inside the MoE launch against the router's launches, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,6 +120,41 @@ TEST_P(GpuLongPass, PrefillMoeKernelMatchesDecodeKernelPasses) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layer, GpuLongPass, ::testing::Values(LayerKind{true, 4}, LayerKind{false, 128}),
+                         [](const ::testing::TestParamInfo<LayerKind>& i) {
+                             return std::string(i.param.hash_routed ? "hash_" : "scores_") +
+                                    (i.param.compress_ratio == 4 ? "csa" : "hca");
+                         });
+
+// With GpuModel::moe_route_max_rows = 8 passes of up to 8 rows route inside the MoE launch (MoeDecodeArgs::route);
+// with 0 (the engine's default) they run the router's launch and the prepare. Both compute the same logits, picks and
+// weights in the same order (tests/ops/moe_route_test.cpp), so the model's logits agree bit for bit, through the decode
+// graphs and their replays (the route's arrival counter must come back to zero every step).
+class GpuDecodeRoute : public ::testing::TestWithParam<LayerKind> {};
+
+TEST_P(GpuDecodeRoute, RoutingInsideTheMoeLaunchChangesNoBit) {
+    DSV4_REQUIRE_GPU();
+    auto cfg = one_layer_flash(GetParam());
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+    const int64_t n = 24, vocab = cfg->vocab_size;
+    auto made = engine::make_synthetic_gpu_model(*cfg, backend::Precision::kReference, 8);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    engine::GpuModel& m = **made;
+    ASSERT_TRUE(engine::resize_gpu_cache(m, 2, n, 2 * n).is_ok());
+    for (const engine::GpuLayer& l : m.layers)  // the route's conditions, so that the comparison is not blind
+        EXPECT_TRUE(l.ffn.mxfp4_repacked && cuda::moe_route_fits(m.cfg.hidden_size, l.ffn.gate));
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % vocab);
+    m.moe_route_max_rows = cuda::kMoeRouteMaxTokens;
+    const std::vector<float> routed = feed(m, tokens, 1), routed8 = feed(m, tokens, 8);
+    m.moe_route_max_rows = 0;
+    const std::vector<float> router = feed(m, tokens, 1), router8 = feed(m, tokens, 8);
+    ASSERT_EQ(routed.size(), size_t(n * vocab));
+    ASSERT_EQ(routed8.size(), router8.size());
+    EXPECT_EQ(cuda::testing::count_bit_differences(routed, router), 0u) << "one-token passes";
+    EXPECT_EQ(cuda::testing::count_bit_differences(routed8, router8), 0u) << "passes of 8";
+}
+
+INSTANTIATE_TEST_SUITE_P(Layer, GpuDecodeRoute, ::testing::Values(LayerKind{true, 4}, LayerKind{false, 128}),
                          [](const ::testing::TestParamInfo<LayerKind>& i) {
                              return std::string(i.param.hash_routed ? "hash_" : "scores_") +
                                     (i.param.compress_ratio == 4 ? "csa" : "hca");

@@ -152,9 +152,15 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t k = c.n_experts_per_token;
 
-    const bool gate_fused = m.precision == Precision::kReference && rows <= kFusedRouterGateMaxRows &&
+    const bool fused = fused_moe_fits(m, w);
+    const bool prefill_kernel = fused && rows > m.moe_prefill_above;
+    // routing inside the fused path's first launch (MoeDecodeArgs::route) where GpuModel::moe_route_max_rows asks
+    const bool route_in_moe = fused && !prefill_kernel &&
+                              rows <= std::min(m.moe_route_max_rows, cuda::kMoeRouteMaxTokens) &&
+                              cuda::moe_route_fits(c.hidden_size, w.gate);
+    const bool gate_fused = !route_in_moe && m.precision == Precision::kReference && rows <= kFusedRouterGateMaxRows &&
                             cuda::router_gate_select_fits(c.hidden_size, w.gate);
-    if (!gate_fused)
+    if (!gate_fused && !route_in_moe)
         DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.gate, LinearOut::kF32, s.router_logits.data()));
     cuda::RouterSelectArgs rp;
     rp.logits = s.router_logits.as<float>();
@@ -177,12 +183,10 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         g.dim = c.hidden_size;
         g.gate = w.gate;
         DSV4_RETURN_IF_ERROR(cuda::sm90_router_gate_select(g, rp, st));
-    } else {
+    } else if (!route_in_moe) {
         DSV4_RETURN_IF_ERROR(cuda::sm90_router_select(rp, st));
     }
 
-    const bool fused = fused_moe_fits(m, w);
-    const bool prefill_kernel = fused && rows > m.moe_prefill_above;
     const bool has_shared = !w.shared_w1.empty();
     const bool shared_fused = fused && !prefill_kernel && w.shared_fp8 && rows <= kFusedSharedExpertMaxRows;
     if (has_shared && !shared_fused) {
@@ -206,6 +210,14 @@ Status moe_block(GpuModel& m, const GpuLayer& layer, int64_t rows) {
         md.x = s.normed.data();
         md.idx = s.route_idx.as<int32_t>();
         md.route_w = s.route_w.as<float>();
+        cuda::MoeRoute route;
+        if (route_in_moe) {
+            route.gate = w.gate;
+            route.select = rp;
+            route.logits = s.router_logits.as<float>();
+            route.arrivals = s.moe_arrivals.as<int32_t>();
+            md.route = &route;
+        }
         md.format = w.mxfp4_repacked ? cuda::MoeWeightFormat::kMXFP4Repacked : cuda::MoeWeightFormat::kMXFP4;
         md.experts = w.mxfp4;
         md.shared = has_shared && !shared_fused ? s.shared_out.data() : nullptr;

@@ -85,6 +85,7 @@ struct GpuPass {
     DeviceBuffer index_q, index_w;   // act [R, IH, 128], [R, IH]
     DeviceBuffer index_q_int, index_q_exp;  // kReference: int8 [R, IH, 128], [R, IH, 4] (the query finish's)
     DeviceBuffer router_logits;      // f32 [R, E]
+    DeviceBuffer moe_arrivals;       // int32: the MoE launch's routing counter (MoeRoute::arrivals), zero between uses
     DeviceBuffer route_idx, route_w; // int32 / f32 [R, K]
     DeviceBuffer expert_out;         // f32 [R, K, D]
     DeviceBuffer shared_out;         // act [R, D]
@@ -183,6 +184,11 @@ struct GpuModel {
     // Passes of more rows than this run the routed experts in the prefill kernel. Tests lower it, on a model whose
     // pass exceeds kMoeDecodeKernelMaxRows (so the workspace holds the prefill kernel's), to compare the kernels.
     int64_t moe_prefill_above = kMoeDecodeKernelMaxRows;
+    // Passes of up to this many rows (at most cuda::kMoeRouteMaxTokens) route inside the fused MoE path's first
+    // launch (MoeDecodeArgs::route); the others run the router's launch and the prepare. 0: measured slower in the
+    // decode graph (dsv4 bench 4K on the H200, 2026-12-02: B = 1 6.04-6.09 vs 5.88 ms, B = 8 13.1-13.4 vs 12.9-13.0;
+    // docs/kernels/moe.md, "Routing in the first launch"); tests set it to compare the two.
+    int64_t moe_route_max_rows = 0;
     backend::Precision precision = backend::Precision::kReference;
     size_t act_bytes = 2;            // bytes of one activation value
     cuda::Stream stream;

@@ -410,6 +410,8 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
         DSV4_RETURN_IF_ERROR(alloc(s.index_q_exp, R * c.index_n_heads * 4, "indexer query exponents"));
     }
     DSV4_RETURN_IF_ERROR(alloc(s.router_logits, R * c.n_routed_experts * 4, "router logits"));
+    DSV4_RETURN_IF_ERROR(alloc(s.moe_arrivals, 4, "MoE routing counter"));
+    DSV4_RETURN_IF_ERROR(s.moe_arrivals.fill_bytes(0));
     DSV4_RETURN_IF_ERROR(alloc(s.route_idx, R * c.n_experts_per_token * 4, "routes"));
     DSV4_RETURN_IF_ERROR(alloc(s.route_w, R * c.n_experts_per_token * 4, "routes"));
     DSV4_RETURN_IF_ERROR(alloc(s.expert_out, R * c.n_experts_per_token * D * 4, "expert outputs"));

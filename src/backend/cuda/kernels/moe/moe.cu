@@ -6,113 +6,26 @@
 
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
-#include "backend/cuda/kernels/moe/moe_items.cuh"
-#include "backend/cuda/kernels/moe/moe.h"
-#include "backend/cuda/kernels/moe/moe_ring.h"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/moe/moe_items.cuh"
+#include "backend/cuda/kernels/moe/moe_prepare.cuh"
+#include "backend/cuda/kernels/moe/moe_ring.h"
+#include "backend/cuda/kernels/moe/moe_route.h"
 
 namespace dsv4::cuda {
 namespace {
 
 using Cfg = MoeDecodeConfig;
 
-// Exclusive block-wide scan of 4 values per thread (256 threads, 1024 entries). Returns the total.
-__device__ int block_scan4(int (&v)[4], int* warp_sums) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int x = v[i];
-        v[i] = s;
-        s += x;
-    }
-    int incl = s;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const int o = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += o;
-    }
-    if (lane == 31) warp_sums[warp] = incl;
-    __syncthreads();
-    int base = 0, total = 0;
-    for (int w = 0; w < Cfg::kPrepThreads / 32; ++w) {
-        if (w < warp) base += warp_sums[w];
-        total += warp_sums[w];
-    }
-    base += incl - s;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] += base;
-    __syncthreads();
-    return total;
-}
-
 // Launch 1. Blocks 0..T-1: act_quant of token b's row of x into pair order. Block T: grouping + counters.
 __global__ void __launch_bounds__(Cfg::kPrepThreads) sm90_moe_prepare_kernel(MoeKernelParams p) {
     pdl_enter();
-    const int tid = threadIdx.x;
     if (int(blockIdx.x) < p.T) {
-        const int tok = blockIdx.x, nblk = p.D / 32;
-        for (int base = 0; base < nblk; base += Cfg::kPrepThreads) {
-            const int blk = base + tid;
-            const bool active = blk < nblk;
-            float v[32];
-            const __nv_bfloat16* src = p.x + size_t(tok) * p.D + size_t(active ? blk : 0) * 32;
-            load32(src, v);
-            const float s = quant_block128_to_f16(v, p.xq + size_t(tok) * p.D + size_t(blk) * 32, active);
-            if (active && (blk & 3) == 0) p.xs[size_t(tok) * (p.D / 128) + blk / 4] = s;
-        }
+        moe_quantize_row(p, int(blockIdx.x));
         return;
     }
-    __shared__ int cnt[Cfg::kMaxExperts], off[Cfg::kMaxExperts], warp_sums[Cfg::kPrepThreads / 32];
-    const int picks = p.T * p.K;
-    for (int e = tid; e < Cfg::kMaxExperts; e += Cfg::kPrepThreads) cnt[e] = 0;
-    __syncthreads();
-    for (int i = tid; i < picks; i += Cfg::kPrepThreads) {
-        const int e = p.idx[i];
-        if (e >= 0 && e < p.E) atomicAdd(&cnt[e], 1);
-    }
-    __syncthreads();
-    int c[4], f[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        c[i] = cnt[4 * tid + i];
-        f[i] = c[i] > 0;
-    }
-    block_scan4(c, warp_sums);
-    const int n_active = block_scan4(f, warp_sums);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int e = 4 * tid + i;
-        off[e] = c[i];
-        if (e < p.E && cnt[e] > 0) {
-            p.active_expert[f[i]] = e;
-            p.active_start[f[i]] = c[i];
-            p.active_count[f[i]] = cnt[e];
-        }
-    }
-    if (tid == 0) *p.n_active = n_active;
-    if (p.shared_expert) {  // the shared expert: slot n_active, every token, picks T·K + t after the routed ones
-        if (tid == 0) p.active_expert[n_active] = -1, p.active_start[n_active] = picks, p.active_count[n_active] = p.T;
-        for (int t = tid; t < p.T; t += Cfg::kPrepThreads) p.list[picks + t] = picks + t;
-    }
-    __syncthreads();
-    for (int i = tid; i < picks; i += Cfg::kPrepThreads) {
-        const int e = p.idx[i];
-        if (e >= 0 && e < p.E) p.list[atomicAdd(&off[e], 1)] = i;  // order inside an expert does not matter
-    }
-    for (int t = tid; t < p.T; t += Cfg::kPrepThreads) {
-        int o[Cfg::kMaxK];
-        for (int j = 0; j < p.K; ++j) {
-            int k = j;
-            const int e = p.idx[t * p.K + j];
-            for (; k > 0 && p.idx[o[k - 1]] > e; --k) o[k] = o[k - 1];
-            o[k] = t * p.K + j;
-        }
-        for (int j = 0; j < p.K; ++j) p.order[t * p.K + j] = o[j];
-    }
-    for (int i = tid; i < (p.slots + 1) * (p.I / 128); i += Cfg::kPrepThreads) p.cnt_up[i] = 0;
-    for (int i = tid; i < p.slots + 1; i += Cfg::kPrepThreads) p.up_done[i] = 0;
-    for (int i = tid; i < p.D / Cfg::kMinDownRows; i += Cfg::kPrepThreads) p.cnt_down[i] = 0;
+    moe_group_picks(p);
 }
 
 // The gate/up (MATS = 2: w1, w3) or down (MATS = 1: w2) operands of expert e from the format's table.
@@ -300,6 +213,7 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
         return invalid_argument(op + ": tokens " + std::to_string(a.tokens) + " outside 1.." +
                                 std::to_string(Cfg::kMaxTokens) + " (the decode kernel; prefill is a separate path)");
     DSV4_RETURN_IF_ERROR(check_moe_shape(a, op, 512));
+    if (a.route) DSV4_RETURN_IF_ERROR(check_moe_route(a, op));
     const MoeWorkspace wl = MoeWorkspace::make(a.tokens, a.k, a.n_experts, a.dim, a.inter);
     if (a.workspace_bytes < wl.total || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
         return invalid_argument(op + ": workspace must be 256-byte aligned and hold " + std::to_string(wl.total) +
@@ -334,8 +248,12 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     p.hs = reinterpret_cast<float*>(ws + wl.hs);
     p.yp = reinterpret_cast<float*>(ws + wl.yp);
 
-    sm90_moe_prepare_kernel<<<unsigned(p.T + 1), Cfg::kPrepThreads, 0, stream>>>(p);
-    DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_prepare"));
+    if (a.route) {
+        DSV4_RETURN_IF_ERROR(launch_moe_route(p, *a.route, reinterpret_cast<float*>(ws + wl.route_scores), stream));
+    } else {
+        sm90_moe_prepare_kernel<<<unsigned(p.T + 1), Cfg::kPrepThreads, 0, stream>>>(p);
+        DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_prepare"));
+    }
     switch (a.format) {
         case MoeWeightFormat::kNVFP4: return launch_expert_kernels<Nvfp4Weights>(p, stream);
         case MoeWeightFormat::kFP8Block: return launch_expert_kernels<Fp8BlockWeights>(p, stream);

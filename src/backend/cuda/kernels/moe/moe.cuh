@@ -104,9 +104,8 @@ struct Fp8BlockWeights {
 
 // Workspace layout (byte offsets, each 256-aligned). Shared by the launcher and the benchmark.
 struct MoeWorkspace {
-    size_t n_active, active_expert, active_start, active_count, list, order, cnt_up, up_done, cnt_down, xq, xs, h,
-        hq, hs,
-        yp, total;
+    size_t n_active, active_expert, active_start, active_count, list, order, cnt_up, up_done, cnt_down, xq, xs, h, hq,
+        hs, yp, route_scores, total;
     static MoeWorkspace make(int64_t T, int64_t K, int64_t E, int64_t D, int64_t I) {
         MoeWorkspace w{};
         // room for the shared expert as one more slot after the active ones (MoeDecodeArgs::shared_expert): its T
@@ -128,6 +127,7 @@ struct MoeWorkspace {
         w.hq = l.take(2 * size_t(picks) * size_t(I));
         w.hs = l.take(4 * size_t(picks) * size_t(I / 128));
         w.yp = l.take(4 * size_t(picks) * size_t(D));
+        w.route_scores = l.take(2 * 4 * size_t(T) * size_t(E));  // MoeDecodeArgs::route: scores, selection values
         w.total = l.bytes;
         return w;
     }

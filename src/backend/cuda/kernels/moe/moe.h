@@ -15,6 +15,8 @@
 #include <string>
 
 #include "backend/cuda/common/stream.h"
+#include "backend/cuda/common/weights.h"
+#include "backend/cuda/kernels/router/router.h"
 #include "dsv4/status.h"
 
 namespace dsv4::cuda {
@@ -60,10 +62,29 @@ struct Fp8BlockExpertPtrs {
 enum class MoeWeightFormat : uint8_t { kMXFP4, kNVFP4, kFP8Block, kMXFP4Repacked };
 const char* moe_weight_format_name(MoeWeightFormat f);
 
+// Routing in the decode path's first launch (MoeDecodeArgs::route): the router's gate GEMV and selection, with
+// sm90_router_gate_select's arithmetic (the same logits, picks and weights bit for bit), in the launch that groups the
+// picks and quantises x — three launches per MoE layer instead of four (the router's, the prepare's and these two).
+// Measured slower than those four in the decode graph (docs/kernels/moe.md, "Routing in the first launch"), so the
+// engine does not use it by default (GpuModel::moe_route_max_rows).
+constexpr int64_t kMoeRouteMaxTokens = 8, kMoeRouteMaxDim = 12288;
+struct MoeRoute {
+    DeviceWeightView gate;        // bf16 [E, D], 16-byte aligned
+    RouterSelectArgs select;      // bias or hash table, scale; idx / weights: the call's idx / route_w (logits unused)
+    float* logits = nullptr;      // f32 [T, E]: the gate's output, written by the launch (its scratch)
+    int32_t* arrivals = nullptr;  // one int, zero before the first launch; each launch leaves it zero
+};
+// Whether the route takes this gate (bf16 [E, D], D a multiple of 256 up to kMoeRouteMaxDim: x's rows are staged in
+// shared memory).
+bool moe_route_fits(int64_t dim, const DeviceWeightView& gate);
+
 struct MoeDecodeArgs {
     const void* x = nullptr;                // bf16 [T, D]
     const int32_t* idx = nullptr;           // [T, K] expert ids (router output; distinct within a token)
     const float* route_w = nullptr;         // [T, K] routing weights (already × routed_scale)
+    // Or the routing itself, in the first launch, which then writes idx / route_w (T <= kMoeRouteMaxTokens; the
+    // routing buffers must stay the same between calls through one workspace: the arrival counter is per buffer).
+    const MoeRoute* route = nullptr;
     // The expert weights: `format` names the one table that is set (device arrays [E]; the others stay null).
     MoeWeightFormat format = MoeWeightFormat::kMXFP4;
     const Mxfp4ExpertPtrs* experts = nullptr;          // kMXFP4, kMXFP4Repacked

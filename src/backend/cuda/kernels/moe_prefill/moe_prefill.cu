@@ -440,6 +440,10 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     const std::string op = "sm90_mxfp4_moe_prefill";
     if (!a.x || !a.idx || !a.route_w || !a.experts || !a.y || !a.workspace)
         return invalid_argument(op + ": null pointer (x, idx, route_w, experts, y and workspace are required)");
+    if (a.route)
+        return invalid_argument(op +
+                                ": routing in the first launch is the decode path's (MoeDecodeArgs::route): "
+                                "route with sm90_router_select and pass idx / route_w");
     if ((a.format != MoeWeightFormat::kMXFP4 && a.format != MoeWeightFormat::kMXFP4Repacked) || a.nvfp4_experts ||
         a.fp8_experts)
         return invalid_argument(op + ": MXFP4 experts only, shipped or repacked (format " +

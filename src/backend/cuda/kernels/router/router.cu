@@ -17,126 +17,18 @@
 #include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
-#include "backend/cuda/kernels/router/router.h"
+#include "backend/cuda/kernels/router/router.cuh"
 
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kThreads = 256, kMaxPerLane = 32, kMaxExperts = 32 * kMaxPerLane, kMaxK = 16;
+using namespace router;
+
+constexpr int kThreads = 256;
 constexpr int kGateCtas = 16;  // CTAs per token of the fused gate (a non-portable cluster size)
 // The fused gate's CTAs: 16 warps, each lane holding kGateChunks 16-byte chunks of one gate row at a time (a whole
 // V4-Flash row per warp: 4096 columns), x staged once per CTA in shared memory.
 constexpr int kGateThreads = 512, kGateWarps = kGateThreads / 32, kGateChunks = 16, kMaxGateDim = 16384;
-
-__device__ __forceinline__ float sqrt_softplus(float x) {
-    const float sp = x > 20.0f ? x : float(log1p(double(exp_f32(x))));
-    return __fsqrt_rn(sp);
-}
-
-// The selection's inputs that are not per token.
-struct SelectParams {
-    int n_experts, k;
-    const float* bias;  // null: hash routing
-    const int64_t* tid2eid;
-    int64_t vocab;
-    const int32_t* token_ids;
-    float routed_scale;
-    float* scores;  // may be null
-    int32_t* idx;
-    float* weights;
-};
-
-// Expert e's score and selection value (bias null: hash routing, no selection value).
-__device__ __forceinline__ void score_one(float logit, int e, const SelectParams& q, float& score, float& select) {
-    score = sqrt_softplus(logit);
-    select = q.bias ? __fadd_rn(score, q.bias[e]) : -INFINITY;
-}
-
-// An unsigned key ordered as the selection values: -0 counts as +0 (the floats compare equal, so the lower expert must
-// win the tie, as in the CPU's comparison), NaN below every number (1), 0 reserved for "taken". Numbers map to
-// 0x007fffff (-INF) and up.
-__device__ __forceinline__ uint32_t select_key(float v) {
-    if (v != v) return 1u;
-    const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// Token t's picks and weights by one warp from the scores sc and selection values sel in shared memory: expert e held
-// by lane e % 32 as entry e / 32 of PL; K rounds of a warp arg-max on (value, -index) through two reductions (the
-// largest key, then the lowest expert holding it), so equal values pick the lower expert; then lane j computes
-// weight j from the picks' score sum in pick order.
-template <int PL>
-__device__ __forceinline__ void pick_top_k(const float* sc, const float* sel, int64_t t, const SelectParams& q) {
-    const int lane = int(threadIdx.x) & 31;
-    int pick[kMaxK];
-    if (q.bias) {
-        uint32_t key[PL];
-#pragma unroll
-        for (int i = 0; i < PL; ++i) {
-            const int e = lane + 32 * i;
-            key[i] = e < q.n_experts ? select_key(sel[e]) : 0u;
-        }
-        // this lane's best live key and its expert (the first of equal keys: the lowest expert)
-        uint32_t best = 0;
-        int best_e = 0x7fffffff;
-        auto rescan = [&]() {
-            best = 0, best_e = 0x7fffffff;
-#pragma unroll
-            for (int i = 0; i < PL; ++i)
-                if (key[i] > best) best = key[i], best_e = lane + 32 * i;
-        };
-        rescan();
-#pragma unroll
-        for (int j = 0; j < kMaxK; ++j) {
-            if (j >= q.k) break;
-            const uint32_t top = __reduce_max_sync(0xffffffffu, best);
-            const int e = int(__reduce_min_sync(0xffffffffu, best == top ? uint32_t(best_e) : 0xffffffffu));
-            pick[j] = e;
-            if (lane == (e & 31)) {
-#pragma unroll
-                for (int i = 0; i < PL; ++i)
-                    if (i == (e >> 5)) key[i] = 0u;  // taken
-                rescan();
-            }
-        }
-    } else {
-        int mine = -1;  // lane j < k: pick j of the table (out-of-range ids and experts: -1)
-        if (lane < q.k) {
-            const int32_t tok = q.token_ids[t];
-            const int64_t e = tok >= 0 && tok < q.vocab ? q.tid2eid[int64_t(tok) * q.k + lane] : -1;
-            mine = e >= 0 && e < q.n_experts ? int(e) : -1;
-        }
-#pragma unroll
-        for (int j = 0; j < kMaxK; ++j) {
-            if (j >= q.k) break;
-            pick[j] = __shfl_sync(0xffffffffu, mine, j);
-        }
-    }
-    float sum = 0;
-#pragma unroll
-    for (int j = 0; j < kMaxK; ++j) {
-        if (j >= q.k) break;
-        sum = __fadd_rn(sum, pick[j] >= 0 ? sc[pick[j]] : 0.0f);
-    }
-    int e = -1;
-#pragma unroll
-    for (int j = 0; j < kMaxK; ++j)
-        if (j == lane && j < q.k) e = pick[j];
-    if (lane < q.k) {
-        q.idx[t * q.k + lane] = e;
-        q.weights[t * q.k + lane] = e >= 0 ? __fmul_rn(__fdiv_rn(sc[e], sum), q.routed_scale) : 0.0f;
-    }
-}
-
-// pick_top_k with the fewest entries per lane that hold E experts.
-__device__ __forceinline__ void select_top_k(const float* sc, const float* sel, int64_t t, const SelectParams& q) {
-    if (q.n_experts <= 256)
-        pick_top_k<8>(sc, sel, t, q);
-    else if (q.n_experts <= 384)
-        pick_top_k<12>(sc, sel, t, q);
-    else
-        pick_top_k<kMaxPerLane>(sc, sel, t, q);
-}
 
 __global__ void __launch_bounds__(kThreads) sm90_router_select_kernel(const float* __restrict__ logits, SelectParams q) {
     pdl_enter();
@@ -227,7 +119,9 @@ __global__ void __launch_bounds__(kGateThreads)
     if (r == 0 && threadIdx.x < 32) select_top_k(sc, sel, t, q);
 }
 
-Status check_select(const RouterSelectArgs& a, const std::string& op) {
+}  // namespace
+
+Status check_router_select(const RouterSelectArgs& a, const std::string& op) {
     if (!a.idx || !a.weights || a.tokens < 0 || a.n_experts <= 0 || a.k <= 0 || a.k > a.n_experts)
         return invalid_argument(op + ": null pointer or bad k / expert count");
     if (a.n_experts > kMaxExperts || a.k > kMaxK)
@@ -241,17 +135,10 @@ Status check_select(const RouterSelectArgs& a, const std::string& op) {
     return Status::ok();
 }
 
-SelectParams select_params(const RouterSelectArgs& a) {
-    return {int(a.n_experts), int(a.k), a.bias.empty() ? nullptr : static_cast<const float*>(a.bias.data),
-            a.tid2eid, a.vocab, a.token_ids, a.routed_scale, a.scores, a.idx, a.weights};
-}
-
-}  // namespace
-
 Status sm90_router_select(const RouterSelectArgs& a, StreamHandle stream) {
     const std::string op = "sm90_router_select";
     if (!a.logits) return invalid_argument(op + ": null logits");
-    DSV4_RETURN_IF_ERROR(check_select(a, op));
+    DSV4_RETURN_IF_ERROR(check_router_select(a, op));
     if (a.tokens == 0) return Status::ok();
     sm90_router_select_kernel<<<unsigned(a.tokens), kThreads, 0, stream>>>(a.logits, select_params(a));
     return launch_status(op.c_str());
@@ -270,7 +157,7 @@ Status sm90_router_gate_select(const RouterGateArgs& g, const RouterSelectArgs& 
                                 ", D] with D = " + std::to_string(g.dim) + " a positive multiple of 256 up to 16384");
     if ((reinterpret_cast<uintptr_t>(g.x) | reinterpret_cast<uintptr_t>(g.gate.data)) & 15)
         return invalid_argument(op + ": x and gate must be 16-byte aligned");
-    DSV4_RETURN_IF_ERROR(check_select(a, op));
+    DSV4_RETURN_IF_ERROR(check_router_select(a, op));
     if (a.tokens == 0) return Status::ok();
     static const cudaError_t attr =
         cudaFuncSetAttribute(sm90_router_gate_select_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);

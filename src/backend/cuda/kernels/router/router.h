@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
@@ -25,6 +26,8 @@ struct RouterSelectArgs {
     float* weights = nullptr;          // [T, K]
 };
 Status sm90_router_select(const RouterSelectArgs& a, StreamHandle stream);
+// The selection arguments' checks every launcher that selects runs (messages start with `op`).
+Status check_router_select(const RouterSelectArgs& a, const std::string& op);
 
 // The gate and the selection in one launch, for decode batches (reference numerics): logits = x · gateᵀ with bf16 x
 // and gate and f32 sums (the order differs from the GEMM's: the last bits of a logit may), then as

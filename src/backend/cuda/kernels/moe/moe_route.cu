@@ -1,0 +1,193 @@
+// sm90_moe_route: the MoE decode path's first launch when it routes too (MoeDecodeArgs::route). Blocks
+// 0 .. dot_blocks-1 compute the router gate's dot products, one warp per expert row for every token (the row's first
+// 4096 columns in registers, requested before the programmatic wait); each block then arrives on a counter, and the
+// last to arrive scores every (token, expert), selects each token's experts (one warp per token: router.cuh, the
+// arithmetic of sm90_router_gate_select) and groups the picks (moe_prepare.cuh). Blocks dot_blocks .. dot_blocks+T-1
+// quantise x's rows as the prepare's blocks do. One launch instead of the router's and the prepare's, and the gate
+// spread over ⌈E / 8⌉ blocks instead of one 16-CTA cluster per token (docs/kernels/moe.md, "Routing in the first
+// launch").
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/ld_stream.cuh"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/moe/moe_prepare.cuh"
+#include "backend/cuda/kernels/moe/moe_route.h"
+#include "backend/cuda/kernels/router/router.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kRouteThreads = MoeDecodeConfig::kPrepThreads;  // the grouping's block size
+constexpr int kRouteWarps = kRouteThreads / 32;               // one expert row per warp
+constexpr int kRowChunks = 16;  // 16-byte gate chunks a lane holds at once: 4096 columns per pass of a warp
+constexpr int kMaxTokens = int(kMoeRouteMaxTokens);
+
+struct RouteParams {
+    const __nv_bfloat16* gate;  // [E, D]
+    float* logits;              // [T, E]
+    float* scores;              // [T, E] scores, then [T, E] selection values (the workspace's)
+    int* arrivals;
+    int dot_blocks;
+};
+
+__device__ __forceinline__ void load_row_chunks(const __nv_bfloat16* row, int c0, int dim, uint4 (&g)[kRowChunks]) {
+    const int lane = int(threadIdx.x) & 31;
+#pragma unroll
+    for (int i = 0; i < kRowChunks; ++i) {
+        const int c = c0 + lane * 8 + 256 * i;
+        if (c < dim) g[i] = ld_stream16(row + c);
+    }
+}
+
+// This warp's expert's logit, score and selection value for every token. x's rows are staged in shared memory once
+// per block; lane l sums columns l·8 + 256·i of each pass (i ascending, 8 fmaf each), then the warp adds across lanes
+// by xor butterfly: sm90_router_gate_select's order, so the same logits; lane t scores token t. Waits for the previous
+// launch (after requesting the row's first pass).
+__device__ __forceinline__ void gate_dots(const MoeKernelParams& p, const RouteParams& r,
+                                          const router::SelectParams& q) {
+    extern __shared__ __align__(16) unsigned char route_smem[];
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(route_smem);  // [T, D]
+    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+    const int e = int(blockIdx.x) * kRouteWarps + warp;
+    const int E = q.n_experts;
+    const __nv_bfloat16* row = r.gate + int64_t(e) * p.D;
+    uint4 g[kRowChunks];
+    if (e < E) load_row_chunks(row, 0, p.D, g);  // weights, written only at load (pdl.cuh)
+    pdl_wait();
+    for (int c = int(threadIdx.x) * 8; c < p.T * p.D; c += kRouteThreads * 8)
+        *reinterpret_cast<uint4*>(xs + c) = *reinterpret_cast<const uint4*>(p.x + c);
+    __syncthreads();
+    if (e >= E) return;
+    float acc[kMaxTokens];
+#pragma unroll
+    for (int t = 0; t < kMaxTokens; ++t) acc[t] = 0.0f;
+    for (int c0 = 0; c0 < p.D; c0 += 256 * kRowChunks) {
+        if (c0 != 0) load_row_chunks(row, c0, p.D, g);
+#pragma unroll
+        for (int i = 0; i < kRowChunks; ++i) {
+            const int c = c0 + lane * 8 + 256 * i;
+            if (c >= p.D) break;
+            float gv[8];
+            bf16x8_to_f32(g[i], gv);
+#pragma unroll
+            for (int t = 0; t < kMaxTokens; ++t) {
+                if (t >= p.T) break;
+                float xv[8];
+                load8(xs + t * p.D + c, xv);
+#pragma unroll
+                for (int h = 0; h < 8; ++h) acc[t] = fmaf(xv[h], gv[h], acc[t]);
+            }
+        }
+    }
+    float mine = 0.0f;  // lane t: token t's logit
+#pragma unroll
+    for (int t = 0; t < kMaxTokens; ++t) {
+        if (t >= p.T) break;
+        float a = acc[t];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == t) mine = a;
+    }
+    if (lane < p.T) {
+        const int64_t i = int64_t(lane) * E + e;
+        float sc, sel;
+        router::score_one(mine, e, q, sc, sel);
+        r.logits[i] = mine;
+        r.scores[i] = sc;
+        r.scores[int64_t(p.T) * E + i] = sel;
+        if (q.scores) q.scores[i] = sc;
+    }
+}
+
+// The last block: every (token, expert)'s score and selection value into shared memory, each token's picks and
+// weights by one warp, then the grouping; the counter is left zero for the next launch.
+__device__ __forceinline__ void select_and_group(const MoeKernelParams& p, const RouteParams& r,
+                                                 const router::SelectParams& q) {
+    extern __shared__ __align__(16) unsigned char route_smem[];
+    float* sc = reinterpret_cast<float*>(route_smem);  // [T, E] scores, then [T, E] selection values
+    const int n = p.T * q.n_experts;
+    for (int i = int(threadIdx.x); i < 2 * n; i += kRouteThreads) sc[i] = __ldcg(r.scores + i);
+    __syncthreads();
+    for (int t = int(threadIdx.x) >> 5; t < p.T; t += kRouteWarps)
+        router::select_top_k(sc + t * q.n_experts, sc + n + t * q.n_experts, t, q);
+    __syncthreads();  // the picks (global) visible to the whole block
+    moe_group_picks(p);
+    if (threadIdx.x == 0) *r.arrivals = 0;
+}
+
+__global__ void __launch_bounds__(kRouteThreads)
+    sm90_moe_route_kernel(MoeKernelParams p, RouteParams r, router::SelectParams q) {
+    pdl_enter(false);
+    // every path below waits: gate_dots after its first loads, the quantisation blocks at once
+    if (int(blockIdx.x) >= r.dot_blocks) {
+        pdl_wait();
+        moe_quantize_row(p, int(blockIdx.x) - r.dot_blocks);
+        return;
+    }
+    gate_dots(p, r, q);
+    __shared__ bool last;
+    __syncthreads();  // also: the block's x rows are no longer read (select_and_group reuses their shared memory)
+    if (threadIdx.x == 0) {
+        __threadfence();  // this block's scores before its arrival
+        last = atomicAdd(r.arrivals, 1) == r.dot_blocks - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // the other blocks fenced their scores before arriving
+    select_and_group(p, r, q);
+}
+
+// Dynamic shared memory: x's rows in the dot blocks, the scores and selection values in the last block.
+size_t route_smem_bytes(int64_t tokens, int64_t dim, int64_t n_experts) {
+    return size_t(std::max(tokens * dim * 2, 2 * tokens * n_experts * 4));
+}
+
+}  // namespace
+
+bool moe_route_fits(int64_t dim, const DeviceWeightView& gate) {
+    return gate.format == backend::WeightFormat::kBF16 && dim > 0 && dim % 256 == 0 && dim <= kMoeRouteMaxDim &&
+           gate.cols == dim;
+}
+
+Status check_moe_route(const MoeDecodeArgs& a, const std::string& op) {
+    const MoeRoute& r = *a.route;
+    const RouterSelectArgs& s = r.select;
+    if (a.tokens > kMoeRouteMaxTokens)
+        return invalid_argument(op + ": routing in the first launch takes at most " +
+                                std::to_string(kMoeRouteMaxTokens) + " tokens, got " + std::to_string(a.tokens) +
+                                " (route with sm90_router_select and pass idx / route_w)");
+    if (!moe_route_fits(a.dim, r.gate) || r.gate.rows != a.n_experts)
+        return invalid_argument(op + ": route.gate must be bf16 [" + std::to_string(a.n_experts) + ", " +
+                                std::to_string(a.dim) + "] (D a multiple of 256 up to " +
+                                std::to_string(kMoeRouteMaxDim) + ")");
+    if (!is_aligned(r.gate.data, 16)) return invalid_argument(op + ": route.gate must be 16-byte aligned");
+    if (!r.arrivals || !r.logits)
+        return invalid_argument(op + ": route needs its arrival counter and a logits buffer [T, E]");
+    if (s.idx != a.idx || s.weights != a.route_w || s.tokens != a.tokens || s.n_experts != a.n_experts || s.k != a.k)
+        return invalid_argument(op +
+                                ": route.select must write this call's idx / route_w with its tokens, experts "
+                                "and k");
+    return check_router_select(s, op);
+}
+
+Status launch_moe_route(const MoeKernelParams& p, const MoeRoute& route, float* scratch, cudaStream_t stream) {
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(sm90_moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(route_smem_bytes(kMoeRouteMaxTokens, kMoeRouteMaxDim, router::kMaxExperts)));
+    DSV4_CUDA_TRY(attr, "sm90_moe_route: shared memory attribute");
+    RouteParams r;
+    r.gate = static_cast<const __nv_bfloat16*>(route.gate.data);
+    r.logits = route.logits;
+    r.scores = scratch;
+    r.arrivals = route.arrivals;
+    r.dot_blocks = (p.E + kRouteWarps - 1) / kRouteWarps;
+    sm90_moe_route_kernel<<<unsigned(r.dot_blocks + p.T), kRouteThreads, route_smem_bytes(p.T, p.D, p.E), stream>>>(
+        p, r, router::select_params(route.select));
+    return launch_status("sm90_moe_route");
+}
+
+}  // namespace dsv4::cuda
