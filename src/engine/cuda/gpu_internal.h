@@ -186,8 +186,8 @@ struct GpuModel {
     int64_t moe_prefill_above = kMoeDecodeKernelMaxRows;
     // Passes of up to this many rows (at most cuda::kMoeRouteMaxTokens) route inside the fused MoE path's first
     // launch (MoeDecodeArgs::route); the others run the router's launch and the prepare. 0: measured slower in the
-    // decode graph (dsv4 bench 4K on the H200, 2026-12-02: B = 1 6.04-6.09 vs 5.88 ms, B = 8 13.1-13.4 vs 12.9-13.0;
-    // docs/kernels/moe.md, "Routing in the first launch"); tests set it to compare the two.
+    // decode graph (dsv4 bench 4K on the H200, 2026-12-02: B = 1 5.94-6.00 vs 5.79-5.85 ms, B = 8 13.05-13.30 vs
+    // 12.59-12.85; docs/kernels/moe.md, "Routing in the first launch"); tests set it to compare the two.
     int64_t moe_route_max_rows = 0;
     backend::Precision precision = backend::Precision::kReference;
     size_t act_bytes = 2;            // bytes of one activation value

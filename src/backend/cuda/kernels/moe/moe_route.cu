@@ -43,62 +43,65 @@ __device__ __forceinline__ void load_row_chunks(const __nv_bfloat16* row, int c0
     }
 }
 
-// This warp's expert's logit, score and selection value for every token. x's rows are staged in shared memory once
-// per block; lane l sums columns l·8 + 256·i of each pass (i ascending, 8 fmaf each), then the warp adds across lanes
-// by xor butterfly: sm90_router_gate_select's order, so the same logits; lane t scores token t. Waits for the previous
-// launch (after requesting the row's first pass).
+// This warp's expert's logit, score and selection value for every token (TB >= T tokens, a compile-time bound so
+// that the token loops unroll without branches). x's rows are staged in shared memory once per block; lane l sums
+// columns l·8 + 256·i of each pass (i ascending, 8 fmaf each), then the warp adds across lanes by xor butterfly:
+// sm90_router_gate_select's order, so the same logits; lane t scores token t. Waits for the previous launch (after
+// requesting the row's first pass).
+template <int TB>
 __device__ __forceinline__ void gate_dots(const MoeKernelParams& p, const RouteParams& r,
                                           const router::SelectParams& q) {
     extern __shared__ __align__(16) unsigned char route_smem[];
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(route_smem);  // [T, D]
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
     const int e = int(blockIdx.x) * kRouteWarps + warp;
-    const int E = q.n_experts;
-    const __nv_bfloat16* row = r.gate + int64_t(e) * p.D;
+    const int E = q.n_experts, D = p.D, T = TB == 1 ? 1 : p.T;
+    const __nv_bfloat16* row = r.gate + int64_t(e) * D;
     uint4 g[kRowChunks];
-    if (e < E) load_row_chunks(row, 0, p.D, g);  // weights, written only at load (pdl.cuh)
+    if (e < E) load_row_chunks(row, 0, D, g);  // weights, written only at load (pdl.cuh)
     pdl_wait();
-    for (int c = int(threadIdx.x) * 8; c < p.T * p.D; c += kRouteThreads * 8)
+    for (int c = int(threadIdx.x) * 8; c < T * D; c += kRouteThreads * 8)
         *reinterpret_cast<uint4*>(xs + c) = *reinterpret_cast<const uint4*>(p.x + c);
     __syncthreads();
     if (e >= E) return;
-    float acc[kMaxTokens];
+    float acc[TB];
 #pragma unroll
-    for (int t = 0; t < kMaxTokens; ++t) acc[t] = 0.0f;
-    for (int c0 = 0; c0 < p.D; c0 += 256 * kRowChunks) {
-        if (c0 != 0) load_row_chunks(row, c0, p.D, g);
+    for (int t = 0; t < TB; ++t) acc[t] = 0.0f;
+    for (int c0 = 0; c0 < D; c0 += 256 * kRowChunks) {
+        if (c0 != 0) load_row_chunks(row, c0, D, g);
+        const int chunks = min(kRowChunks, (D - c0) >> 8);  // D is a multiple of 256: the same for every lane
+        const __nv_bfloat16* xc = xs + c0 + lane * 8;
 #pragma unroll
         for (int i = 0; i < kRowChunks; ++i) {
-            const int c = c0 + lane * 8 + 256 * i;
-            if (c >= p.D) break;
+            if (i >= chunks) break;
             float gv[8];
             bf16x8_to_f32(g[i], gv);
 #pragma unroll
-            for (int t = 0; t < kMaxTokens; ++t) {
-                if (t >= p.T) break;
-                float xv[8];
-                load8(xs + t * p.D + c, xv);
+            for (int t = 0; t < TB; ++t) {
+                if (t < T) {
+                    float xv[8];
+                    load8(xc + t * D + 256 * i, xv);
 #pragma unroll
-                for (int h = 0; h < 8; ++h) acc[t] = fmaf(xv[h], gv[h], acc[t]);
+                    for (int h = 0; h < 8; ++h) acc[t] = fmaf(xv[h], gv[h], acc[t]);
+                }
             }
         }
     }
     float mine = 0.0f;  // lane t: token t's logit
 #pragma unroll
-    for (int t = 0; t < kMaxTokens; ++t) {
-        if (t >= p.T) break;
+    for (int t = 0; t < TB; ++t) {
         float a = acc[t];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
         if (lane == t) mine = a;
     }
-    if (lane < p.T) {
+    if (lane < T) {
         const int64_t i = int64_t(lane) * E + e;
         float sc, sel;
         router::score_one(mine, e, q, sc, sel);
         r.logits[i] = mine;
         r.scores[i] = sc;
-        r.scores[int64_t(p.T) * E + i] = sel;
+        r.scores[int64_t(T) * E + i] = sel;
         if (q.scores) q.scores[i] = sc;
     }
 }
@@ -119,6 +122,7 @@ __device__ __forceinline__ void select_and_group(const MoeKernelParams& p, const
     if (threadIdx.x == 0) *r.arrivals = 0;
 }
 
+template <int TB>
 __global__ void __launch_bounds__(kRouteThreads)
     sm90_moe_route_kernel(MoeKernelParams p, RouteParams r, router::SelectParams q) {
     pdl_enter(false);
@@ -128,7 +132,7 @@ __global__ void __launch_bounds__(kRouteThreads)
         moe_quantize_row(p, int(blockIdx.x) - r.dot_blocks);
         return;
     }
-    gate_dots(p, r, q);
+    gate_dots<TB>(p, r, q);
     __shared__ bool last;
     __syncthreads();  // also: the block's x rows are no longer read (select_and_group reuses their shared memory)
     if (threadIdx.x == 0) {
@@ -174,20 +178,36 @@ Status check_moe_route(const MoeDecodeArgs& a, const std::string& op) {
     return check_router_select(s, op);
 }
 
-Status launch_moe_route(const MoeKernelParams& p, const MoeRoute& route, float* scratch, cudaStream_t stream) {
+namespace {
+
+// The instantiation for at most TB tokens.
+template <int TB>
+Status launch_route(const MoeKernelParams& p, const RouteParams& r, const router::SelectParams& q,
+                    cudaStream_t stream) {
     static const cudaError_t attr =
-        cudaFuncSetAttribute(sm90_moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(route_smem_bytes(kMoeRouteMaxTokens, kMoeRouteMaxDim, router::kMaxExperts)));
+        cudaFuncSetAttribute(sm90_moe_route_kernel<TB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(route_smem_bytes(TB, kMoeRouteMaxDim, router::kMaxExperts)));
     DSV4_CUDA_TRY(attr, "sm90_moe_route: shared memory attribute");
+    sm90_moe_route_kernel<TB>
+        <<<unsigned(r.dot_blocks + p.T), kRouteThreads, route_smem_bytes(p.T, p.D, p.E), stream>>>(p, r, q);
+    return launch_status("sm90_moe_route");
+}
+
+}  // namespace
+
+Status launch_moe_route(const MoeKernelParams& p, const MoeRoute& route, float* scratch, cudaStream_t stream) {
     RouteParams r;
     r.gate = static_cast<const __nv_bfloat16*>(route.gate.data);
     r.logits = route.logits;
     r.scores = scratch;
     r.arrivals = route.arrivals;
     r.dot_blocks = (p.E + kRouteWarps - 1) / kRouteWarps;
-    sm90_moe_route_kernel<<<unsigned(r.dot_blocks + p.T), kRouteThreads, route_smem_bytes(p.T, p.D, p.E), stream>>>(
-        p, r, router::select_params(route.select));
-    return launch_status("sm90_moe_route");
+    const router::SelectParams q = router::select_params(route.select);
+    static_assert(kMaxTokens == 8, "the instantiations below cover 1..8 tokens");
+    if (p.T == 1) return launch_route<1>(p, r, q, stream);
+    if (p.T == 2) return launch_route<2>(p, r, q, stream);
+    if (p.T <= 4) return launch_route<4>(p, r, q, stream);
+    return launch_route<8>(p, r, q, stream);
 }
 
 }  // namespace dsv4::cuda

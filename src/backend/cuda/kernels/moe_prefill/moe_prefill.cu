@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/tensor_map.h"
+#include "backend/cuda/kernels/moe/moe_prepare.cuh"
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.cuh"
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 
@@ -15,33 +16,18 @@ using Cfg = MoePrefillConfig;
 using namespace moe_prefill;
 
 // Exclusive prefix sum, in place, of a[0..n) (n <= 1024, shared memory) by a block of kPrepThreads threads (4
-// entries each). Returns the total. Every thread of the block must call it.
+// entries each: block_scan4, the decode path's). Returns the total. Every thread of the block must call it.
 __device__ int block_exclusive_scan(int* a, int n, int* warp_sums) {
     static_assert(Cfg::kPrepThreads * 4 == Cfg::kMaxExperts, "4 entries per thread cover every expert");
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int v[4], s = 0;
+    static_assert(Cfg::kPrepThreads == MoeDecodeConfig::kPrepThreads, "block_scan4's block size");
+    const int tid = threadIdx.x;
+    int v[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int x = 4 * tid + i < n ? a[4 * tid + i] : 0;
-        v[i] = s;
-        s += x;
-    }
-    int incl = s;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const int o = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += o;
-    }
-    if (lane == 31) warp_sums[warp] = incl;
-    __syncthreads();
-    int base = incl - s, total = 0;
-    for (int w = 0; w < Cfg::kPrepThreads / 32; ++w) {
-        if (w < warp) base += warp_sums[w];
-        total += warp_sums[w];
-    }
+    for (int i = 0; i < 4; ++i) v[i] = 4 * tid + i < n ? a[4 * tid + i] : 0;
+    const int total = block_scan4(v, warp_sums);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-        if (4 * tid + i < n) a[4 * tid + i] = base + v[i];
+        if (4 * tid + i < n) a[4 * tid + i] = v[i];
     __syncthreads();
     return total;
 }
