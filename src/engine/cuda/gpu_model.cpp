@@ -1,5 +1,6 @@
 // Loading the GPU model (weights in their shipped formats, pass buffers) and creating sequence states.
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "backend/cuda/device.h"
@@ -287,30 +288,37 @@ size_t workspace_bytes(const GpuModel& m, int64_t rows) {
     return n;
 }
 
-// The workspace of the linears a decode step runs on m.attn_branch: the window K=V projection and the main
-// compressor's (gpu_attention.cpp).
-size_t attn_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
+// A decode branch's linears in one layer's attention, each with its output type.
+struct BranchLinear {
+    const DeviceWeightView* w;
+    LinearOut out;
+};
+
+// The workspace a decode branch needs: the largest of its linears' over the layers, at the branch's rows.
+template <class Linears>
+size_t branch_workspace_bytes(const GpuModel& m, int64_t rows, Linears linears) {
     const int64_t r = std::min(rows, kAttnBranchMaxRows);
     size_t n = 0;
-    for (const GpuLayer& l : m.layers) {
-        const GpuAttention& a = l.attn;
-        if (!a.wkv.empty()) n = std::max(n, cuda::sm90_linear_workspace_bytes(m.precision, r, a.wkv, LinearOut::kBF16));
-        for (const DeviceWeightView* w : {&a.compressor.wkv, &a.compressor.wgate})
-            if (!w->empty()) n = std::max(n, cuda::sm90_linear_workspace_bytes(m.precision, r, *w, LinearOut::kF32));
-    }
+    for (const GpuLayer& l : m.layers)
+        for (const BranchLinear& b : linears(l.attn))
+            if (!b.w->empty()) n = std::max(n, cuda::sm90_linear_workspace_bytes(m.precision, r, *b.w, b.out));
     return n;
 }
 
-// The same for m.index_branch: the indexer compressor's projections.
+// m.attn_branch: the window K=V projection and the main compressor's (gpu_attention.cpp).
+size_t attn_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
+    return branch_workspace_bytes(m, rows, [](const GpuAttention& a) {
+        return std::array<BranchLinear, 3>{
+            {{&a.wkv, LinearOut::kBF16}, {&a.compressor.wkv, LinearOut::kF32}, {&a.compressor.wgate, LinearOut::kF32}}};
+    });
+}
+
+// m.index_branch: the indexer compressor's projections.
 size_t index_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
-    const int64_t r = std::min(rows, kAttnBranchMaxRows);
-    size_t n = 0;
-    for (const GpuLayer& l : m.layers) {
-        const GpuAttention& a = l.attn;
-        for (const DeviceWeightView* w : {&a.index_compressor.wkv, &a.index_compressor.wgate})
-            if (!w->empty()) n = std::max(n, cuda::sm90_linear_workspace_bytes(m.precision, r, *w, LinearOut::kF32));
-    }
-    return n;
+    return branch_workspace_bytes(m, rows, [](const GpuAttention& a) {
+        return std::array<BranchLinear, 2>{
+            {{&a.index_compressor.wkv, LinearOut::kF32}, {&a.index_compressor.wgate, LinearOut::kF32}}};
+    });
 }
 
 // The largest workspace of split decode attention (CSA and HCA lists) and of the indexer's top-k over any row
