@@ -1,9 +1,9 @@
 // sm90_moe_route: the MoE decode path's first launch when it routes too (MoeDecodeArgs::route). Blocks
-// 0 .. dot_blocks-1 compute the router gate's dot products, one warp per expert row for every token (the row's first
-// 4096 columns in registers, requested before the programmatic wait); each block then arrives on a counter, and the
-// last to arrive scores every (token, expert), selects each token's experts (one warp per token: router.cuh, the
-// arithmetic of sm90_router_gate_select) and groups the picks (moe_prepare.cuh). Blocks dot_blocks .. dot_blocks+T-1
-// quantise x's rows as the prepare's blocks do. One launch instead of the router's and the prepare's, and the gate
+// 0 .. dot_blocks-1 compute the router gate's dot products and scores, one warp per expert row for every token (the
+// row's first 4096 columns in registers, requested before the programmatic wait); each block then arrives on a
+// counter, and the last to arrive selects each token's experts (one warp per token: router.cuh, the arithmetic of
+// sm90_router_gate_select) and groups the picks (moe_prepare.cuh). Blocks dot_blocks .. dot_blocks+T-1 quantise x's
+// rows as the prepare's blocks do. One launch instead of the router's and the prepare's, and the gate
 // spread over ⌈E / 8⌉ blocks instead of one 16-CTA cluster per token (docs/kernels/moe.md, "Routing in the first
 // launch").
 #include <algorithm>
