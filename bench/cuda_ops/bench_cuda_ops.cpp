@@ -337,16 +337,50 @@ void bench_fp8_gemms(StreamHandle s, std::mt19937_64& rng, int64_t T) {
     }
 }
 
+// The bf16-weight GEMMs with f32 output at decode (sm90_bf16_gemm_f32: the register-streaming GEMV up to
+// kBf16GemvMaxTokens, cuBLASLt above): the V4-Flash lm head, the router gate, the compressors' and the indexer's
+// projections.
+void bench_bf16_gemms(StreamHandle s, int64_t T) {
+    struct G {
+        const char* name;
+        int64_t n, k;
+    };
+    const backend::Precision ref = backend::Precision::kReference;
+    for (const G g : {G{"head 129280x4096", 129280, 4096}, G{"compressor wkv 1024x4096", 1024, 4096},
+                      G{"index compressor 256x4096", 256, 4096}, G{"gate 256x4096", 256, 4096},
+                      G{"weights_proj 64x4096", 64, 4096}}) {
+        const size_t wbytes = size_t(g.n * g.k) * 2, xbytes = size_t(T * g.k) * 2;
+        const size_t bytes = wbytes + xbytes + size_t(T * g.n) * 4;
+        const int n = copies_for(bytes);
+        std::vector<DeviceBuffer> wd;
+        for (int i = 0; i < n; ++i) {
+            wd.push_back(zeros(wbytes));
+            CHECK(wd.back().fill_bytes(0x3c));  // constant bf16 values: the speed does not depend on them
+        }
+        DeviceBuffer x = zeros(xbytes), y = zeros(size_t(T * g.n) * 4);
+        const size_t wsb = sm90_bf16_gemm_f32_workspace_bytes(ref, T, g.k);
+        DeviceBuffer ws = zeros(wsb);
+        CHECK(x.fill_bytes(0x3c));
+        const double us = time_us(s, n, [&](int i) {
+            const DeviceWeightView w{backend::WeightFormat::kBF16, g.n, g.k, wd[size_t(i)].data(), nullptr};
+            return sm90_bf16_gemm_f32(ref, {x.data(), T, w, y.as<float>(), ws.data(), wsb}, s);
+        });
+        row("sm90_bf16_gemm_f32", g.name, T, us, double(bytes), 2.0 * double(T) * double(g.n) * double(g.k));
+    }
+}
+
 }  // namespace
 
 // `dsv4_bench_cuda_ops forward` times only the forward ops past the GEMMs; `dsv4_bench_cuda_ops mhc` only the mHC
 // kernels at V4-Flash (D 4096) and V4-Pro (D 7168) hidden sizes; `dsv4_bench_cuda_ops gemm` only the FP8 GEMMs, at
 // the decode token counts on both sides of the register-streaming kernel's limit (kFp8GemvMaxTokens, 16) and a
-// prefill pass.
+// prefill pass; `dsv4_bench_cuda_ops bf16` only the bf16-weight GEMMs with f32 output, on both sides of the bf16
+// GEMV's limit (kBf16GemvMaxTokens, 8).
 int main(int argc, char** argv) {
     const bool forward_only = argc > 1 && std::string(argv[1]) == "forward";
     const bool mhc_only = argc > 1 && std::string(argv[1]) == "mhc";
     const bool gemm_only = argc > 1 && std::string(argv[1]) == "gemm";
+    const bool bf16_only = argc > 1 && std::string(argv[1]) == "bf16";
     auto stream_r = Stream::create();
     CHECK(stream_r.status());
     const StreamHandle s = stream_r->handle();
@@ -363,6 +397,10 @@ int main(int argc, char** argv) {
     CHECK(norm_w.status());
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
 
+    if (bf16_only) {
+        for (const int64_t T : {1, 2, 4, 8, 9}) bench_bf16_gemms(s, T);
+        return 0;
+    }
     if (mhc_only) {  // decode sizes, then prefill passes on both sides of the 32-token-tile kernel's threshold
         for (const int64_t T : {1, 8, 64, 1023, 1024, 4096, 8192}) {
             bench_mhc(s, rng, T, 4096);

@@ -9,8 +9,9 @@
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
-#include "backend/cuda/kernels/embed_head/embed_head.h"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/embed_head/embed_head.h"
+#include "backend/cuda/kernels/embed_head/gemv_bf16.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -101,7 +102,10 @@ Status sm90_bf16_gemm_f32(Precision precision, const Bf16GemmF32Args& a, StreamH
     if (!is_aligned(a.x, 16) || !is_aligned(a.y, 16) || !is_aligned(a.w.data, 16))
         return invalid_argument(op + ": x, y and weight must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
-    if (precision == Precision::kReference) return bf16_gemm_f32(a.w.data, a.x, a.y, n, k, a.tokens, 0.0f, a.workspace, stream);
+    if (precision == Precision::kReference) {
+        if (bf16_gemv_fits(a.tokens, a.w)) return launch_bf16_gemv(a.x, a.tokens, a.w, a.y, nullptr, stream);
+        return bf16_gemm_f32(a.w.data, a.x, a.y, n, k, a.tokens, 0.0f, a.workspace, stream);
+    }
     auto* split = reinterpret_cast<__nv_bfloat16*>(static_cast<uint8_t*>(a.workspace) + kCublasLtWorkspaceBytes);
     const int64_t elems = a.tokens * k;
     sm90_split_bf16x3_kernel<<<grid_stride_blocks(elems, 256), 256, 0, stream>>>(static_cast<const float*>(a.x), elems,

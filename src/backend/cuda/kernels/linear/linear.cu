@@ -7,13 +7,14 @@
 #include "backend/cuda/common/cublaslt.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/workspace.h"
 #include "backend/cuda/kernels/act_quant/act_quant.h"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
+#include "backend/cuda/kernels/embed_head/gemv_bf16.h"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/linear/linear.cuh"
 #include "backend/cuda/kernels/linear/linear.h"
-#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -210,8 +211,13 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
         return launch_status("sm90_linear_bf16_to_f32");
     }
 
-    // Reference BF16: cuBLASLt (f32 accumulation on tensor cores, which align addends without rounding to nearest:
-    // f32 results differ from the CPU's in the last bits). f32 numerics take the tiled kernel for every format.
+    // Reference BF16: cuBLASLt, or for 1-8 tokens the register-streaming GEMV (gemv_bf16.h), which also rounds a
+    // bf16 output itself (f32 accumulation on tensor cores, which align addends without rounding to nearest: f32
+    // results differ from the CPU's in the last bits). f32 numerics take the tiled kernel for every format.
+    if (p == Precision::kReference && bf16_gemv_fits(T, w)) {
+        const bool round = a.out == LinearOut::kBF16;
+        return launch_bf16_gemv(a.x, T, w, round ? nullptr : static_cast<float*>(a.y), round ? a.y : nullptr, stream);
+    }
     if (p == Precision::kReference && w.format == WeightFormat::kBF16 && is_aligned(a.y, 16)) {
         const size_t lt_bytes = sm90_bf16_gemm_f32_workspace_bytes(p, T, K);
         void* lt_ws = ws.take<void>(lt_bytes);

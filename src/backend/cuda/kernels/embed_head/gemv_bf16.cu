@@ -1,0 +1,169 @@
+// The bf16 decode GEMV (gemv_bf16.h): y = W·x for 1-8 tokens, bf16 weight and input, f32 tensor-core sums.
+//
+// Why a kernel of our own: at decode the bf16 linears (the compressors' projections, the indexer's head weights, the
+// router gate beyond its fused kernel, the lm head) are one or a few rows of x against a weight of 0.5 MB to 1 GB.
+// cuBLASLt runs them well, but as a foreign kernel its edges in the decode graph stay full dependencies (graph.cu
+// makes only edges into this backend's kernels programmatic), so each call pays its launch and drain on the step's
+// chain, and a bf16 output needs a second launch to round. This kernel is the FP8 decode GEMV's structure
+// (gemm_fp8/gemv_fp8.cu) without the conversion: each warp loads its 16 rows' bytes straight into registers, the
+// first two K blocks requested before the programmatic wait, and the K splits of a 16-row tile are warps of one block,
+// reduced through shared memory in split order.
+//
+// Block: 8 warps = RT row tiles of 16 x KS K splits (KS chosen so that the grid has about one warp per resident-warp
+// slot). K block = 64 elements (128 bytes of a row). Lane (g, t) = (lane/4, lane%4) loads bytes 16t..16t+15 and
+// 64+16t..64+16t+15 of the K block of rows g and g+8 (8 words of 2 bf16 per row) and the same bytes of token g's row
+// of x; MMA j (m16n8k16, bf16, f32 accumulators) takes words 2j (k slots 2t, 2t+1) and 2j+1 (slots 2t+8, 2t+9) of A
+// and B alike, so each product pairs matching elements. Two accumulators (even and odd j) halve the MMA chain; their
+// sum, then the splits in order. Numerics: products exact in f32, sums in f32 in the tensor core's order — the class
+// of the cuBLASLt path it replaces (not the CPU's summation order).
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/ld_stream.cuh"
+#include "backend/cuda/common/mma_bf16.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/embed_head/gemv_bf16.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32, kBK = 64;
+
+// One K block's weight bytes of the lane: [row g, g+8][bytes 16t.., 64+16t..].
+struct Bf16WeightRegs {
+    uint4 lo[2], hi[2];
+};
+
+__device__ __forceinline__ uint32_t word8(const uint4 (&v)[2], int i) {
+    const uint4& h = v[i >> 2];
+    return (i & 3) == 0 ? h.x : (i & 3) == 1 ? h.y : (i & 3) == 2 ? h.z : h.w;
+}
+
+template <int KS>
+__global__ void __launch_bounds__(kThreads, 2)
+    sm90_bf16_gemv_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x, int N, int K, int T,
+                          float* __restrict__ y32, __nv_bfloat16* __restrict__ y16) {
+    pdl_enter(false);
+    // the first two K blocks' weight loads are issued before the wait (weights are written only at model load)
+    constexpr int RT = kWarps / KS;
+    __shared__ float4 red[KS > 1 ? (KS - 1) * RT * 32 : 1];
+    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+    const int rt = warp % RT, ks = warp / RT;
+    const int row0 = (int(blockIdx.x) * RT + rt) * 16;  // may be >= N for the last block's extra tiles
+    const bool tile = row0 < N;
+    const int r_lo = min(row0 + g, N - 1), r_hi = min(row0 + g + 8, N - 1);
+    const int KB = K / kBK, per = (KB + KS - 1) / KS;
+    const int kb_begin = min(KB, ks * per), kb_end = tile ? min(KB, kb_begin + per) : kb_begin;
+    const uint8_t* wl = reinterpret_cast<const uint8_t*>(w + size_t(r_lo) * size_t(K)) + 16 * t;
+    const uint8_t* wh = reinterpret_cast<const uint8_t*>(w + size_t(r_hi) * size_t(K)) + 16 * t;
+    auto load = [&](int kb, Bf16WeightRegs& r) {
+        const size_t o = size_t(kb) * kBK * 2;
+        r.lo[0] = ld_stream16(wl + o), r.lo[1] = ld_stream16(wl + o + 64);
+        r.hi[0] = ld_stream16(wh + o), r.hi[1] = ld_stream16(wh + o + 64);
+    };
+    Bf16WeightRegs ra, rb;
+    if (kb_begin < kb_end) load(kb_begin, ra);
+    if (kb_begin + 1 < kb_end) load(kb_begin + 1, rb);
+    pdl_wait();
+
+    // this lane's B column is token g (zeros past the last token)
+    const bool tok = g < T;
+    const uint4* xrow = reinterpret_cast<const uint4*>(x + size_t(tok ? g : 0) * size_t(K)) + t;
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    // K block kb from register set r, which then takes K block kb + 2
+    auto step = [&](int kb, Bf16WeightRegs& r) {
+        uint4 xv[2];
+        xv[0] = tok ? __ldg(xrow + size_t(kb) * 8) : make_uint4(0, 0, 0, 0);
+        xv[1] = tok ? __ldg(xrow + size_t(kb) * 8 + 4) : make_uint4(0, 0, 0, 0);
+        uint32_t a[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            a[j][0] = word8(r.lo, 2 * j), a[j][1] = word8(r.hi, 2 * j);
+            a[j][2] = word8(r.lo, 2 * j + 1), a[j][3] = word8(r.hi, 2 * j + 1);
+        }
+        if (kb + 2 < kb_end) load(kb + 2, r);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[j & 1], a[j], word8(xv, 2 * j), word8(xv, 2 * j + 1));
+    };
+    for (int kb = kb_begin; kb < kb_end; kb += 2) {
+        step(kb, ra);
+        if (kb + 1 < kb_end) step(kb + 1, rb);
+    }
+    float yv[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) yv[i] = __fadd_rn(acc[0][i], acc[1][i]);
+
+    // K splits: warps ks > 0 leave their sums, ks == 0 adds them in split order
+    if constexpr (KS > 1) {
+        if (ks > 0) red[((ks - 1) * RT + rt) * 32 + lane] = make_float4(yv[0], yv[1], yv[2], yv[3]);
+        __syncthreads();
+        if (ks > 0) return;
+#pragma unroll
+        for (int s = 1; s < KS; ++s) {
+            const float4 v = red[((s - 1) * RT + rt) * 32 + lane];
+            yv[0] = __fadd_rn(yv[0], v.x), yv[1] = __fadd_rn(yv[1], v.y);
+            yv[2] = __fadd_rn(yv[2], v.z), yv[3] = __fadd_rn(yv[3], v.w);
+        }
+    }
+    // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = row0 + g + (i >= 2 ? 8 : 0), tk = 2 * t + (i & 1);
+        if (row >= N || tk >= T) continue;
+        const size_t o = size_t(tk) * size_t(N) + size_t(row);
+        if (y32)
+            y32[o] = yv[i];
+        else
+            y16[o] = __float2bfloat16_rn(yv[i]);
+    }
+}
+
+// K splits per 16-row tile: the fewest that give at least 3/4 of a warp per resident-warp slot (2 blocks of 8 warps
+// per SM), at most 8 (one block) and at least 4 K blocks per split.
+int k_splits(int64_t n, int64_t k) {
+    const int64_t tiles = (n + 15) / 16, slots = int64_t(current_sm_count()) * 2 * kWarps, kb = k / kBK;
+    int ks = 1;
+    while (ks < kWarps && 4 * tiles * ks < 3 * slots && 8 * ks <= kb) ks *= 2;
+    return ks;
+}
+
+template <int KS>
+Status launch(const void* x, int64_t T, const DeviceWeightView& w, float* y32, __nv_bfloat16* y16, StreamHandle s) {
+    constexpr int RT = kWarps / KS;
+    const int64_t tiles = (w.rows + 15) / 16;
+    const unsigned grid = unsigned((tiles + RT - 1) / RT);
+    sm90_bf16_gemv_kernel<KS><<<grid, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(w.data),
+                                                        static_cast<const __nv_bfloat16*>(x), int(w.rows), int(w.cols),
+                                                        int(T), y32, y16);
+    return launch_status("sm90_bf16_gemv");
+}
+
+}  // namespace
+
+bool bf16_gemv_fits(int64_t tokens, const DeviceWeightView& w) {
+    return tokens >= 1 && tokens <= kBf16GemvMaxTokens && w.format == backend::WeightFormat::kBF16 &&
+           w.cols % kBK == 0 && w.rows >= 1 && w.rows <= (int64_t(1) << 30) && w.cols <= (int64_t(1) << 30) / 2;
+}
+
+Status launch_bf16_gemv(const void* x, int64_t tokens, const DeviceWeightView& w, float* y32, void* y16_out,
+                        StreamHandle stream) {
+    auto* y16 = static_cast<__nv_bfloat16*>(y16_out);
+    if (!bf16_gemv_fits(tokens, w))
+        return invalid_argument("sm90_bf16_gemv: " + std::to_string(tokens) + " tokens, weight " +
+                                std::to_string(w.rows) + " x " + std::to_string(w.cols) +
+                                ": expected 1..8 tokens and a bf16 weight with K a multiple of 64");
+    if ((y32 == nullptr) == (y16 == nullptr)) return invalid_argument("sm90_bf16_gemv: give exactly one output");
+    switch (k_splits(w.rows, w.cols)) {
+        case 1:
+            return launch<1>(x, tokens, w, y32, y16, stream);
+        case 2:
+            return launch<2>(x, tokens, w, y32, y16, stream);
+        case 4:
+            return launch<4>(x, tokens, w, y32, y16, stream);
+        default:
+            return launch<8>(x, tokens, w, y32, y16, stream);
+    }
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,25 @@
+// The decode-shape path of the bf16-weight GEMM in reference numerics (sm90_bf16_gemm_f32, embed_head.h, and the
+// bf16 linears of sm90_linear): y = W·x for 1-8 tokens with the weight streamed from global memory straight into
+// registers, launched like this backend's own kernels (programmatic launch, first weight loads before the wait).
+// Internal to the CUDA kernels: the two launchers pick it; gemv_bf16.cu says why.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/common/weights.h"
+#include "dsv4/status.h"
+
+namespace dsv4::cuda {
+
+inline constexpr int64_t kBf16GemvMaxTokens = 8;
+
+// Whether a call takes it: 1..kBf16GemvMaxTokens tokens, a bf16 weight whose K is a multiple of 64.
+bool bf16_gemv_fits(int64_t tokens, const DeviceWeightView& w);
+
+// y[t, o] = Σ_i W[o, i] · x[t, i] (x bf16 [T, K], 16-byte aligned rows) into exactly one of y32 (f32 [T, N]) or
+// y16 (bf16 [T, N], the f32 sum rounded once). For a call bf16_gemv_fits accepts; no workspace.
+Status launch_bf16_gemv(const void* x, int64_t tokens, const DeviceWeightView& w, float* y32, void* y16,
+                        StreamHandle stream);
+
+}  // namespace dsv4::cuda
