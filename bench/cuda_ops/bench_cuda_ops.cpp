@@ -338,8 +338,8 @@ void bench_fp8_gemms(StreamHandle s, std::mt19937_64& rng, int64_t T) {
 }
 
 // The bf16-weight GEMMs with f32 output at decode (sm90_bf16_gemm_f32: the register-streaming GEMV up to
-// kBf16GemvMaxTokens, cuBLASLt above): the V4-Flash lm head, the router gate, the compressors' and the indexer's
-// projections.
+// kBf16GemvMaxTokens and kBf16GemvMaxWeightBytes, cuBLASLt otherwise): the V4-Flash lm head, the router gate, the
+// compressors' and the indexer's projections.
 void bench_bf16_gemms(StreamHandle s, int64_t T) {
     struct G {
         const char* name;

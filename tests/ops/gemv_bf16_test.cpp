@@ -1,10 +1,10 @@
 // The bf16 decode GEMV (kernels/embed_head/gemv_bf16.h) against backend::cpu::linear in reference numerics, at the
-// V4 shapes that take it at decode — the compressors' projections, the indexer's head weights, the router gate, the
-// lm head — and at ragged ones (rows not a multiple of 16, K a multiple of 64 but not of 128, one row), for 1-8
-// tokens, f32 and bf16 outputs, through both launchers that pick it (sm90_linear, sm90_bf16_gemm_f32). Fresh random
-// inputs per run (seed printed on failure), outputs poisoned first. Bars: the cuBLASLt path's (linear_test.cpp):
-// rel_l2 <= 5e-5 for f32 outputs (the same exact products, summed in the tensor core's order), <= 2e-3 and >= 97 %
-// bit-identical for bf16 outputs.
+// V4 shapes that take it at decode — the compressors' projections, the indexer's head weights, the router gate — at
+// the largest weight it takes and at ragged ones (rows not a multiple of 16, K a multiple of 64 but not of 128, one
+// row), for 1-8 tokens, f32 and bf16 outputs, through both launchers that pick it (sm90_linear, sm90_bf16_gemm_f32).
+// Fresh random inputs per run (seed printed on failure), outputs poisoned first. Bars: the cuBLASLt path's
+// (linear_test.cpp): rel_l2 <= 5e-5 for f32 outputs (the same exact products, summed in the tensor core's order), <=
+// 2e-3 and >= 97 % bit-identical for bf16 outputs.
 #include "backend/cuda/kernels/embed_head/gemv_bf16.h"
 
 #include <gtest/gtest.h>
@@ -115,15 +115,16 @@ TEST(CudaBf16Gemv, MatchesCpuLinearAtDecodeShapes) {
     EXPECT_GE(frac, 0.97);
 }
 
-// The lm head (V4-Flash vocabulary) at one token: 129,280 rows, the largest weight the GEMV takes.
-TEST(CudaBf16Gemv, MatchesCpuLinearAtTheHead) {
+// The largest weight it takes (64 MiB: 8,192 rows of 4,096); one more 16-row tile goes to cuBLASLt.
+TEST(CudaBf16Gemv, MatchesCpuLinearAtItsLargestWeight) {
     DSV4_REQUIRE_GPU();
     std::mt19937_64 rng(fresh_seed());
-    const GemvShape head{"flash head", 129280, 4096};
-    const Bf16Weight w = make_weight(rng, head);
+    const GemvShape largest{"8192 x 4096", 8192, 4096};
+    const Bf16Weight w = make_weight(rng, largest);
     if (::testing::Test::HasFailure()) return;
     BitCount bits;
-    check(head, w, 1, LinearOut::kF32, rng, bits);
+    check(largest, w, 3, LinearOut::kF32, rng, bits);
+    EXPECT_FALSE(bf16_gemv_fits(1, DeviceWeightView{WeightFormat::kBF16, 8192 + 16, 4096, w.dev.view().data}));
 }
 
 TEST(CudaBf16Gemv, TakesOnlyItsShapes) {

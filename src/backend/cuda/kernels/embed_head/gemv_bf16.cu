@@ -1,7 +1,7 @@
 // The bf16 decode GEMV (gemv_bf16.h): y = W·x for 1-8 tokens, bf16 weight and input, f32 tensor-core sums.
 //
 // Why a kernel of our own: at decode the bf16 linears (the compressors' projections, the indexer's head weights, the
-// router gate beyond its fused kernel, the lm head) are one or a few rows of x against a weight of 0.5 MB to 1 GB.
+// router gate beyond its fused kernel) are one or a few rows of x against a weight of 0.5 to 15 MB.
 // cuBLASLt runs them well, but as a foreign kernel its edges in the decode graph stay full dependencies (graph.cu
 // makes only edges into this backend's kernels programmatic), so each call pays its launch and drain on the step's
 // chain, and a bf16 output needs a second launch to round. This kernel is the FP8 decode GEMV's structure
@@ -142,8 +142,8 @@ Status launch(const void* x, int64_t T, const DeviceWeightView& w, float* y32, _
 }  // namespace
 
 bool bf16_gemv_fits(int64_t tokens, const DeviceWeightView& w) {
-    return tokens >= 1 && tokens <= kBf16GemvMaxTokens && w.format == backend::WeightFormat::kBF16 &&
-           w.cols % kBK == 0 && w.rows >= 1 && w.rows <= (int64_t(1) << 30) && w.cols <= (int64_t(1) << 30) / 2;
+    return tokens >= 1 && tokens <= kBf16GemvMaxTokens && w.format == backend::WeightFormat::kBF16 && w.rows >= 1 &&
+           w.cols >= kBK && w.cols % kBK == 0 && w.rows <= kBf16GemvMaxWeightBytes / (2 * w.cols);
 }
 
 Status launch_bf16_gemv(const void* x, int64_t tokens, const DeviceWeightView& w, float* y32, void* y16_out,
@@ -152,7 +152,7 @@ Status launch_bf16_gemv(const void* x, int64_t tokens, const DeviceWeightView& w
     if (!bf16_gemv_fits(tokens, w))
         return invalid_argument("sm90_bf16_gemv: " + std::to_string(tokens) + " tokens, weight " +
                                 std::to_string(w.rows) + " x " + std::to_string(w.cols) +
-                                ": expected 1..8 tokens and a bf16 weight with K a multiple of 64");
+                                ": expected 1..8 tokens and a bf16 weight of at most 64 MiB with K a multiple of 64");
     if ((y32 == nullptr) == (y16 == nullptr)) return invalid_argument("sm90_bf16_gemv: give exactly one output");
     switch (k_splits(w.rows, w.cols)) {
         case 1:

@@ -13,8 +13,13 @@
 namespace dsv4::cuda {
 
 inline constexpr int64_t kBf16GemvMaxTokens = 8;
+// Larger weights stay on cuBLASLt: the V4-Flash lm head (1.06 GB) streamed at 96-98 % of copy there and at 85-88 %
+// here (H200, `dsv4_bench_cuda_ops bf16`, 1-8 tokens; docs/kernels/cuda-backend.md), and at that size the launch
+// latency the programmatic edge would hide is a fraction of a percent.
+inline constexpr int64_t kBf16GemvMaxWeightBytes = int64_t(64) << 20;
 
-// Whether a call takes it: 1..kBf16GemvMaxTokens tokens, a bf16 weight whose K is a multiple of 64.
+// Whether a call takes it: 1..kBf16GemvMaxTokens tokens, a bf16 weight of at most kBf16GemvMaxWeightBytes whose K
+// is a positive multiple of 64.
 bool bf16_gemv_fits(int64_t tokens, const DeviceWeightView& w);
 
 // y[t, o] = Σ_i W[o, i] · x[t, i] (x bf16 [T, K], 16-byte aligned rows) into exactly one of y32 (f32 [T, N]) or
