@@ -127,11 +127,12 @@ TEST(CudaBf16Gemv, MatchesCpuLinearAtItsLargestWeight) {
     EXPECT_FALSE(bf16_gemv_fits(1, DeviceWeightView{WeightFormat::kBF16, 8192 + 16, 4096, w.dev.view().data}));
 }
 
-TEST(CudaBf16Gemv, TakesOnlyItsShapes) {
-    DSV4_REQUIRE_GPU();
-    auto buf = DeviceBuffer::allocate(1 << 20);
-    ASSERT_TRUE(buf.is_ok());
-    const DeviceWeightView w{WeightFormat::kBF16, 64, 128, buf->data(), nullptr};
+// The size rule and the argument checks come before any CUDA call, so they run without a GPU too (the pointers are
+// never dereferenced).
+TEST(CudaBf16GemvArgs, TakesOnlyItsShapes) {
+    alignas(16) static uint8_t host_bytes[256];
+    void* p = host_bytes;
+    const DeviceWeightView w{WeightFormat::kBF16, 64, 128, p, nullptr};
     EXPECT_TRUE(bf16_gemv_fits(1, w));
     EXPECT_TRUE(bf16_gemv_fits(kBf16GemvMaxTokens, w));
     EXPECT_FALSE(bf16_gemv_fits(0, w));
@@ -142,12 +143,16 @@ TEST(CudaBf16Gemv, TakesOnlyItsShapes) {
     DeviceWeightView fp8 = w;
     fp8.format = WeightFormat::kFP8Block;
     EXPECT_FALSE(bf16_gemv_fits(1, fp8));
-    Status s = launch_bf16_gemv(buf->data(), 9, w, buf->as<float>(), nullptr, nullptr);
+    const int64_t cols = 4096, max_rows = kBf16GemvMaxWeightBytes / (2 * cols);  // 8,192: the lm head is not taken
+    EXPECT_TRUE(bf16_gemv_fits(1, DeviceWeightView{WeightFormat::kBF16, max_rows, cols, p, nullptr}));
+    EXPECT_FALSE(bf16_gemv_fits(1, DeviceWeightView{WeightFormat::kBF16, max_rows + 1, cols, p, nullptr}));
+    EXPECT_FALSE(bf16_gemv_fits(1, DeviceWeightView{WeightFormat::kBF16, 129280, cols, p, nullptr}));
+    Status s = launch_bf16_gemv(p, 9, w, static_cast<float*>(p), nullptr, nullptr);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("1..8 tokens"), std::string::npos) << s.message();
-    s = launch_bf16_gemv(buf->data(), 1, w, nullptr, nullptr, nullptr);
+    s = launch_bf16_gemv(p, 1, w, nullptr, nullptr, nullptr);
     EXPECT_NE(s.message().find("exactly one output"), std::string::npos) << s.message();
-    s = launch_bf16_gemv(buf->data(), 1, w, buf->as<float>(), buf->data(), nullptr);
+    s = launch_bf16_gemv(p, 1, w, static_cast<float*>(p), p, nullptr);
     EXPECT_NE(s.message().find("exactly one output"), std::string::npos) << s.message();
 }
 
