@@ -52,6 +52,23 @@ Result<model::ModelConfig> one_layer_flash(LayerKind kind) {
     return c;
 }
 
+// A synthetic one-layer V4-Flash model of this kind for passes of up to `max_rows`, with cache for two sequences of
+// `context` positions.
+Result<std::shared_ptr<engine::GpuModel>> one_layer_model(LayerKind kind, int64_t max_rows, int64_t context) {
+    DSV4_ASSIGN_OR_RETURN(const model::ModelConfig cfg, one_layer_flash(kind));
+    DSV4_ASSIGN_OR_RETURN(std::shared_ptr<engine::GpuModel> m,
+                          engine::make_synthetic_gpu_model(cfg, backend::Precision::kReference, max_rows));
+    DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 2, context, 2 * context));
+    return m;
+}
+
+// Distinct, spread token ids for n positions.
+std::vector<int32_t> spread_tokens(int64_t n, int64_t vocab) {
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % vocab);
+    return tokens;
+}
+
 // The logits of `tokens` fed from position 0 in passes of `pass` rows.
 std::vector<float> feed(engine::GpuModel& m, const std::vector<int32_t>& tokens, int64_t pass) {
     const int64_t n = int64_t(tokens.size()), vocab = m.cfg.vocab_size;
@@ -60,7 +77,9 @@ std::vector<float> feed(engine::GpuModel& m, const std::vector<int32_t>& tokens,
     if (!s.is_ok()) return {};
     std::vector<float> logits(size_t(n * vocab));
     for (int64_t off = 0; off < n; off += pass) {
-        engine::GpuBatchSeq q{.seq = s->get(), .tokens = tokens.data() + off, .n = std::min(pass, n - off),
+        engine::GpuBatchSeq q{.seq = s->get(),
+                              .tokens = tokens.data() + off,
+                              .n = std::min(pass, n - off),
                               .logits = logits.data() + off * vocab};
         const Status st = engine::gpu_forward_batch(m, std::span<engine::GpuBatchSeq>(&q, 1));
         EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -83,17 +102,14 @@ class GpuLongPass : public ::testing::TestWithParam<LayerKind> {};
 
 TEST_P(GpuLongPass, PrefillMoeKernelMatchesDecodeKernelPasses) {
     DSV4_REQUIRE_GPU();
-    auto cfg = one_layer_flash(GetParam());
-    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
-    const int64_t n = 1024, vocab = cfg->vocab_size;
-    auto made = engine::make_synthetic_gpu_model(*cfg, backend::Precision::kReference, n);
+    const int64_t n = 1024;
+    auto made = one_layer_model(GetParam(), n, n);
     ASSERT_TRUE(made.is_ok()) << made.status().to_string();
     engine::GpuModel& m = **made;
-    ASSERT_TRUE(engine::resize_gpu_cache(m, 2, n, 2 * n).is_ok());
+    const int64_t vocab = m.cfg.vocab_size;
     for (const engine::GpuLayer& l : m.layers) EXPECT_TRUE(l.ffn.mxfp4_repacked);
 
-    std::vector<int32_t> tokens(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % vocab);
+    const std::vector<int32_t> tokens = spread_tokens(n, vocab);
     const std::vector<float> decode256 = feed(m, tokens, 256), decode128 = feed(m, tokens, 128);
     const std::vector<float> one = feed(m, tokens, n);  // one pass: prefill kernel, the head in 4 chunks
     // two passes of 512: the kernels of the one pass (prefill MoE kernel, FP8 linears on cuBLASLt from
@@ -109,11 +125,15 @@ TEST_P(GpuLongPass, PrefillMoeKernelMatchesDecodeKernelPasses) {
                 chunking.top1);
     std::printf("passes of 256, prefill vs decode kernel (MoE kernel only): rel_l2 %.4g, top-1 %.3f\n", kernel.rel,
                 kernel.top1);
-    std::printf("prefill kernel, one pass of 1024 vs passes of 512 (chunking, head in chunks): rel_l2 %.4g, top-1 "
-                "%.3f\n", pass.rel, pass.top1);
+    std::printf(
+        "prefill kernel, one pass of 1024 vs passes of 512 (chunking, head in chunks): rel_l2 %.4g, top-1 "
+        "%.3f\n",
+        pass.rel, pass.top1);
     const Distance linears = distance(halves, prefill256, vocab);
-    std::printf("passes of 512 vs 256, prefill kernel (FP8 linears on cuBLASLt vs the W8A8 kernel, and chunking): "
-                "rel_l2 %.4g, top-1 %.3f\n", linears.rel, linears.top1);
+    std::printf(
+        "passes of 512 vs 256, prefill kernel (FP8 linears on cuBLASLt vs the W8A8 kernel, and chunking): "
+        "rel_l2 %.4g, top-1 %.3f\n",
+        linears.rel, linears.top1);
     EXPECT_LE(chunking.rel, 0.1);
     EXPECT_LE(kernel.rel, 2e-2);
     EXPECT_LE(pass.rel, 2 * chunking.rel);
@@ -133,17 +153,14 @@ class GpuDecodeRoute : public ::testing::TestWithParam<LayerKind> {};
 
 TEST_P(GpuDecodeRoute, RoutingInsideTheMoeLaunchChangesNoBit) {
     DSV4_REQUIRE_GPU();
-    auto cfg = one_layer_flash(GetParam());
-    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
-    const int64_t n = 24, vocab = cfg->vocab_size;
-    auto made = engine::make_synthetic_gpu_model(*cfg, backend::Precision::kReference, 8);
+    const int64_t n = 24;
+    auto made = one_layer_model(GetParam(), 8, n);
     ASSERT_TRUE(made.is_ok()) << made.status().to_string();
     engine::GpuModel& m = **made;
-    ASSERT_TRUE(engine::resize_gpu_cache(m, 2, n, 2 * n).is_ok());
     for (const engine::GpuLayer& l : m.layers)  // the route's conditions, so that the comparison is not blind
         EXPECT_TRUE(l.ffn.mxfp4_repacked && cuda::moe_route_fits(m.cfg.hidden_size, l.ffn.gate));
-    std::vector<int32_t> tokens(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % vocab);
+    const int64_t vocab = m.cfg.vocab_size;
+    const std::vector<int32_t> tokens = spread_tokens(n, vocab);
     m.moe_route_max_rows = cuda::kMoeRouteMaxTokens;
     const std::vector<float> routed = feed(m, tokens, 1), routed8 = feed(m, tokens, 8);
     m.moe_route_max_rows = 0;
