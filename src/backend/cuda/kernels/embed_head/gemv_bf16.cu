@@ -20,6 +20,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/pdl.cuh"
@@ -119,15 +120,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// K splits per 16-row tile: the fewest that give at least 3/4 of a warp per resident-warp slot (2 blocks of 8 warps
-// per SM), at most 8 (one block) and at least 4 K blocks per split.
-int k_splits(int64_t n, int64_t k) {
-    const int64_t tiles = (n + 15) / 16, slots = int64_t(current_sm_count()) * 2 * kWarps, kb = k / kBK;
-    int ks = 1;
-    while (ks < kWarps && 4 * tiles * ks < 3 * slots && 8 * ks <= kb) ks *= 2;
-    return ks;
-}
-
 template <int KS>
 Status launch(const void* x, int64_t T, const DeviceWeightView& w, float* y32, __nv_bfloat16* y16, StreamHandle s) {
     constexpr int RT = kWarps / KS;
@@ -154,7 +146,7 @@ Status launch_bf16_gemv(const void* x, int64_t tokens, const DeviceWeightView& w
                                 std::to_string(w.rows) + " x " + std::to_string(w.cols) +
                                 ": expected 1..8 tokens and a bf16 weight of at most 64 MiB with K a multiple of 64");
     if ((y32 == nullptr) == (y16 == nullptr)) return invalid_argument("sm90_bf16_gemv: give exactly one output");
-    switch (k_splits(w.rows, w.cols)) {
+    switch (gemv_k_splits(w.rows, w.cols, kWarps)) {
         case 1:
             return launch<1>(x, tokens, w, y32, y16, stream);
         case 2:

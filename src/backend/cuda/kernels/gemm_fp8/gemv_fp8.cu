@@ -26,6 +26,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
@@ -157,15 +158,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// K splits per 16-row tile: the fewest that give at least 3/4 of a warp per resident-warp slot (2 blocks of 8 warps
-// per SM), at most 8 (one block) and at least 2 K blocks per split.
-int k_splits(int64_t n, int64_t k) {
-    const int64_t tiles = (n + 15) / 16, slots = int64_t(current_sm_count()) * 2 * kWarps, kb = k / kBK;
-    int ks = 1;
-    while (ks < kWarps && 4 * tiles * ks < 3 * slots && 4 * ks <= kb) ks *= 2;
-    return ks;
-}
-
 template <int KS, int NT>
 Status launch(const Fp8GemmArgs& a, StreamHandle s) {
     constexpr int RT = kWarps / KS;
@@ -179,7 +171,7 @@ Status launch(const Fp8GemmArgs& a, StreamHandle s) {
 
 template <int NT>
 Status launch_tiles(const Fp8GemmArgs& a, StreamHandle s) {
-    switch (k_splits(a.w.rows, a.w.cols)) {
+    switch (gemv_k_splits(a.w.rows, a.w.cols, kWarps)) {
         case 1:
             return launch<1, NT>(a, s);
         case 2:
