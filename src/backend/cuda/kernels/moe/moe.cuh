@@ -70,8 +70,8 @@ struct MoeDecodeConfig {
     static constexpr int kMaxExperts = 1024;
     static constexpr int kMaxK = 16;
     static constexpr int kMaxTokens = int(kDecodeMaxRows);
-    static constexpr int kTokTile = 8;      // MMA N
-    static constexpr int kStepK = 256;      // K per load step: 2 blocks of 128
+    static constexpr int kTokTile = 8;  // MMA N
+    static constexpr int kStepK = 256;  // K per load step: 2 blocks of 128
     // The register-streaming kernels' blocks (256 threads each): gate/up 4 row tiles x 2 K-splits (64 rows of I,
     // 8 K steps per warp), down 8 row tiles x 1 (128 rows of D, all 8 K steps per warp, no K reduction). Larger
     // blocks pay the per-block chain (metadata loads, reduction, epilogue, arrival counter) for more bytes: the
@@ -134,30 +134,30 @@ struct MoeWorkspace {
 };
 
 struct MoeKernelParams {
-    const __nv_bfloat16* x;     // [T, D]
-    const int32_t* idx;         // [T, K]
-    const float* route_w;       // [T, K]
-    const void* experts;        // [E] Mxfp4ExpertPtrs, Nvfp4ExpertPtrs or Fp8BlockExpertPtrs (the kernels' Fmt)
+    const __nv_bfloat16* x;       // [T, D]
+    const int32_t* idx;           // [T, K]
+    const float* route_w;         // [T, K]
+    const void* experts;          // [E] Mxfp4ExpertPtrs, Nvfp4ExpertPtrs or Fp8BlockExpertPtrs (the kernels' Fmt)
     const __nv_bfloat16* shared;  // [T, D] or null
     const Fp8BlockExpertPtrs* shared_expert;  // [1] or null: run as slot n_active (its picks T·K + t)
-    __nv_bfloat16* y;           // [T, D]
+    __nv_bfloat16* y;                         // [T, D]
     int T, K, E, D, I, slots;
     float limit;
-    int* n_active;              // [1]
-    int* active_expert;         // [slots + 1] expert id of each active slot, ascending
-    int* active_start;          // [slots + 1] first list position (the shared slot's: T*K)
-    int* active_count;          // [slots + 1] picks of the expert (the shared slot's: T)
-    int* list;                  // [T*K + T] pick index t*K+k grouped by expert, then the shared picks T*K + t
-    int* order;                 // [T*K] each token's pick indices sorted by expert id
-    int* cnt_up;                // [slots + 1, I/128] arrivals per 128-row block of I
-    int* up_done;               // [slots + 1] 128-row blocks of I quantised for the down GEMM
-    int* cnt_down;              // [D / kMinDownRows] arrivals per row range of D
-    __half* xq;                 // [T, D] e4m3 values of x as f16, pair order
-    float* xs;                  // [T, D/128]
-    __nv_bfloat16* h;           // [T*K + T, I] hidden activations by list position
-    __half* hq;                 // [T*K + T, I] their e4m3 values as f16, pair order
-    float* hs;                  // [T*K + T, I/128]
-    float* yp;                  // [T*K + T, D] bf16-rounded expert outputs by pick index
+    int* n_active;       // [1]
+    int* active_expert;  // [slots + 1] expert id of each active slot, ascending
+    int* active_start;   // [slots + 1] first list position (the shared slot's: T*K)
+    int* active_count;   // [slots + 1] picks of the expert (the shared slot's: T)
+    int* list;           // [T*K + T] pick index t*K+k grouped by expert, then the shared picks T*K + t
+    int* order;          // [T*K] each token's pick indices sorted by expert id
+    int* cnt_up;         // [slots + 1, I/128] arrivals per 128-row block of I
+    int* up_done;        // [slots + 1] 128-row blocks of I quantised for the down GEMM
+    int* cnt_down;       // [D / kMinDownRows] arrivals per row range of D
+    __half* xq;          // [T, D] e4m3 values of x as f16, pair order
+    float* xs;           // [T, D/128]
+    __nv_bfloat16* h;    // [T*K + T, I] hidden activations by list position
+    __half* hq;          // [T*K + T, I] their e4m3 values as f16, pair order
+    float* hs;           // [T*K + T, I/128]
+    float* yp;           // [T*K + T, D] bf16-rounded expert outputs by pick index
 };
 
 // A pick's token and routing weight: routed picks t·K + j carry route_w; the shared expert's picks T·K + t weight 1.
@@ -256,8 +256,8 @@ __device__ __forceinline__ void e2m1_block_mma(const uint4& w_lo, const uint4& w
 
 // One 128-element block (q) of one weight matrix for rows g and g+8 of a warp's 16-row tile, times the token
 // tile: 8 MMAs into a fresh accumulator, then y += acc · (2^(e_max-127) · a_scale) per (row, token).
-__device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
-                                             int t, const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
+__device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi, int t,
+                                             const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
     // s_*: the 4 UE8M0 bytes of the row's 32-blocks in this 128-block; lane t owns block t.
     uint32_t m_lo = __vmaxu4(s_lo, s_lo >> 16), m_hi = __vmaxu4(s_hi, s_hi >> 16);
     m_lo = __vmaxu4(m_lo, m_lo >> 8) & 0xff;
@@ -280,9 +280,8 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
 // NVFP4 stage of one 128-block: as block128_mma, but lane t's 32-block carries two e4m3 group scales per row
 // (sc_lo / sc_hi: bits 0-7 for elements 0-15 = MMAs j < 4, bits 8-15 for elements 16-31), and the per-(row, token)
 // factors f0 / f1 = 2^7 · global · a_scale of tokens 2t and 2t+1 are the same for both rows.
-__device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint4& w_hi, uint32_t sc_lo,
-                                                   uint32_t sc_hi, const uint4 (&act)[4], float f0, float f1,
-                                                   float (&y)[4]) {
+__device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint4& w_hi, uint32_t sc_lo, uint32_t sc_hi,
+                                                   const uint4 (&act)[4], float f0, float f1, float (&y)[4]) {
     constexpr uint32_t kTwo7 = 0x58005800u;  // f16x2 (128, 128)
     const uint32_t s_lo = hmul2_bits(e4m3x2_f16x2(sc_lo), kTwo7), s_hi = hmul2_bits(e4m3x2_f16x2(sc_hi), kTwo7);
     // (s, s) of each group: halves duplicated
@@ -300,8 +299,8 @@ __device__ __forceinline__ void block128_mma_nvfp4(const uint4& w_lo, const uint
 // Pair P(m, r) = (element 8m+3-r, element 8m+7-r) = (byte 3-r of word 2m, byte 3-r of word 2m+1): prmt gathers
 // pairs r = 0, 1 (selector 0x6273) or r = 2, 3 (0x4051) of a word pair into one register, one cvt per pair.
 // f0 / f1 = 2^(s-127) · a_scale of tokens 2t and 2t+1 (one block scale for the tile's 16 rows).
-__device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const uint4 (&w_hi)[2],
-                                                 const uint4 (&act)[4], float f0, float f1, float (&y)[4]) {
+__device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const uint4 (&w_hi)[2], const uint4 (&act)[4],
+                                                 float f0, float f1, float (&y)[4]) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -328,10 +327,18 @@ __device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const u
 // (e_max, spreads). s_lo / s_hi: that word for rows g and g+8; tables: e4m3_table_for_delta for delta 0..15 in shared
 // memory. The f16 values are 2^6 times block128_mma's (c · 2^(6 - delta) against c · 2^-delta), all exact, so the f32
 // MMA sums are exactly 2^6 times as large and the fold by 2^(e_max - 133) gives block128_mma's bits.
+// The e4m3 table (uint2) of this lane's 32-block from a repacked scale word s: `tables` is the shared-memory address
+// of the 16 tables, `shift` = 5 + 4t puts the block's delta nibble (bits 8 + 4t ..) at byte offset delta · 8.
+__device__ __forceinline__ uint2 e4m3_table_of(uint32_t tables, int shift, uint32_t s) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(tables + ((s >> shift) & 0x78u)));
+    return v;
+}
+
 __device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const uint4& w_hi, uint32_t s_lo,
-                                                      uint32_t s_hi, int t, const uint2* tables,
-                                                      const uint4 (&act)[4], float sa0, float sa1, float (&y)[4]) {
-    const uint2 tab_lo = tables[(s_lo >> (8 + 4 * t)) & 15], tab_hi = tables[(s_hi >> (8 + 4 * t)) & 15];
+                                                      uint32_t s_hi, uint32_t tables, int shift, const uint4 (&act)[4],
+                                                      float sa0, float sa1, float (&y)[4]) {
+    const uint2 tab_lo = e4m3_table_of(tables, shift, s_lo), tab_hi = e4m3_table_of(tables, shift, s_hi);
     const uint32_t tl_lo = tab_lo.x, th_lo = tab_lo.y, tl_hi = tab_hi.x, th_hi = tab_hi.y;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -357,12 +364,12 @@ __device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const u
     y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
 }
 
-// Where expert_rows_gemm (and expert_rows_gemm_wgmma) reads from and who runs it. GlobalWeights: weights streamed from global memory straight
-// into registers, by the whole 256-thread block (the register-streaming kernels); activations written by an earlier
-// launch, through the read-only path. RingWeights<kCoherentAct, kThreads>: weights from a shared-memory ring slot
-// (moe_ring.cu), run by one consumer group of kThreads threads (threads group · kThreads ..., named barrier
-// 1 + group, so groups and the producer warp never wait for each other); with kCoherentAct the activations are read
-// through L2 (written by other blocks of the same kernel, which the read-only path may not see).
+// Where expert_rows_gemm (and expert_rows_gemm_wgmma) reads from and who runs it. GlobalWeights: weights streamed from
+// global memory straight into registers, by the whole 256-thread block (the register-streaming kernels); activations
+// written by an earlier launch, through the read-only path. RingWeights<kCoherentAct, kThreads>: weights from a
+// shared-memory ring slot (moe_ring.cu), run by one consumer group of kThreads threads (threads group · kThreads ...,
+// named barrier 1 + group, so groups and the producer warp never wait for each other); with kCoherentAct the
+// activations are read through L2 (written by other blocks of the same kernel, which the read-only path may not see).
 struct GlobalWeights {
     static constexpr int kThreads = 256;
     // Mxfp4RepackedWeights and Mxfp4WgmmaWeights: the 16 e4m3 tables (e4m3_table_for_delta, delta 0..15) in
@@ -466,8 +473,8 @@ __device__ __forceinline__ void reduce_k_splits(const Src& src, float* red, floa
 #pragma unroll
             for (int m = 0; m < MATS; ++m) {
                 for (int s = 1; s < KS; ++s) {
-                    const float4 v = *reinterpret_cast<const float4*>(red + size_t((s * RT + rt) * MATS + m) * 128 +
-                                                                      lane * 4);
+                    const float4 v =
+                        *reinterpret_cast<const float4*>(red + size_t((s * RT + rt) * MATS + m) * 128 + lane * 4);
                     y[m][0] = __fadd_rn(y[m][0], v.x), y[m][1] = __fadd_rn(y[m][1], v.y);
                     y[m][2] = __fadd_rn(y[m][2], v.z), y[m][3] = __fadd_rn(y[m][3], v.w);
                 }
@@ -487,10 +494,10 @@ __device__ __forceinline__ void reduce_k_splits(const Src& src, float* red, floa
 // matrix: global weights only), wg[m] = the NVFP4 global scale (unused by the other formats).
 template <class Fmt, int MATS, int RT, int KS, class Src>
 __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* const (&w)[MATS],
-                                                 const uint8_t* const (&ws)[MATS], const float (&wg)[MATS],
-                                                 int K, int row0, const __half* act, const float* act_s,
-                                                 const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile,
-                                                 float* red, float (&y)[MATS][4]) {
+                                                 const uint8_t* const (&ws)[MATS], const float (&wg)[MATS], int K,
+                                                 int row0, const __half* act, const float* act_s,
+                                                 const int (&act_row)[MoeDecodeConfig::kTokTile], int ntile, float* red,
+                                                 float (&y)[MATS][4]) {
     const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
     const int rt = warp % RT, ks = warp / RT;
     const int r_lo = row0 + 16 * rt + g, r_hi = r_lo + 8;
@@ -566,21 +573,56 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
     } else {
         static_assert(std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>,
                       "weight format tag");
+        // the lane's base addresses, advanced by a constant per step (not rebuilt from row, step and lane)
+        const uint8_t* wp[MATS][2];
+        const uint8_t* sp[MATS][2];
+#pragma unroll
+        for (int m = 0; m < MATS; ++m) {
+            wp[m][0] = w[m] + size_t(r_lo) * row_bytes + size_t(ks) * 128 + size_t(t) * 16;
+            wp[m][1] = w[m] + size_t(r_hi) * row_bytes + size_t(ks) * 128 + size_t(t) * 16;
+            sp[m][0] = ws[m] + size_t(r_lo) * srow_bytes + size_t(ks) * 8;
+            sp[m][1] = ws[m] + size_t(r_hi) * srow_bytes + size_t(ks) * 8;
+        }
+        const uint4* ap = reinterpret_cast<const uint4*>(arow + size_t(ks) * 256 + t * 32);
+        const float* sa0p = srow0 + ks * 2;
+        const float* sa1p = srow1 + ks * 2;
+        // repacked: the shared-memory address of the e4m3 tables and the shift of this lane's delta nibbles
+        uint32_t tables = 0;
+        if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>)
+            tables = uint32_t(__cvta_generic_to_shared(src.e4m3_tables));
+        const int table_shift = 5 + 4 * t;
         for (int step = ks; step < nsteps; step += KS) {
             // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
             uint4 wv[MATS][2][2];
             uint2 sv[MATS][2];
-            load_mxfp4_step<MATS, Src>(w, ws, r_lo, r_hi, row_bytes, srow_bytes, step, t, wv, sv);
+#pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    wv[m][0][q] = Src::w16(wp[m][0] + q * 64);
+                    wv[m][1][q] = Src::w16(wp[m][1] + q * 64);
+                }
+                sv[m][0] = Src::s8(sp[m][0]);
+                sv[m][1] = Src::s8(sp[m][1]);
+                wp[m][0] += KS * 128, wp[m][1] += KS * 128, sp[m][0] += KS * 8, sp[m][1] += KS * 8;
+            }
             uint4 av[2][4];
             float sa[2][2];
-            load_step_activations<Src>(arow, srow0, srow1, step, t, tok_b, c0 < ntile, c1 < ntile, av, sa);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + q * 16 + i) : make_uint4(0, 0, 0, 0);
+                sa[q][0] = c0 < ntile ? Src::act_s(sa0p + q) : 0.0f;
+                sa[q][1] = c1 < ntile ? Src::act_s(sa1p + q) : 0.0f;
+            }
+            ap += KS * 32, sa0p += KS * 2, sa1p += KS * 2;
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
 #pragma unroll
                 for (int m = 0; m < MATS; ++m) {
                     const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
                     if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>)
-                        block128_mma_repacked(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, src.e4m3_tables, av[q],
+                        block128_mma_repacked(wv[m][0][q], wv[m][1][q], s_lo, s_hi, tables, table_shift, av[q],
                                               sa[q][0], sa[q][1], y[m]);
                     else
                         block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
