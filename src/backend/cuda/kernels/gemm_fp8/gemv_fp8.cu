@@ -38,6 +38,14 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32, kBK = 128;
 
+// K blocks in flight per warp (register sets of 16 registers each). Two: three or four (one token tile, 96 / 122
+// registers) made each projection alone no faster and the decode step 0.05-0.1 ms slower at batch 1
+// (docs/kernels/cuda-backend.md, "More K blocks in flight"); two token tiles use all 128 registers with two sets.
+constexpr int kWeightSets = 2;
+// Resident blocks per SM: one token tile fits three (<= 85 registers), two token tiles two.
+template <int NT>
+constexpr int kMinBlocksPerSm = NT == 1 ? 3 : 2;
+
 __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
     const uint4& h = v[i >> 2];
     return (i & 3) == 0 ? h.x : (i & 3) == 1 ? h.y : (i & 3) == 2 ? h.z : h.w;
@@ -49,13 +57,13 @@ struct WeightRegs {
 };
 
 template <int KS, int NT>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<NT>)
     sm90_fp8_gemv_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_scale,
                          const uint8_t* __restrict__ a, const float* __restrict__ a_scale, int N, int K, int T,
                          __nv_bfloat16* __restrict__ y) {
     pdl_enter(false);
-    // the first two K blocks' weight loads are issued before the wait (weights are written only at model load)
-    constexpr int RT = kWarps / KS;
+    // the first kWeightSets K blocks' weight loads are issued before the wait (weights are written only at model load)
+    constexpr int RT = kWarps / KS, S = kWeightSets;
     __shared__ float4 red[KS > 1 ? (KS - 1) * RT * NT * 32 : 1];
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
     const int rt = warp % RT, ks = warp / RT;
@@ -71,9 +79,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         r.lo[0] = ld_stream16(wl + o), r.lo[1] = ld_stream16(wl + o + 64);
         r.hi[0] = ld_stream16(wh + o), r.hi[1] = ld_stream16(wh + o + 64);
     };
-    WeightRegs ra, rb;
-    if (kb_begin < kb_end) load(kb_begin, ra);
-    if (kb_begin + 1 < kb_end) load(kb_begin + 1, rb);
+    WeightRegs r[S];
+#pragma unroll
+    for (int i = 0; i < S; ++i)
+        if (kb_begin + i < kb_end) load(kb_begin + i, r[i]);
     pdl_wait();
 
     const uint8_t* wsrow = w_scale + size_t(min(row0, N - 1) / 128) * size_t(KB);
@@ -102,30 +111,31 @@ __global__ void __launch_bounds__(kThreads, 2)
         yv[n][2] = __fadd_rn(yv[n][2], __fmul_rn(acc[2], s0));
         yv[n][3] = __fadd_rn(yv[n][3], __fmul_rn(acc[3], s1));
     };
-    // K block kb from register set r, which then takes K block kb + 2: one token tile converts the weights inside
+    // K block kb from register set r, which then takes K block kb + S: one token tile converts the weights inside
     // its MMAs and refills r after them; two convert once into f16 fragments, refill r at once (the loads are in
     // flight during both tiles' MMAs) and reuse the fragments for each tile.
-    auto step = [&](int kb, WeightRegs& r) {
+    auto step = [&](int kb, WeightRegs& regs) {
         const float sw = e8m0_to_f32(__ldg(wsrow + kb));
         uint32_t af[8][4];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const uint32_t l = word(r.lo, j), h = word(r.hi, j);
+            const uint32_t l = word(regs.lo, j), h = word(regs.hi, j);
             af[j][0] = e4m3x2_f16x2(l), af[j][1] = e4m3x2_f16x2(h);
             af[j][2] = e4m3x2_f16x2_hi(l), af[j][3] = e4m3x2_f16x2_hi(h);
         }
         if constexpr (NT == 1) {
             tile_mma(kb, 0, af, sw);
-            if (kb + 2 < kb_end) load(kb + 2, r);
+            if (kb + S < kb_end) load(kb + S, regs);
         } else {
-            if (kb + 2 < kb_end) load(kb + 2, r);
+            if (kb + S < kb_end) load(kb + S, regs);
 #pragma unroll
             for (int n = 0; n < NT; ++n) tile_mma(kb, n, af, sw);
         }
     };
-    for (int kb = kb_begin; kb < kb_end; kb += 2) {
-        step(kb, ra);
-        if (kb + 1 < kb_end) step(kb + 1, rb);
+    for (int kb = kb_begin; kb < kb_end; kb += S) {
+#pragma unroll
+        for (int i = 0; i < S; ++i)
+            if (kb + i < kb_end) step(kb + i, r[i]);
     }
 
     // K splits: warps ks > 0 leave their sums, ks == 0 adds them in split order
