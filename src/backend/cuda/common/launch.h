@@ -20,8 +20,8 @@ inline unsigned grid_stride_blocks(int64_t items, int threads) {
 }
 
 // K splits per 16-row tile of the register-streaming decode GEMVs (gemm_fp8/gemv_fp8.cu, embed_head/gemv_bf16.cu;
-// blocks of `warps` warps, 2 blocks per SM) for a weight [rows, cols]: the fewest that give at least 3/4 of a warp per
-// resident-warp slot, at most `warps` (one block) and at least 512 columns per split.
+// blocks of `warps` warps, counted at 2 blocks per SM) for a weight [rows, cols]: the fewest that give at least 3/4 of
+// a warp per resident-warp slot, at most `warps` (one block) and at least 512 columns per split.
 inline int gemv_k_splits(int64_t rows, int64_t cols, int warps) {
     const int64_t tiles = (rows + 15) / 16, slots = int64_t(current_sm_count()) * 2 * warps;
     int ks = 1;
