@@ -39,8 +39,8 @@ namespace {
 constexpr int kThreads = 256, kWarps = kThreads / 32, kBK = 128;
 
 // K blocks in flight per warp (register sets of 16 registers each). Two: three or four (one token tile, 96 / 122
-// registers, two blocks per SM) made the decode step 0.05-0.1 ms slower at batch 1 (docs/kernels/cuda-backend.md,
-// "More K blocks in flight"); two token tiles use all 128 registers with two sets.
+// registers, two blocks per SM) made the decode step 0.05-0.1 ms slower at batch 1 than two at three blocks per SM
+// (docs/kernels/cuda-backend.md, "More K blocks in flight"); two token tiles use all 128 registers with two sets.
 constexpr int kWeightSets = 2;
 // Resident blocks per SM: one token tile fits three (<= 85 registers; the step at batch 1 0.07-0.09 ms faster than
 // with two), two token tiles two. The K-split rule (gemv_k_splits) counts two either way: counting three changed
