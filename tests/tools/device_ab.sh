@@ -40,6 +40,10 @@ chmod +x "$t/bin/cmake"
 FAKE_TREE="$t/tree" FAKE_LOG="$t/builds.txt" PATH="$t/bin:$PATH" OUT="$t/out2" \
     tree/scripts/device-ab --build-dir "$t/build" beta=patches/beta.patch -- true > /dev/null
 [ "$(tr '\n' ' ' < "$t/builds.txt")" = "alpha beta alpha " ] || fail "builds saw: $(tr '\n' ' ' < "$t/builds.txt")"
+# their logs in one file, a header per build, and no other build files
+[ "$(grep '^== build of' "$t/out2/builds.txt" | tr '\n' ' ')" = "== build of base (rc 0) == build of beta (rc 0) == build of restore (rc 0) " ] ||
+    fail "builds.txt headers: $(grep '^==' "$t/out2/builds.txt" | tr '\n' ' ')"
+[ "$(ls "$t/out2" | tr '\n' ' ')" = "base.txt beta.txt builds.txt warmup.txt " ] || fail "files: $(ls "$t/out2" | tr '\n' ' ')"
 # the base's command runs once more first (warm-up, output to warmup.txt), unless --no-warmup
 OUT="$t/out3" tree/scripts/device-ab --no-build beta=patches/beta.patch -- \
     bash -c 'cat tree/value.txt >> runs.txt' > /dev/null
