@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""The loops of CUDA kernels in SASS: instructions per iteration, by opcode, with registers and stack.
+
+Reads `cuobjdump -sass` text, or an object / cubin / executable (then runs cuobjdump itself: $CUOBJDUMP, PATH,
+$CUDA_HOME/bin, /usr/local/cuda/bin). For each function whose demangled name matches --kernel: its instruction
+count, registers and stack bytes (cuobjdump -res-usage, objects only), and every loop (a backward branch and the
+instructions from its target to it) of at least --min instructions with its depth (the loops around it). The main
+loop — the innermost of those with the most MMA instructions (HMMA, HGMMA, QGMMA, IMMA, DMMA), else the longest —
+gets a breakdown by opcode (the mnemonic before its first '.', predicate dropped), and its local-memory traffic (LDL /
+STL: spills inside the loop) is counted apart.
+
+This is the count docs/kernels/moe.md and docs/kernels/cuda-backend.md quote ("582 instructions per gate/up
+step"): static instructions of one iteration, not executed ones (ncu's counters are for those).
+
+Usage: sass_loops.py FILE --kernel REGEX [--min N] [--top N]
+e.g.   sass_loops.py build/src/backend/cuda/CMakeFiles/dsv4_backend_cuda.dir/kernels/moe/moe.cu.o \\
+           --kernel 'gate_up_kernel<.*Repacked'
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+MMA_OPCODES = ("HMMA", "HGMMA", "QGMMA", "IMMA", "IGMMA", "DMMA", "BMMA")
+INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+RES_FUNCTION = re.compile(r"^\s*Function\s+(\S+?):?\s*$")
+RES_VALUES = re.compile(r"REG:(\d+)\s+STACK:(\d+)")
+BRANCH_TARGET = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)")
+
+
+def fail(message):
+    print(f"sass_loops: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def find_cuobjdump():
+    candidates = [os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump")]
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home:
+            candidates.append(os.path.join(home, "bin", "cuobjdump"))
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    fail("cuobjdump not found (set CUOBJDUMP, or put it on PATH; `pip install triton` carries one)")
+
+
+def is_text(path):
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return b"\0" not in head
+
+
+def read_inputs(path):
+    """(SASS text, {mangled name: (registers, stack bytes)})"""
+    if is_text(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(), {}
+    tool = find_cuobjdump()
+    sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
+    if sass.returncode != 0:
+        fail(f"{tool} -sass {path} failed: {sass.stderr.strip()}")
+    res = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True)
+    usage, name = {}, None
+    for line in res.stdout.splitlines():
+        m = RES_FUNCTION.match(line)
+        if m:
+            name = m.group(1)
+            continue
+        m = RES_VALUES.search(line)
+        if m and name:
+            usage[name] = (int(m.group(1)), int(m.group(2)))
+            name = None
+    return sass.stdout, usage
+
+
+def demangle(names):
+    if not names or not shutil.which("c++filt"):
+        return {n: n for n in names}
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
+
+
+def parse_functions(text):
+    """[(mangled name, [(address, instruction text)])] in file order"""
+    functions = []
+    for line in text.splitlines():
+        m = FUNCTION.match(line)
+        if m:
+            functions.append((m.group(1), []))
+            continue
+        m = INSTR.match(line)
+        if m and functions:
+            functions[-1][1].append((int(m.group(1), 16), m.group(2)))
+    return functions
+
+
+def opcode(instruction):
+    text = re.sub(r"^@!?U?P[T0-9]+\s+", "", instruction.strip())
+    return text.split()[0].split(".")[0] if text else ""
+
+
+def loops_of(instrs):
+    """[(first index, last index)] of every backward branch whose target is an instruction of the function"""
+    index = {a: i for i, (a, _) in enumerate(instrs)}
+    loops = []
+    for i, (a, text) in enumerate(instrs):
+        m = BRANCH_TARGET.search(text)
+        if m:
+            target = int(m.group(1), 16)
+            if target <= a and target in index:
+                loops.append((index[target], i))
+    return sorted(set(loops))
+
+
+def mma_count(body):
+    return sum(opcode(t).startswith(MMA_OPCODES) for t in body)
+
+
+def report(name, shown, instrs, usage, min_len, top):
+    lines = [f"## {shown}", ""]
+    regs = f", {usage[0]} registers, {usage[1]} bytes of stack" if usage else ""
+    lines.append(f"{len(instrs)} instructions{regs}")
+    loops = [(b, e) for b, e in loops_of(instrs) if e - b + 1 >= min_len]
+    if not loops:
+        lines.append(f"no loop of {min_len} or more instructions")
+        return lines
+    bodies = {(b, e): [t for _, t in instrs[b:e + 1]] for b, e in loops}
+    # the main loop: most MMAs, then the innermost (shortest) of those, i.e. not a loop around it; with no MMA the
+    # longest
+    main = max(loops, key=lambda l: (mma_count(bodies[l]), -(l[1] - l[0]) if mma_count(bodies[l]) else l[1] - l[0]))
+    lines += ["", "| loop (addresses) | depth | instructions | MMA | global loads | shared loads | LDL / STL |",
+              "|---|---|---|---|---|---|---|"]
+    for b, e in loops:
+        body = bodies[(b, e)]
+        ops = [opcode(t) for t in body]
+        mark = " (main)" if (b, e) == main else ""
+        depth = sum(1 for ob, oe in loops if (ob, oe) != (b, e) and ob <= b and e <= oe)
+        lines.append(f"| {instrs[b][0]:#06x}-{instrs[e][0]:#06x}{mark} | {depth} | {len(body)} | {mma_count(body)} | "
+                     f"{ops.count('LDG')} | {ops.count('LDS') + ops.count('LDSM')} | "
+                     f"{ops.count('LDL')} / {ops.count('STL')} |")
+    counts = {}
+    for t in bodies[main]:
+        counts[opcode(t)] = counts.get(opcode(t), 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines += ["", f"main loop by opcode ({len(bodies[main])} instructions):", "", "| opcode | count | share |",
+              "|---|---|---|"]
+    for op, n in ranked[:top]:
+        lines.append(f"| {op} | {n} | {100.0 * n / len(bodies[main]):.1f} % |")
+    rest = sum(n for _, n in ranked[top:])
+    if rest:
+        lines.append(f"| (other {len(ranked) - top}) | {rest} | {100.0 * rest / len(bodies[main]):.1f} % |")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file", help="cuobjdump -sass text, or an object / cubin / executable")
+    ap.add_argument("--kernel", required=True, help="regular expression on the demangled function name")
+    ap.add_argument("--min", type=int, default=16, help="shortest loop reported (instructions, default 16)")
+    ap.add_argument("--top", type=int, default=12, help="opcodes listed for the main loop (default 12)")
+    args = ap.parse_args()
+    if not os.path.isfile(args.file):
+        fail(f"{args.file}: no such file")
+    try:
+        pattern = re.compile(args.kernel)
+    except re.error as e:
+        fail(f"--kernel '{args.kernel}': {e}")
+    text, usage = read_inputs(args.file)
+    functions = parse_functions(text)
+    if not functions:
+        fail(f"{args.file}: no SASS functions (is it cuobjdump -sass output or a CUDA object?)")
+    names = demangle([n for n, _ in functions])
+    chosen = [(n, i) for n, i in functions if pattern.search(names[n])]
+    if not chosen:
+        fail(f"no function matches '{args.kernel}' among {len(functions)}: " +
+             "; ".join(names[n][:80] for n, _ in functions[:8]))
+    out = []
+    for n, instrs in chosen:
+        out += report(n, names[n], instrs, usage.get(n), args.min, args.top) + [""]
+    print("\n".join(out).rstrip())
+
+
+if __name__ == "__main__":
+    main()
