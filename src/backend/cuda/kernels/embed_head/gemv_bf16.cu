@@ -7,7 +7,7 @@
 // chain, and a bf16 output needs a second launch to round. This kernel is the FP8 decode GEMV's structure
 // (gemm_fp8/gemv_fp8.cu) without the conversion: each warp loads its 16 rows' bytes straight into registers, the
 // first kWeightSets K blocks requested before the programmatic wait, and the K splits of a 16-row tile are warps of one
-// block, reduced through shared memory in split order.
+// block, reduced through shared memory in split order (common/gemv_stream.cuh).
 //
 // Block: 8 warps = RT row tiles of 16 x KS K splits (KS chosen so that the grid has about one warp per resident-warp
 // slot). K block = 64 elements (128 bytes of a row). Lane (g, t) = (lane/4, lane%4) loads bytes 16t..16t+15 and
@@ -20,6 +20,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/gemv_stream.cuh"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/mma_bf16.cuh"
@@ -52,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     pdl_enter(false);
     // the first kWeightSets K blocks' weight loads are issued before the wait (weights are written only at model load)
     constexpr int RT = kWarps / KS, S = kWeightSets;
-    __shared__ float4 red[KS > 1 ? (KS - 1) * RT * 32 : 1];
+    __shared__ float4 red[kGemvSplitSlots<KS, RT, 1>];
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
     const int rt = warp % RT, ks = warp / RT;
     const int row0 = (int(blockIdx.x) * RT + rt) * 16;  // may be >= N for the last block's extra tiles
@@ -68,9 +69,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         r.hi[0] = ld_stream16(wh + o), r.hi[1] = ld_stream16(wh + o + 64);
     };
     Bf16WeightRegs r[S];
-#pragma unroll
-    for (int i = 0; i < S; ++i)
-        if (kb_begin + i < kb_end) load(kb_begin + i, r[i]);
+    gemv_first_loads(r, kb_begin, kb_end, load);
     pdl_wait();
 
     // this lane's B column is token g (zeros past the last token)
@@ -92,37 +91,21 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[j & 1], a[j], word8(xv, 2 * j), word8(xv, 2 * j + 1));
     };
-    for (int kb = kb_begin; kb < kb_end; kb += S) {
+    gemv_walk(r, kb_begin, kb_end, step);
+    float yv[1][4];
 #pragma unroll
-        for (int i = 0; i < S; ++i)
-            if (kb + i < kb_end) step(kb + i, r[i]);
-    }
-    float yv[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) yv[i] = __fadd_rn(acc[0][i], acc[1][i]);
-
-    // K splits: warps ks > 0 leave their sums, ks == 0 adds them in split order
-    if constexpr (KS > 1) {
-        if (ks > 0) red[((ks - 1) * RT + rt) * 32 + lane] = make_float4(yv[0], yv[1], yv[2], yv[3]);
-        __syncthreads();
-        if (ks > 0) return;
-#pragma unroll
-        for (int s = 1; s < KS; ++s) {
-            const float4 v = red[((s - 1) * RT + rt) * 32 + lane];
-            yv[0] = __fadd_rn(yv[0], v.x), yv[1] = __fadd_rn(yv[1], v.y);
-            yv[2] = __fadd_rn(yv[2], v.z), yv[3] = __fadd_rn(yv[3], v.w);
-        }
-    }
-    // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens)
+    for (int i = 0; i < 4; ++i) yv[0][i] = __fadd_rn(acc[0][i], acc[1][i]);
+    if (!gemv_sum_k_splits<KS, RT, 1>(red, ks, rt, lane, yv)) return;
+        // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = row0 + g + (i >= 2 ? 8 : 0), tk = 2 * t + (i & 1);
         if (row >= N || tk >= T) continue;
         const size_t o = size_t(tk) * size_t(N) + size_t(row);
         if (y32)
-            y32[o] = yv[i];
+            y32[o] = yv[0][i];
         else
-            y16[o] = __float2bfloat16_rn(yv[i]);
+            y16[o] = __float2bfloat16_rn(yv[0][i]);
     }
 }
 

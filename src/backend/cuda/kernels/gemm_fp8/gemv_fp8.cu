@@ -7,7 +7,8 @@
 // few K blocks. Here every byte goes from global memory straight into the registers of the one warp that uses it, as
 // in the MoE decode kernel's FP8-block stage: no shared-memory staging, no block-wide barrier per K block, the next
 // K block's weight loads issued before the current one is multiplied, and the K splits of a 16-row tile are warps of
-// the same block, reduced through shared memory in split order in the same launch. Measured against the ring GEMM
+// the same block, reduced through shared memory in split order in the same launch (common/gemv_stream.cuh, shared
+// with the bf16 decode GEMV). Measured against the ring GEMM
 // (docs/kernels/cuda-backend.md): ~2x faster on the small projections, -22 % on o_b, the same ~61 % of copy on q_b at
 // one token, 22-44 % faster at 9-16 tokens.
 //
@@ -26,6 +27,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/gemv_stream.cuh"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/mma_bf16.cuh"
@@ -66,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<NT>)
     pdl_enter(false);
     // the first kWeightSets K blocks' weight loads are issued before the wait (weights are written only at model load)
     constexpr int RT = kWarps / KS, S = kWeightSets;
-    __shared__ float4 red[KS > 1 ? (KS - 1) * RT * NT * 32 : 1];
+    __shared__ float4 red[kGemvSplitSlots<KS, RT, NT>];
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
     const int rt = warp % RT, ks = warp / RT;
     const int row0 = (int(blockIdx.x) * RT + rt) * 16;  // may be >= N for the last block's extra tiles
@@ -82,9 +84,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<NT>)
         r.hi[0] = ld_stream16(wh + o), r.hi[1] = ld_stream16(wh + o + 64);
     };
     WeightRegs r[S];
-#pragma unroll
-    for (int i = 0; i < S; ++i)
-        if (kb_begin + i < kb_end) load(kb_begin + i, r[i]);
+    gemv_first_loads(r, kb_begin, kb_end, load);
     pdl_wait();
 
     const uint8_t* wsrow = w_scale + size_t(min(row0, N - 1) / 128) * size_t(KB);
@@ -134,32 +134,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<NT>)
             for (int n = 0; n < NT; ++n) tile_mma(kb, n, af, sw);
         }
     };
-    for (int kb = kb_begin; kb < kb_end; kb += S) {
-#pragma unroll
-        for (int i = 0; i < S; ++i)
-            if (kb + i < kb_end) step(kb + i, r[i]);
-    }
-
-    // K splits: warps ks > 0 leave their sums, ks == 0 adds them in split order
-    if constexpr (KS > 1) {
-        if (ks > 0) {
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-                red[(((ks - 1) * RT + rt) * NT + n) * 32 + lane] = make_float4(yv[n][0], yv[n][1], yv[n][2], yv[n][3]);
-        }
-        __syncthreads();
-        if (ks > 0) return;
-#pragma unroll
-        for (int s = 1; s < KS; ++s) {
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                const float4 v = red[(((s - 1) * RT + rt) * NT + n) * 32 + lane];
-                yv[n][0] = __fadd_rn(yv[n][0], v.x), yv[n][1] = __fadd_rn(yv[n][1], v.y);
-                yv[n][2] = __fadd_rn(yv[n][2], v.z), yv[n][3] = __fadd_rn(yv[n][3], v.w);
-            }
-        }
-    }
-    // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens) of each token tile
+    gemv_walk(r, kb_begin, kb_end, step);
+    if (!gemv_sum_k_splits<KS, RT, NT>(red, ks, rt, lane, yv)) return;
+        // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens) of each token tile
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
 #pragma unroll
