@@ -5,9 +5,9 @@ Reads `cuobjdump -sass` text, or an object / cubin / executable (then runs cuobj
 $CUDA_HOME/bin, /usr/local/cuda/bin). For each function whose demangled name matches --kernel: its instruction
 count, registers and stack bytes (cuobjdump -res-usage, objects only), and every loop (a backward branch and the
 instructions from its target to it) of at least --min instructions with its depth (the loops around it). The main
-loop — the innermost of those with the most MMA instructions (HMMA, HGMMA, QGMMA, IMMA, DMMA), else the longest —
-gets a breakdown by opcode (the mnemonic before its first '.', predicate dropped), and its local-memory traffic (LDL /
-STL: spills inside the loop) is counted apart.
+loop — the longest of the innermost loops with the most MMA instructions (HMMA, HGMMA, QGMMA, IMMA, DMMA), else
+the longest loop — gets a breakdown by opcode (the mnemonic before its first '.', predicate dropped); local-memory
+traffic (LDL / STL: spills inside a loop) is counted apart.
 
 This is the count docs/kernels/moe.md and docs/kernels/cuda-backend.md quote ("582 instructions per gate/up
 step"): static instructions of one iteration, not executed ones (ncu's counters are for those).
@@ -128,9 +128,13 @@ def report(name, shown, instrs, usage, min_len, top):
         lines.append(f"no loop of {min_len} or more instructions")
         return lines
     bodies = {(b, e): [t for _, t in instrs[b:e + 1]] for b, e in loops}
-    # the main loop: most MMAs, then the innermost (shortest) of those, i.e. not a loop around it; with no MMA the
-    # longest
-    main = max(loops, key=lambda l: (mma_count(bodies[l]), -(l[1] - l[0]) if mma_count(bodies[l]) else l[1] - l[0]))
+    # the main loop: of the loops with the most MMAs, those with no such loop inside them (a loop around the K loop
+    # counts its MMAs too), then the longest (a kernel's other paths, e.g. another weight format, may have loops with
+    # as many MMAs); with no MMA anywhere the longest loop
+    most = max(mma_count(bodies[l]) for l in loops)
+    richest = [l for l in loops if mma_count(bodies[l]) == most]
+    inner = [l for l in richest if not any(o != l and l[0] <= o[0] and o[1] <= l[1] for o in richest)]
+    main = max(inner if most else loops, key=lambda l: l[1] - l[0])
     lines += ["", "| loop (addresses) | depth | instructions | MMA | global loads | shared loads | LDL / STL |",
               "|---|---|---|---|---|---|---|"]
     for b, e in loops:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/profile/sass_loops.py on a synthetic SASS listing (tests/data/profile/sass_synthetic.txt: two functions, the
-# second with a loop inside a loop, a spill load and predicated branches, and the self-branch that ends every
-# function): the function filter, loops with their depth, the main loop (the innermost with the most MMAs), opcodes
-# without predicates, --min, and the clear failures.
+# second with a loop inside a loop, a shorter loop beside them with as many MMAs, a spill load, predicated branches and
+# the self-branch that ends every function): the function filter, loops with their depth, the main loop (the longest
+# innermost loop with the most MMAs), opcodes without predicates, --min, and the clear failures.
 # Usage: sass_loops.sh SOURCE_ROOT
 set -euo pipefail
 root="${1:?usage: sass_loops.sh SOURCE_ROOT}"
@@ -11,15 +11,16 @@ sass="$root/tests/data/profile/sass_synthetic.txt"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 out="$(python3 "$tool" "$sass" --kernel 'mma_kernel' --min 4)"
 [ "$(sed -n 1p <<<"$out")" = "## mma_kernel(float*, int)" ] || fail "heading: $(sed -n 1p <<<"$out")"
-grep -q '^17 instructions$' <<<"$out" || fail "instruction count"
+grep -q '^21 instructions$' <<<"$out" || fail "instruction count"
 grep -q '^| 0x0010-0x00e0 | 0 | 14 | 2 | 1 | 0 | 1 / 0 |$' <<<"$out" || fail "outer loop: $(grep '0x0010' <<<"$out")"
 grep -q '^| 0x0020-0x00b0 (main) | 1 | 10 | 2 | 1 | 0 | 1 / 0 |$' <<<"$out" || fail "inner loop: $(grep '0x0020' <<<"$out")"
+grep -q '^| 0x00f0-0x0120 | 0 | 4 | 2 | 0 | 0 | 0 / 0 |$' <<<"$out" || fail "loop beside: $(grep '0x00f0' <<<"$out")"
 grep -q '^main loop by opcode (10 instructions):$' <<<"$out" || fail "main loop"
 grep -q '^| LOP3 | 2 | 20.0 % |$' <<<"$out" || fail "predicate not stripped from the opcode"
 grep -q '^| HMMA | 2 | 20.0 % |$' <<<"$out" || fail "MMA opcode"
 ! grep -q 'other_kernel' <<<"$out" || fail "a function that does not match was reported"
 # --min 1 also reports the one-instruction self-branch at the end
-[ "$(python3 "$tool" "$sass" --kernel mma_kernel --min 1 | grep -c '^| 0x')" = 3 ] || fail "--min 1"
+[ "$(python3 "$tool" "$sass" --kernel mma_kernel --min 1 | grep -c '^| 0x')" = 4 ] || fail "--min 1"
 [ "$(python3 "$tool" "$sass" --kernel other_kernel | sed -n 3,4p)" = "2 instructions
 no loop of 16 or more instructions" ] || fail "a function without loops: $(python3 "$tool" "$sass" --kernel other_kernel)"
 set +e
@@ -31,4 +32,4 @@ msg="$(python3 "$tool" "$root/tests/data/profile/ncu_source_synthetic.csv" --ker
 [ $rc = 2 ] && grep -q 'no SASS functions' <<<"$msg" || fail "not SASS: rc $rc, '$msg'"
 msg="$(python3 "$tool" "$sass" --kernel '(' 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q "kernel '('" <<<"$msg" || fail "bad regex: rc $rc, '$msg'"
-echo "sass_loops: loops with depth, the innermost MMA loop as main, opcodes without predicates, clear failures"
+echo "sass_loops: loops with depth, the longest innermost MMA loop as main, opcodes without predicates, clear failures"
