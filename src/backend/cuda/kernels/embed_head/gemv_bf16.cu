@@ -95,8 +95,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     float yv[1][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) yv[0][i] = __fadd_rn(acc[0][i], acc[1][i]);
-    if (!gemv_sum_k_splits<KS, RT, 1>(red, ks, rt, lane, yv)) return;
-        // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens)
+    if (!gemv_sum_k_splits<KS, RT, 1>(red, ks, rt, lane, yv)) {
+        return;  // a warp of a later K split: split 0 now holds its sums
+    }
+    // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = row0 + g + (i >= 2 ? 8 : 0), tk = 2 * t + (i & 1);

@@ -135,8 +135,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<NT>)
         }
     };
     gemv_walk(r, kb_begin, kb_end, step);
-    if (!gemv_sum_k_splits<KS, RT, NT>(red, ks, rt, lane, yv)) return;
-        // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens) of each token tile
+    if (!gemv_sum_k_splits<KS, RT, NT>(red, ks, rt, lane, yv)) {
+        return;  // a warp of a later K split: split 0 now holds its sums
+    }
+    // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens) of each token tile
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
 #pragma unroll
