@@ -8,6 +8,24 @@
 
 namespace dsv4::cuda {
 
+// A warp's share of the block: lane (g, t), row tile rt of RT (rows row0 + g and row0 + g + 8, clamped to the last
+// row for loads; `tile` false for the last block's tiles past N, which then own no K blocks) and K split ks of KS
+// (its run of K blocks [kb_begin, kb_end) of the K / block_k).
+template <int RT, int KS>
+struct GemvWarp {
+    int warp, lane, g, t, rt, ks, row0, r_lo, r_hi, kb_begin, kb_end;
+    bool tile;
+    __device__ __forceinline__ GemvWarp(int N, int K, int block_k) {
+        warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+        rt = warp % RT, ks = warp / RT;
+        row0 = (int(blockIdx.x) * RT + rt) * 16;
+        tile = row0 < N;
+        r_lo = min(row0 + g, N - 1), r_hi = min(row0 + g + 8, N - 1);
+        const int KB = K / block_k, per = (KB + KS - 1) / KS;
+        kb_begin = min(KB, ks * per), kb_end = tile ? min(KB, kb_begin + per) : kb_begin;
+    }
+};
+
 // Requests the first S K blocks of the warp's run into r[0..S-1]: load(kb, regs).
 template <int S, class Regs, class Load>
 __device__ __forceinline__ void gemv_first_loads(Regs (&r)[S], int kb_begin, int kb_end, Load&& load) {

@@ -54,13 +54,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     // the first kWeightSets K blocks' weight loads are issued before the wait (weights are written only at model load)
     constexpr int RT = kWarps / KS, S = kWeightSets;
     __shared__ float4 red[kGemvSplitSlots<KS, RT, 1>];
-    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
-    const int rt = warp % RT, ks = warp / RT;
-    const int row0 = (int(blockIdx.x) * RT + rt) * 16;  // may be >= N for the last block's extra tiles
-    const bool tile = row0 < N;
-    const int r_lo = min(row0 + g, N - 1), r_hi = min(row0 + g + 8, N - 1);
-    const int KB = K / kBK, per = (KB + KS - 1) / KS;
-    const int kb_begin = min(KB, ks * per), kb_end = tile ? min(KB, kb_begin + per) : kb_begin;
+    const GemvWarp<RT, KS> wp(N, K, kBK);
+    const int lane = wp.lane, g = wp.g, t = wp.t, rt = wp.rt, ks = wp.ks, row0 = wp.row0;
+    const int r_lo = wp.r_lo, r_hi = wp.r_hi, kb_begin = wp.kb_begin, kb_end = wp.kb_end;
     const uint8_t* wl = reinterpret_cast<const uint8_t*>(w + size_t(r_lo) * size_t(K)) + 16 * t;
     const uint8_t* wh = reinterpret_cast<const uint8_t*>(w + size_t(r_hi) * size_t(K)) + 16 * t;
     auto load = [&](int kb, Bf16WeightRegs& r) {
