@@ -59,7 +59,7 @@ template <class Fmt>
 __device__ __forceinline__ GlobalWeights global_weights() {
     GlobalWeights src;
     if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights> || std::is_same_v<Fmt, Mxfp4WgmmaWeights>) {
-        __shared__ uint2 tables[16];
+        __shared__ __align__(128) uint2 tables[16];  // 128-byte aligned: e4m3_table_of ors the offset in
         if (threadIdx.x < 16) e4m3_table_for_delta(int(threadIdx.x), tables[threadIdx.x].x, tables[threadIdx.x].y);
         __syncthreads();
         src.e4m3_tables = tables;

@@ -225,6 +225,18 @@ __device__ __forceinline__ uint32_t pow2_f16x2(int n) {
     return b | (b << 16);
 }
 
+// y += acc · f per (row, token) of an accumulator fragment (f0 / f1: tokens 2t / 2t+1 of row g, f2 / f3 of row
+// g+8) where every f is a power of two: acc · f is then exact (barring f32 underflow below 2^-126, which the
+// weight-scale and activation-floor ranges keep far away), so one fma rounds exactly as the reference's separate
+// multiply and add do, in one instruction instead of two.
+__device__ __forceinline__ void fold_pow2(float (&y)[4], const float (&acc)[4], float f0, float f1, float f2,
+                                          float f3) {
+    y[0] = __fmaf_rn(acc[0], f0, y[0]);
+    y[1] = __fmaf_rn(acc[1], f1, y[1]);
+    y[2] = __fmaf_rn(acc[2], f2, y[2]);
+    y[3] = __fmaf_rn(acc[3], f3, y[3]);
+}
+
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -268,11 +280,9 @@ __device__ __forceinline__ void block128_mma(const uint4& w_lo, const uint4& w_h
     const uint32_t fl[2] = {f_lo, f_lo}, fh[2] = {f_hi, f_hi};  // one factor for the whole 32-block
     e2m1_block_mma(w_lo, w_hi, fl, fh, act, acc);
     const float s_row_lo = e8m0_to_f32(uint8_t(m_lo)), s_row_hi = e8m0_to_f32(uint8_t(m_hi));
-    // acc · (w_s · a_s): the product of scales is exact (powers of two), so fma == separate multiply and add
-    y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], __fmul_rn(s_row_lo, sa0)));
-    y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], __fmul_rn(s_row_lo, sa1)));
-    y[2] = __fadd_rn(y[2], __fmul_rn(acc[2], __fmul_rn(s_row_hi, sa0)));
-    y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
+    // acc · (w_s · a_s): the product of scales is exact (powers of two)
+    fold_pow2(y, acc, __fmul_rn(s_row_lo, sa0), __fmul_rn(s_row_lo, sa1), __fmul_rn(s_row_hi, sa0),
+              __fmul_rn(s_row_hi, sa1));
 }
 
 // ---------------------------------------------------------------------------------- NVFP4 and FP8-block stages
@@ -316,10 +326,7 @@ __device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const u
         const uint32_t b0 = (j & 1) ? b.z : b.x, b1 = (j & 1) ? b.w : b.y;
         mma_f16_16816(acc, a0, a1, a2, a3, b0, b1);
     }
-    y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], f0));
-    y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], f1));
-    y[2] = __fadd_rn(y[2], __fmul_rn(acc[2], f0));
-    y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], f1));
+    fold_pow2(y, acc, f0, f1, f0, f1);
 }
 
 // Repacked-MXFP4 stage of one 128-block (mxfp4_repacked.h): as block128_mma, but each word converts to e4m3 by its
@@ -328,10 +335,11 @@ __device__ __forceinline__ void block128_mma_fp8(const uint4 (&w_lo)[2], const u
 // memory. The f16 values are 2^6 times block128_mma's (c · 2^(6 - delta) against c · 2^-delta), all exact, so the f32
 // MMA sums are exactly 2^6 times as large and the fold by 2^(e_max - 133) gives block128_mma's bits.
 // The e4m3 table (uint2) of this lane's 32-block from a repacked scale word s: `tables` is the shared-memory address
-// of the 16 tables, `shift` = 5 + 4t puts the block's delta nibble (bits 8 + 4t ..) at byte offset delta · 8.
+// of the 16 tables (128-byte aligned, so the byte offset is or-ed in: one lop3 with the mask), `shift` = 5 + 4t
+// puts the block's delta nibble (bits 8 + 4t ..) at byte offset delta · 8.
 __device__ __forceinline__ uint2 e4m3_table_of(uint32_t tables, int shift, uint32_t s) {
     uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(tables + ((s >> shift) & 0x78u)));
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(tables | ((s >> shift) & 0x78u)));
     return v;
 }
 
@@ -355,13 +363,13 @@ __device__ __forceinline__ void block128_mma_repacked(const uint4& w_lo, const u
         mma_f16_16816(acc, e4m3x2_f16x2_hi(lo_g), e4m3x2_f16x2_hi(lo_h), e4m3x2_f16x2(lo_g), e4m3x2_f16x2(lo_h), b.z,
                       b.w);
     }
-    // 2^(e_max - 133), normal (the repack guarantees 7 <= e_max <= 254): the tables' values carry 2^6
+    // 2^(e_max - 133), normal (the repack guarantees 7 <= e_max <= 254): the tables' values carry 2^6. (One shift-add
+    // with the stray delta bit dropped by fabsf is 8 instructions fewer per step and, beside the fma fold, measured
+    // 6-8 % slower: docs/kernels/moe.md, "The fold by fma".)
     const float s_row_lo = __uint_as_float(((s_lo & 0xff) - 6) << 23);
     const float s_row_hi = __uint_as_float(((s_hi & 0xff) - 6) << 23);
-    y[0] = __fadd_rn(y[0], __fmul_rn(acc[0], __fmul_rn(s_row_lo, sa0)));
-    y[1] = __fadd_rn(y[1], __fmul_rn(acc[1], __fmul_rn(s_row_lo, sa1)));
-    y[2] = __fadd_rn(y[2], __fmul_rn(acc[2], __fmul_rn(s_row_hi, sa0)));
-    y[3] = __fadd_rn(y[3], __fmul_rn(acc[3], __fmul_rn(s_row_hi, sa1)));
+    fold_pow2(y, acc, __fmul_rn(s_row_lo, sa0), __fmul_rn(s_row_lo, sa1), __fmul_rn(s_row_hi, sa0),
+              __fmul_rn(s_row_hi, sa1));
 }
 
 // Where expert_rows_gemm (and expert_rows_gemm_wgmma) reads from and who runs it. GlobalWeights: weights streamed from
