@@ -1,22 +1,23 @@
 // Kernels of the attention family (sm_90).
 //
 // sparse attention, kReference: block = one token x 16 heads (4 warps, ~90 KB shared memory); a head count that is
-// not a multiple of 16 (the 4-head test models) fills the last tile with zero q rows that are never stored. Per block of 64
-// candidates: the kv rows are gathered by cp.async (zero-filled for -1), S = Q·Kᵀ on mma.m16n8k16 (warp w: keys
+// not a multiple of 16 (the 4-head test models) fills the last tile with zero q rows that are never stored. Per block
+// of 64 candidates: the kv rows are gathered by cp.async (zero-filled for -1), S = Q·Kᵀ on mma.m16n8k16 (warp w: keys
 // 16w..16w+15, K = 512), then the reference's online softmax — per head the running max and rescale (16 threads),
 // P = exp(l - M) for all 64x16 entries in parallel (P rounded to bf16 for P·V), the block sum in candidate order —
 // and O += P·V on mma (warp w: channels 128w..128w+127, 64 f32 accumulators per thread, V through the transposing
 // ldmatrix). Rows are padded to 520 bf16 so ldmatrix rows hit distinct banks. kv_packed: the candidate rows are
-// 584-byte FP8 rows (kv_store.h), loaded with 8-byte loads and dequantised into the same bf16 tile. Epilogue: o / (sum + e^{sink-M}),
-// bf16, optional conjugate RoPE on 448..511 (warp 3 holds those channels as (even, odd) pairs).
-// kF32: one warp per (token, head), lane = 16 channels; pass 1 the max, pass 2 exp, sum and the weighted rows; the
-// indices are read 32 at a time (one per lane) and only the valid ones visited, in list order.
+// 584-byte FP8 rows (kv_store.h), loaded with 8-byte loads and dequantised into the same bf16 tile. Epilogue: o / (sum
+// + e^{sink-M}), bf16, optional conjugate RoPE on 448..511 (warp 3 holds those channels as (even, odd) pairs). kF32:
+// one warp per (token, head), lane = 16 channels; pass 1 the max, pass 2 exp, sum and the weighted rows; the indices
+// are read 32 at a time (one per lane) and only the valid ones visited, in list order.
 //
 // wo_a, staged (prefill): swap-AB tile of 64 weight rows x 32 tokens x K 64, 4 warps x 16 rows; FP8 weights are
 // dequantised to bf16 while staged (e4m3 · 2^k is exact in bf16), the next tile prefetched into registers during
 // the MMAs.
-// wo_a, decode (<= 32 tokens): swap-AB tile of 64 weight rows x 8 tokens (one MMA n-tile) over the whole width,
-// the K-steps dealt round-robin to 16 warps (512 threads, one block per SM). No shared-memory staging of weights and
+// wo_a, decode (<= 32 tokens): swap-AB tile of 32 weight rows x 8 tokens (one MMA n-tile) over the whole width,
+// the K-steps dealt round-robin to 16 warps (512 threads, two blocks per SM: 32 warps per SM keep the same bytes in
+// flight as 16 warps with 64 rows, and hide each other's conversion). No shared-memory staging of weights and
 // no block barrier in the K loop: each thread loads its 16 bytes of 8 weight rows straight into registers in MMA
 // fragment order (K permuted inside each k16 step, identically for both operands), one step ahead, and converts
 // two e4m3 per cvt. The 16 warp partials are summed in warp order through shared memory (deterministic).
@@ -50,9 +51,9 @@ struct AttnConfig {
     static constexpr int kF32Warps = 4;
     // wo_a, staged (more than kWoDecMaxTokens tokens)
     static constexpr int kWoRows = 64, kWoTokens = 32, kWoK = 64, kWoLd = kWoK + 8;
-    // wo_a, decode (up to kWoDecMaxTokens tokens, in tiles of 8): 64 rows x 8 tokens per block, the width split
+    // wo_a, decode (up to kWoDecMaxTokens tokens, in tiles of 8): 32 rows x 8 tokens per block, the width split
     // over 16 warps; kWoDecPartLd pads the partial-sum rows so that the fragment stores hit distinct banks.
-    static constexpr int kWoDecRows = 64, kWoDecTokens = 8, kWoDecWarps = 16, kWoDecMaxTokens = 32;
+    static constexpr int kWoDecRows = 32, kWoDecTokens = 8, kWoDecWarps = 16, kWoDecMaxTokens = 32;
     static constexpr int kWoDecThreads = kWoDecWarps * 32, kWoDecPartLd = kWoDecRows + 4;
     static constexpr size_t kWoDecMaxSmem = 200 * 1024;  // beyond it (very wide groups) the staged kernel runs
     // Dynamic shared memory of the decode kernel: the tile's activation rows (padded by 16 bytes), reused for the
@@ -417,7 +418,7 @@ __device__ __forceinline__ uint32_t wo_bf16x2_bits(__nv_bfloat16 lo, __nv_bfloat
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// wo_a, decode. grid: (ceil(T / 8), G·R / 64), AttnConfig::kWoDecThreads threads, dynamic shared memory
+// wo_a, decode. grid: (ceil(T / 8), G·R / 32), AttnConfig::kWoDecThreads threads, dynamic shared memory
 // AttnConfig::wo_dec_smem_bytes(min(T, 8), width, sizeof(ActT)). Same arguments and arithmetic as
 // sm90_wo_a_kernel (exact products, f32 accumulation), the sum over K in a different order.
 //
@@ -426,10 +427,10 @@ __device__ __forceinline__ uint32_t wo_bf16x2_bits(__nv_bfloat16 lo, __nv_bfloat
 // k {2q, 2q+1} and q·kChunk + 4j + {2,3} as {2q+8, 2q+9}, for the weights (A) and the activations (B) alike, so
 // the dot product is unchanged.
 template <typename ActT, bool kFp8, int kSplit>
-__global__ void __launch_bounds__(AttnConfig::kWoDecThreads, 1)
-    sm90_wo_a_decode_kernel(const ActT* __restrict__ o, int64_t tokens, int64_t o_stride, int64_t width,
-                            int64_t rank, const void* __restrict__ w, const uint8_t* __restrict__ w_scale,
-                            int64_t w_rows, ActT* __restrict__ z) {
+__global__ void __launch_bounds__(AttnConfig::kWoDecThreads, 2)
+    sm90_wo_a_decode_kernel(const ActT* __restrict__ o, int64_t tokens, int64_t o_stride, int64_t width, int64_t rank,
+                            const void* __restrict__ w, const uint8_t* __restrict__ w_scale, int64_t w_rows,
+                            ActT* __restrict__ z) {
     pdl_enter(false);
     // the first weight step is loaded before the wait (below): weights are written only at model load
     using Cfg = AttnConfig;
@@ -440,7 +441,7 @@ __global__ void __launch_bounds__(AttnConfig::kWoDecThreads, 1)
     constexpr int kChunk = kStepK / 4;             // K per quad lane per step
     constexpr int kSub = kStepK / 16;              // k16 MMAs per step
     constexpr int kActPad = 16 / int(sizeof(ActT));
-    static_assert(kBN * kRows == Cfg::kWoDecThreads, "the final sum takes one (token, row) per thread");
+    static_assert(kBN * kRows <= Cfg::kWoDecThreads, "the final sum takes one (token, row) per thread");
     extern __shared__ __align__(16) uint8_t smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int64_t t0 = int64_t(blockIdx.x) * kBN, row0 = int64_t(blockIdx.y) * kRows;
