@@ -87,10 +87,8 @@ __device__ __forceinline__ void gate_up_block(const MoeKernelParams& p, const vo
 }
 
 // Slots 0 .. n_active − 1 are the active routed experts (format Fmt); slot n_active, when p.shared_expert is set,
-// the shared expert (FP8 blocks). The grids have room for both (the launcher's rows); the rest return.
-__device__ __forceinline__ bool is_shared_slot(const MoeKernelParams& p, int slot, int n_active) {
-    return slot == n_active && p.shared_expert != nullptr;
-}
+// the shared expert (FP8 blocks), run by grid rows n_active and n_active + 1 (each half of its rows). The grids have
+// room for both (the launcher's rows); the rest return.
 
 // Launch 2: block (64 rows of I, slot): Cfg::kUpRT row tiles x kUpKS K splits. The shared expert's FP8 rows carry
 // twice the bytes of an MXFP4 row, and at the batches that run it here (<= kFusedSharedExpertMaxRows tokens) its
@@ -125,17 +123,34 @@ __device__ __forceinline__ void down_block(const MoeKernelParams& p, const void*
                              blockIdx.x * Cfg::kDownRows, red, flag, [](int) {}, [](int) {});
 }
 
+// The shared expert's down item (FP8 blocks, slot n_active): rows `half` · 64 .. + 63 of the block's 128-row range,
+// 4 row tiles x 2 K splits (the same 8 warps as a routed block, half its rows: an FP8 row carries twice the bytes of
+// an MXFP4 one, and at the batches that run the shared expert here its full-height blocks finished last).
+__device__ __forceinline__ void shared_down_block(const MoeKernelParams& p, int slot, int half, int items, float* red,
+                                                  int* flag) {
+    constexpr int RT = Cfg::kDownRT / 2, KS = Cfg::kDownKS * 2, kRows = 16 * RT;
+    const uint8_t* w[1][1];
+    const uint8_t* ws[1][1];
+    float wg[1][1];
+    expert_operands<Fp8BlockWeights, 1>(p.shared_expert, 0, w, ws, wg);
+    const int item = 2 * int(blockIdx.x) + half;
+    moe_down_item<RT, KS, 1, 2>(
+        Fp8BlockWeights{}, global_weights<Fp8BlockWeights>(), p, slot, item, items, w, ws, wg, item * kRows, red, flag,
+        [](int) {}, [](int) {});
+}
+
 // Launch 3: block (128 rows of D, slot): Cfg::kDownRT row tiles x kDownKS K splits; the last block of a row range
-// combines all tokens.
+// combines all tokens. The shared expert runs as two grid rows of half-height blocks (shared_down_block), both slot
+// n_active.
 template <class Fmt>
 __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_down_kernel(MoeKernelParams p) {
     pdl_enter();
     __shared__ __align__(16) float red[Cfg::kDownKS * Cfg::kDownRT * 128];
     __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
-    const int items = n_active + (p.shared_expert ? 1 : 0);  // every slot's block of a row range arrives once
-    if (is_shared_slot(p, slot, n_active))
-        down_block<Fp8BlockWeights>(p, p.shared_expert, 0, slot, items, red, &flag);
+    const int items = n_active + (p.shared_expert ? 2 : 0);  // the blocks of a row range: one per routed slot, two
+    if (p.shared_expert && (slot == n_active || slot == n_active + 1))
+        shared_down_block(p, n_active, slot - n_active, items, red, &flag);
     else if (slot < n_active)
         down_block<Fmt>(p, p.experts, p.active_expert[slot], slot, items, red, &flag);
 }
@@ -151,16 +166,15 @@ Status dynamic_smem_for(Kernel kernel, int64_t K, size_t& bytes) {
 
 template <class Fmt>
 Status launch_expert_kernels(const MoeKernelParams& p, cudaStream_t stream) {
-    // grid rows: the routed slots, then the shared expert's (two for gate/up, one for down: the kernels above)
-    const unsigned slots = unsigned(p.slots + (p.shared_expert ? 1 : 0));
-    const unsigned up_slots = slots + (p.shared_expert ? 1u : 0u);
+    // grid rows: the routed slots, then the shared expert's two (the kernels above)
+    const unsigned grid_rows = unsigned(p.slots + (p.shared_expert ? 2 : 0));
     size_t up_smem = 0, down_smem = 0;
     DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_gate_up_kernel<Fmt>, p.D, up_smem));
     DSV4_RETURN_IF_ERROR(dynamic_smem_for<Fmt>(sm90_moe_down_kernel<Fmt>, p.I, down_smem));
-    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), up_slots);
+    const dim3 up_grid(unsigned(p.I / Cfg::kUpRows), grid_rows);
     sm90_moe_gate_up_kernel<Fmt><<<up_grid, 32 * Cfg::kUpRT * Cfg::kUpKS, up_smem, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("sm90_moe_gate_up"));
-    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), slots);
+    const dim3 down_grid(unsigned(p.D / Cfg::kDownRows), grid_rows);
     sm90_moe_down_kernel<Fmt><<<down_grid, 32 * Cfg::kDownRT * Cfg::kDownKS, down_smem, stream>>>(p);
     return launch_status("sm90_moe_down");
 }

@@ -13,8 +13,8 @@
 //     quantises those hidden values to e4m3 per 128 for the down GEMM.
 //  3. sm90_moe_down: block (128 rows of D, active slot; 8 row tiles, each warp all of K = I): w2 streamed once, the
 //     bf16 expert output of each pick stored as f32; the last block to finish a row range (arrival counter = number
-//     of active experts) sums every token's K picks in ascending expert order in f32, adds the shared expert's output
-//     and rounds to bf16.
+//     of active experts, + 2 for the shared expert's two half-height blocks of 4 row tiles x 2 K splits) sums every
+//     token's K picks in ascending expert order in f32, adds the shared expert's output and rounds to bf16.
 //
 // Inner loop (both GEMMs). Weights are the MMA's A (mma.sync m16n8k16, f16 inputs, f32 accumulators), tokens
 // its B. Lane (g, t) = (lane/4, lane%4) loads 16 bytes = one whole 32-element MXFP4 block (4q+t of each

@@ -119,20 +119,22 @@ __device__ __forceinline__ void moe_gate_up_item(Fmt, const Src& src, const MoeK
     if (src.tid() == 0) atomicAdd(&p.up_done[slot], 1);
 }
 
-// An item is kSub consecutive 32-row tiles of D: rows (row_range · kSub + sub) · 32 + r; w[sub] / ws[sub]: the
-// expert's w2 (and scales), row r of tile sub at w[sub][0] + (w_row0 + r) · row bytes (w_row0 as for gate/up).
-// cnt_down counts the items of each range of 32 · kSub rows; the last of the n_items combines the range.
-template <int RT, int KS, int kSub, class Fmt, class Src, class Wait, class Release>
-__device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKernelParams& p, int slot, int row_range,
+// An item is kSub consecutive tiles of 16·RT rows of D: rows item · kRows + 16·RT·sub + r (kRows = 16·RT·kSub);
+// w[sub] / ws[sub]: the expert's w2 (and scales), row r of tile sub at w[sub][0] + (w_row0 + r) · row bytes (w_row0
+// as for gate/up). kParts consecutive items share a row range of kParts · kRows rows (the shared expert's FP8 rows,
+// twice the bytes of an MXFP4 row, run as two half-height items per range); cnt_down counts the items of each range
+// and the last of the n_items combines it.
+template <int RT, int KS, int kSub, int kParts = 1, class Fmt, class Src, class Wait, class Release>
+__device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKernelParams& p, int slot, int item,
                                               int n_items, const uint8_t* const (&w)[kSub][1],
                                               const uint8_t* const (&ws)[kSub][1], const float (&wg)[kSub][1],
                                               int w_row0, float* red, int* flag, Wait&& wait, Release&& release) {
     static_assert(RT * KS * 32 == Src::kThreads, "the item's warps are its RT x KS tiles");
     constexpr int kTileRows = 16 * RT;  // rows of D per tile
-    static_assert(kTileRows * kSub >= MoeDecodeConfig::kMinDownRows, "cnt_down holds D / kMinDownRows ranges");
-    constexpr int kTok = MoeDecodeConfig::kTokTile, kRows = kTileRows * kSub;
+    constexpr int kTok = MoeDecodeConfig::kTokTile, kRows = kTileRows * kSub, kRangeRows = kRows * kParts;
+    static_assert(kRangeRows >= MoeDecodeConfig::kMinDownRows, "cnt_down holds D / kMinDownRows ranges");
     const int start = p.active_start[slot], count = p.active_count[slot];
-    const int row0 = row_range * kRows;
+    const int row0 = item * kRows, row_range = item / kParts;
     const int lane = src.tid() & 31, warp = src.tid() >> 5, g = lane >> 2, t = lane & 3;
     for (int sub = 0; sub < kSub; ++sub) {
         for (int tt = 0; tt < count; tt += kTok) {
@@ -166,9 +168,9 @@ __device__ __forceinline__ void moe_down_item(Fmt, const Src& src, const MoeKern
     __threadfence();
     // out[t, d] = bf16( Σ picks in ascending expert order (f32) + shared ), as backend::cpu::moe_sum; the shared
     // expert's bf16 output is its pick T·K + t when it ran here
-    const int n = p.T * kRows;
+    const int n = p.T * kRangeRows;
     for (int i = src.tid(); i < n; i += Src::kThreads) {
-        const int tok = i / kRows, d = row0 + i % kRows;
+        const int tok = i / kRangeRows, d = row_range * kRangeRows + i % kRangeRows;
         float acc = 0.0f;
         for (int j = 0; j < p.K; ++j) acc = __fadd_rn(acc, __ldcg(p.yp + size_t(p.order[tok * p.K + j]) * p.D + d));
         if (p.shared) acc = __fadd_rn(acc, __bfloat162float(p.shared[size_t(tok) * p.D + d]));
