@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(32 * Cfg::kDownRT * Cfg::kDownKS, 2) sm90_moe_
     __shared__ __align__(16) float red[Cfg::kDownKS * Cfg::kDownRT * 128];
     __shared__ int flag;
     const int slot = blockIdx.y, n_active = *p.n_active;
-    const int items = n_active + (p.shared_expert ? 2 : 0);  // the blocks of a row range: one per routed slot, two
+    // the blocks of a row range: one per routed slot, two for the shared expert
+    const int items = n_active + (p.shared_expert ? 2 : 0);
     if (p.shared_expert && (slot == n_active || slot == n_active + 1))
         shared_down_block(p, n_active, slot - n_active, items, red, &flag);
     else if (slot < n_active)

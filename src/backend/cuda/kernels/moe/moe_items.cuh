@@ -8,8 +8,8 @@
 //  gate/up item (active slot, 16 rows of I): w1 and w3 rows against every token of the expert (tiles of 8), u1/u3
 //  rounded to bf16, clamp, SwiGLU, × routing weight, bf16 hidden row; the last of the 8 items of a 128-row block
 //  of I (arrival counter) quantises it to e4m3 per 128 for the down GEMM and counts it in up_done[slot].
-//  down item (active slot, 32 rows of D): w2 rows against the expert's hidden rows, the bf16 output of each pick
-//  stored as f32; the last item of a row range (arrival counter = active experts) sums each token's picks in
+//  down item (active slot, 32 rows of D or more): w2 rows against the expert's hidden rows, the bf16 output of each
+//  pick stored as f32; the last item of a row range (arrival counter = the range's items) sums each token's picks in
 //  ascending expert order in f32, adds the shared expert's output and rounds to bf16 (backend::cpu::moe_sum).
 #pragma once
 
