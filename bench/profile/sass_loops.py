@@ -12,7 +12,18 @@ traffic (LDL / STL: spills inside a loop) is counted apart.
 This is the count docs/kernels/moe.md and docs/kernels/cuda-backend.md quote ("582 instructions per gate/up
 step"): static instructions of one iteration, not executed ones (ncu's counters are for those).
 
-Usage: sass_loops.py FILE --kernel REGEX [--min N] [--top N]
+--schedule adds, for the main loop, where its loads sit: each load (LDG, LDS, LDSM) with its destination registers
+and its slack, the instructions the warp issues from the load to the first one that reads a destination register
+(searched forward, through the back branch into the next iteration for loads issued for it), and a summary. Fewer
+instructions per iteration measured slower twice in the MoE decode loop (docs/kernels/moe.md, "The fold by fma"):
+the count bounds a loop's time, where its loads wait is what the schedule shows. A read is found by register name
+(R8 in `R8`, `R8.reuse`, `R8.64`, `-R8`, `|R8|`); a vector operand named by a lower register (HMMA's A fragment)
+is taken to cover the registers after it up to the load's width.
+
+--loop ADDRESS takes the loop that starts there as the main one (e.g. an unrolled loop's inner body, when the loop
+around it holds more MMAs).
+
+Usage: sass_loops.py FILE --kernel REGEX [--min N] [--top N] [--schedule] [--loop ADDRESS]
 e.g.   sass_loops.py build/src/backend/cuda/CMakeFiles/dsv4_backend_cuda.dir/kernels/moe/moe.cu.o \\
            --kernel 'gate_up_kernel<.*Repacked'
 """
@@ -119,7 +130,89 @@ def mma_count(body):
     return sum(opcode(t).startswith(MMA_OPCODES) for t in body)
 
 
-def report(name, shown, instrs, usage, min_len, top):
+LOAD_OPCODES = ("LDG", "LDS", "LDSM")
+REGISTER = re.compile(r"(?<![\w.])[-|!]?R(\d+)\b")
+
+
+def load_width(text):
+    """32-bit registers a load writes: .64 two, .128 four, LDSM .x2 / .x4 two / four, else one"""
+    head = re.sub(r"^@!?U?P[T0-9]+\s+", "", text.strip()).split()[0]
+    for suffix, n in ((".128", 4), (".64", 2), (".X4", 4), (".X2", 2)):
+        if suffix in head:
+            return n
+    return 1
+
+
+def operands(text):
+    body = re.sub(r"^@!?U?P[T0-9]+\s+", "", text.strip())
+    parts = body.split(None, 1)
+    return [o.strip() for o in parts[1].split(",")] if len(parts) > 1 else []
+
+
+def reads(text, regs, vector_span):
+    """whether an instruction reads one of `regs` (its source operands: all but the first, except for stores)"""
+    ops = operands(text)
+    sources = ops if opcode(text).startswith(("ST", "RED", "ATOM")) else ops[1:]
+    for operand in sources:
+        for m in REGISTER.finditer(operand):
+            r = int(m.group(1))
+            if any(r <= g < r + vector_span for g in regs):
+                return True
+    return False
+
+
+def schedule(body):
+    """[(index, opcode, destination, slack or None)] for the loads of one loop iteration, and the first MMA's index"""
+    n, rows = len(body), []
+    first_mma = next((i for i, t in enumerate(body) if opcode(t).startswith(MMA_OPCODES)), None)
+    for i, text in enumerate(body):
+        op = opcode(text)
+        if op not in LOAD_OPCODES:
+            continue
+        ops = operands(text)
+        m = REGISTER.match(ops[0]) if ops else None
+        if not m:
+            continue
+        width = load_width(text)
+        regs = range(int(m.group(1)), int(m.group(1)) + width)
+        slack = None
+        for d in range(1, n):
+            later = body[(i + d) % n]
+            # HMMA / QGMMA operands name the first register of a fragment of up to four
+            span = 4 if opcode(later).startswith(MMA_OPCODES) else 1
+            if reads(later, regs, span):
+                slack = d - 1
+                break
+        rows.append((i, op, f"R{regs[0]}" + (f"..R{regs[-1]}" if width > 1 else ""), slack))
+    return rows, first_mma
+
+
+def schedule_lines(body):
+    rows, first_mma = schedule(body)
+    if not rows:
+        return ["", "main loop schedule: no loads"]
+    lines = ["", f"main loop schedule ({len(body)} instructions; first MMA at "
+             f"{first_mma if first_mma is not None else '-'}; slack = instructions from a load to its first use):",
+             "", "| at | load | registers | slack |", "|---|---|---|---|"]
+    for i, op, dest, slack in rows:
+        lines.append(f"| {i} | {op} | {dest} | {slack if slack is not None else 'not read'} |")
+    for kind in ("LDG", "LDS"):
+        mine = [(i, s) for i, op, _, s in rows if op.startswith(kind)]
+        slacks = sorted(s for _, s in mine if s is not None)
+        if not mine:
+            continue
+        after = sum(1 for i, _ in mine if first_mma is not None and i > first_mma)
+        unread = len(mine) - len(slacks)
+        line = f"{kind}: {len(mine)} load{'s' if len(mine) != 1 else ''}"
+        if unread:
+            line += f" ({unread} not read in the loop)"
+        if slacks:
+            line += f", slack min {slacks[0]} / median {slacks[len(slacks) // 2]} / max {slacks[-1]}"
+        lines.append(line + f", {after} issued after the first MMA")
+    return lines
+
+
+def report(name, shown, instrs, usage, min_len, top, with_schedule=False, loop_at=None):
     lines = [f"## {shown}", ""]
     regs = f", {usage[0]} registers, {usage[1]} bytes of stack" if usage else ""
     lines.append(f"{len(instrs)} instructions{regs}")
@@ -135,6 +228,11 @@ def report(name, shown, instrs, usage, min_len, top):
     richest = [l for l in loops if mma_count(bodies[l]) == most]
     inner = [l for l in richest if not any(o != l and l[0] <= o[0] and o[1] <= l[1] for o in richest)]
     main = max(inner if most else loops, key=lambda l: l[1] - l[0])
+    if loop_at is not None:
+        picked = [l for l in loops if instrs[l[0]][0] == loop_at]
+        if not picked:
+            fail(f"--loop {loop_at:#x}: no loop of {min_len} or more instructions starts there in {shown[:80]}")
+        main = max(picked, key=lambda l: l[1] - l[0])
     lines += ["", "| loop (addresses) | depth | instructions | MMA | global loads | shared loads | LDL / STL |",
               "|---|---|---|---|---|---|---|"]
     for b, e in loops:
@@ -156,6 +254,8 @@ def report(name, shown, instrs, usage, min_len, top):
     rest = sum(n for _, n in ranked[top:])
     if rest:
         lines.append(f"| (other {len(ranked) - top}) | {rest} | {100.0 * rest / len(bodies[main]):.1f} % |")
+    if with_schedule:
+        lines += schedule_lines(bodies[main])
     return lines
 
 
@@ -165,6 +265,8 @@ def main():
     ap.add_argument("--kernel", required=True, help="regular expression on the demangled function name")
     ap.add_argument("--min", type=int, default=16, help="shortest loop reported (instructions, default 16)")
     ap.add_argument("--top", type=int, default=12, help="opcodes listed for the main loop (default 12)")
+    ap.add_argument("--schedule", action="store_true", help="the main loop's loads and their slack to first use")
+    ap.add_argument("--loop", type=lambda v: int(v, 16), help="hex address where the loop taken as main starts")
     args = ap.parse_args()
     if not os.path.isfile(args.file):
         fail(f"{args.file}: no such file")
@@ -183,7 +285,7 @@ def main():
              "; ".join(names[n][:80] for n, _ in functions[:8]))
     out = []
     for n, instrs in chosen:
-        out += report(n, names[n], instrs, usage.get(n), args.min, args.top) + [""]
+        out += report(n, names[n], instrs, usage.get(n), args.min, args.top, args.schedule, args.loop) + [""]
     print("\n".join(out).rstrip())
 
 
