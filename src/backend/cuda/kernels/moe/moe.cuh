@@ -427,11 +427,6 @@ struct RingWeights {
                      : "r"(uint32_t(__cvta_generic_to_shared(p))));
         return v;
     }
-    static __device__ __forceinline__ uint32_t s4(const uint8_t* p) {
-        uint32_t v;
-        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(uint32_t(__cvta_generic_to_shared(p))));
-        return v;
-    }
     static __device__ __forceinline__ uint4 act16(const uint4* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
     static __device__ __forceinline__ float act_s(const float* p) { return kCoherentAct ? __ldcg(p) : __ldg(p); }
 };
