@@ -26,8 +26,7 @@
 // tokens (a quick comparison of prefill variants).
 //
 // A second table times the decode kernel's weight formats (MXFP4, MXFP4 in the repacked layout through f16 mma.sync
-// with the default loop and with half-step loads, and through FP8 wgmma, NVFP4, FP8 128x128 blocks) at T <= 256. The
-// repacked columns read the same random bytes as if they were repacked (weights and scale
+// and through FP8 wgmma, NVFP4, FP8 128x128 blocks) at T <= 256. The repacked columns read the same random bytes as if they were repacked (weights and scale
 // fields of arbitrary value; the kernel's time does not depend on the values, only on the bytes it reads).
 // A third streams, for T <= 256, exactly the bytes the kernel must read (every touched expert's weights and
 // scales, contiguous per expert here) through sm90_stream_probe — the TMA-ring load pipeline without arithmetic,
@@ -288,11 +287,10 @@ void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4Exp
     CHECK(d_fp.status());
     CHECK(d_nv->upload(nv.data(), n * sizeof(Nvfp4ExpertPtrs)));
     CHECK(d_fp->upload(fp.data(), n * sizeof(Fp8BlockExpertPtrs)));
-    std::printf(
-        "\n| T | experts | MXFP4 us | MXFP4 TB/s | repacked us | repacked TB/s | repacked %% copy | "
-        "half-step us | half-step TB/s | repacked wgmma us | wgmma TB/s | wgmma %% copy | NVFP4 us | "
-        "NVFP4 TB/s | FP8 block us | FP8 block TB/s | FP8 %% copy |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| T | experts | MXFP4 us | MXFP4 TB/s | repacked us | repacked TB/s | repacked %% copy | "
+                "repacked wgmma us | wgmma TB/s | wgmma %% copy | NVFP4 us | NVFP4 TB/s | FP8 block us | "
+                "FP8 block TB/s | FP8 %% copy |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int64_t T : {int64_t(1), int64_t(4), int64_t(16), int64_t(64), int64_t(256)}) {
         std::vector<Routing> routings;
         double experts = 0;
@@ -309,7 +307,7 @@ void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4Exp
         const size_t ws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, kK, kE, kD, kI);
         auto ws = DeviceBuffer::allocate(ws_bytes, "workspace");
         CHECK(ws.status());
-        auto time_format = [&](MoeWeightFormat f, bool fp8_wgmma = false, bool half_step = false) {
+        auto time_format = [&](MoeWeightFormat f, bool fp8_wgmma = false) {
             return median_ms_per_call(s, [&](int i) {
                 const Routing& r = routings[size_t(i % kRoutings)];
                 const int64_t layer = (i % kLayers) * kE;
@@ -319,7 +317,6 @@ void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4Exp
                 a.route_w = r.d_w.as<float>();
                 a.format = f;
                 a.fp8_wgmma = fp8_wgmma;
-                a.half_step_loads = half_step;
                 if (f == MoeWeightFormat::kMXFP4 || f == MoeWeightFormat::kMXFP4Repacked) a.experts = dev_mx + layer;
                 if (f == MoeWeightFormat::kNVFP4) a.nvfp4_experts = d_nv->as<Nvfp4ExpertPtrs>() + layer;
                 if (f == MoeWeightFormat::kFP8Block) a.fp8_experts = d_fp->as<Fp8BlockExpertPtrs>() + layer;
@@ -331,17 +328,15 @@ void format_table(cudaStream_t s, const Mxfp4ExpertPtrs* host_mx, const Mxfp4Exp
             });
         };
         const float mx = time_format(MoeWeightFormat::kMXFP4), rp = time_format(MoeWeightFormat::kMXFP4Repacked),
-                    hs = time_format(MoeWeightFormat::kMXFP4Repacked, false, true),
-                    wg = time_format(MoeWeightFormat::kMXFP4Repacked, true), nvt = time_format(MoeWeightFormat::kNVFP4),
-                    fpt = time_format(MoeWeightFormat::kFP8Block);
+                    wg = time_format(MoeWeightFormat::kMXFP4Repacked, true),
+                    nvt = time_format(MoeWeightFormat::kNVFP4), fpt = time_format(MoeWeightFormat::kFP8Block);
         auto tbs = [&](size_t per_expert, float ms) { return experts * double(per_expert) / (ms * 1e-3) / 1e12; };
-        std::printf(
-            "| %lld | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1f | %.2f | %.1f%% | %.1f | "
-            "%.2f | %.1f | %.2f | %.1f%% |\n",
-            (long long)T, experts, mx * 1e3, tbs(kExpertBytes, mx), rp * 1e3, tbs(kExpertBytes, rp),
-            100.0 * tbs(kExpertBytes, rp) / copy_tbs, hs * 1e3, tbs(kExpertBytes, hs), wg * 1e3, tbs(kExpertBytes, wg),
-            100.0 * tbs(kExpertBytes, wg) / copy_tbs, nvt * 1e3, tbs(kNvBytes, nvt), fpt * 1e3, tbs(kFpBytes, fpt),
-            100.0 * tbs(kFpBytes, fpt) / copy_tbs);
+        std::printf("| %lld | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1f%% | %.1f | %.2f | %.1f | "
+                    "%.2f | %.1f%% |\n",
+                    (long long)T, experts, mx * 1e3, tbs(kExpertBytes, mx), rp * 1e3, tbs(kExpertBytes, rp),
+                    100.0 * tbs(kExpertBytes, rp) / copy_tbs, wg * 1e3, tbs(kExpertBytes, wg),
+                    100.0 * tbs(kExpertBytes, wg) / copy_tbs, nvt * 1e3, tbs(kNvBytes, nvt), fpt * 1e3,
+                    tbs(kFpBytes, fpt), 100.0 * tbs(kFpBytes, fpt) / copy_tbs);
     }
     CHECK_CUDA(cudaStreamSynchronize(s));
 }

@@ -144,19 +144,6 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
     ASSERT_EQ(repacked_out.size(), register_out.size());
     EXPECT_EQ(count_bit_differences(repacked_out, register_out), 0u)
         << "the repacked layout changed the result of the register kernels";
-    {
-        // half-step loads (MoeDecodeArgs::half_step_loads): the same block arithmetic in the same order, only where
-        // the loop issues its loads differs, so the same bits
-        SCOPED_TRACE("register-streaming kernels, repacked MXFP4, half-step loads");
-        MoeDecodeArgs h = a;
-        h.half_step_loads = true;
-        std::vector<float> half_step_out;
-        expect_gpu_matches(h, s, T, in, with_shared, want, 0.90, case_label("half-step", s, T, routing),
-                           &half_step_out);
-        ASSERT_EQ(half_step_out.size(), repacked_out.size());
-        EXPECT_EQ(count_bit_differences(half_step_out, repacked_out), 0u)
-            << "half-step loads changed the result of the repacked kernels";
-    }
 
     // the same repacked weights through FP8 wgmma (mxfp4_wgmma.cuh): the same e4m3 products, but the tensor core
     // sums each 128-K group with a narrower accumulator than f32 — the prefill MoE's numerics class and bounds
@@ -460,17 +447,7 @@ TEST(CudaMoeDecodeArgs, RejectsWrongFormatTables) {
     a.format = MoeWeightFormat::kMXFP4Repacked;
     s = sm90_mxfp4_moe_decode(a, nullptr);
     EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
-    // half-step loads: a loop of the repacked mma.sync kernels only
-    a.half_step_loads = true;
-    s = sm90_mxfp4_moe_decode(a, nullptr);
-    EXPECT_NE(s.message().find("half-step loads"), std::string::npos) << s.to_string();
-    a.fp8_wgmma = false, a.format = MoeWeightFormat::kMXFP4;
-    s = sm90_mxfp4_moe_decode(a, nullptr);
-    EXPECT_NE(s.message().find("half-step loads"), std::string::npos) << s.to_string();
-    a.format = MoeWeightFormat::kMXFP4Repacked;
-    s = sm90_mxfp4_moe_decode(a, nullptr);
-    EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.to_string();
-    a.half_step_loads = false;
+    a.fp8_wgmma = false;
     // the shared expert: its output or its weights, and not through the TMA ring
     a.shared_expert = reinterpret_cast<const Fp8BlockExpertPtrs*>(dummy);
     s = sm90_mxfp4_moe_decode(a, nullptr);

@@ -58,7 +58,7 @@ __device__ __forceinline__ void expert_operands(const void* table, int e, const 
 template <class Fmt>
 __device__ __forceinline__ GlobalWeights global_weights() {
     GlobalWeights src;
-    if constexpr (kRepackedTables<Fmt>) {
+    if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights> || std::is_same_v<Fmt, Mxfp4WgmmaWeights>) {
         __shared__ __align__(128) uint2 tables[16];  // 128-byte aligned: e4m3_table_of ors the offset in
         if (threadIdx.x < 16) e4m3_table_for_delta(int(threadIdx.x), tables[threadIdx.x].x, tables[threadIdx.x].y);
         __syncthreads();
@@ -218,9 +218,6 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
     if (a.fp8_wgmma && a.format != MoeWeightFormat::kMXFP4Repacked)
         return invalid_argument(op + ": the FP8 wgmma stage reads repacked MXFP4 experts only (format " + fmt +
                                 "): leave fp8_wgmma false");
-    if (a.half_step_loads && (a.format != MoeWeightFormat::kMXFP4Repacked || a.fp8_wgmma))
-        return invalid_argument(op + ": half-step loads are a loop of the repacked MXFP4 mma.sync kernels (format " +
-                                fmt + (a.fp8_wgmma ? ", fp8_wgmma set" : "") + "): leave half_step_loads false");
     if (a.shared_expert && a.shared)
         return invalid_argument(op + ": give the shared expert's output (shared) or its weights (shared_expert), "
                                 "not both");
@@ -277,7 +274,6 @@ Status sm90_mxfp4_moe_decode(const MoeDecodeArgs& a, StreamHandle stream) {
         case MoeWeightFormat::kFP8Block: return launch_expert_kernels<Fp8BlockWeights>(p, stream);
         case MoeWeightFormat::kMXFP4Repacked:
             if (a.fp8_wgmma) return launch_expert_kernels<Mxfp4WgmmaWeights>(p, stream);
-            if (a.half_step_loads) return launch_expert_kernels<Mxfp4RepackedHalfStepWeights>(p, stream);
             return launch_expert_kernels<Mxfp4RepackedWeights>(p, stream);
         case MoeWeightFormat::kMXFP4: break;
     }

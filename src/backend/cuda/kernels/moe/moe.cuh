@@ -91,19 +91,10 @@ struct Mxfp4Weights {
 struct Mxfp4RepackedWeights {  // the same bytes, bits permuted inside each word (mxfp4_repacked.h)
     static constexpr int kStepK = MoeDecodeConfig::kStepK;
 };
-// The same repacked bytes and arithmetic, the K loop's loads issued half a step ahead (MoeDecodeArgs::half_step_loads)
-struct Mxfp4RepackedHalfStepWeights {
-    static constexpr int kStepK = MoeDecodeConfig::kStepK;
-};
 // The same repacked bytes through FP8 wgmma instead of f16 mma.sync (mxfp4_wgmma.cuh; MoeDecodeArgs::fp8_wgmma)
 struct Mxfp4WgmmaWeights {
     static constexpr int kStepK = MoeDecodeConfig::kStepK;
 };
-// The formats whose blocks read the repacked layout through the e4m3 tables in shared memory
-template <class Fmt>
-constexpr bool kRepackedTables =
-    std::is_same_v<Fmt, Mxfp4RepackedWeights> || std::is_same_v<Fmt, Mxfp4RepackedHalfStepWeights> ||
-    std::is_same_v<Fmt, Mxfp4WgmmaWeights>;
 struct Nvfp4Weights {
     static constexpr int kStepK = MoeDecodeConfig::kStepK;
 };
@@ -398,7 +389,6 @@ struct GlobalWeights {
     __device__ __forceinline__ void sync() const { __syncthreads(); }
     static __device__ __forceinline__ uint4 w16(const uint8_t* p) { return ld_stream16(p); }
     static __device__ __forceinline__ uint2 s8(const uint8_t* p) { return ld_stream8(p); }
-    static __device__ __forceinline__ uint32_t s4(const uint8_t* p) { return ld_stream_u32(p); }
     // NVFP4 / FP8-block scales (register-streaming kernels only: the ring is MXFP4-only)
     static __device__ __forceinline__ uint32_t s2(const uint8_t* p) { return ld_stream_u16(p); }
     static __device__ __forceinline__ uint32_t s1(const uint8_t* p) { return ld_stream_u8(p); }
@@ -502,63 +492,6 @@ __device__ __forceinline__ void reduce_k_splits(const Src& src, float* red, floa
     }
 }
 
-// The repacked MXFP4 K loop with half-step loads (MoeDecodeArgs::half_step_loads; docs/kernels/moe.md, "Half-step
-// loads"): the registers of 128-block q (weights, scale words, activations and their scales) are reloaded with the
-// next step's block q as soon as q has been used, so each load is issued about half a step before its first use
-// instead of at the head of its own step (scripts/sass-loops --schedule: global-load slack median ~380 instructions
-// against ~100). The scale words come per block (4-byte loads), and activations are loaded without a predicate
-// (columns past the tile read row 0, whose sums the items never store). wp / sp / ap / sa*p: expert_rows_gemm's
-// per-lane addresses of step ks, advanced here. The same block128_mma_repacked calls in the same order as the
-// default loop: the same bits.
-template <class Src, int MATS, int KS>
-__device__ __forceinline__ void expert_rows_half_step(int nsteps, int ks, uint32_t tables, int table_shift,
-                                                      const uint8_t* (&wp)[MATS][2], const uint8_t* (&sp)[MATS][2],
-                                                      const uint4* ap, const float* sa0p, const float* sa1p, bool col0,
-                                                      bool col1, float (&y)[MATS][4]) {
-    uint4 wv[MATS][2][2];
-    uint32_t sv[MATS][2][2];  // [matrix][row g, g+8][128-block]
-    uint4 av[2][4];
-    float sa[2][2];
-    auto load_half = [&](int q) {
-#pragma unroll
-        for (int m = 0; m < MATS; ++m) {
-            wv[m][0][q] = Src::w16(wp[m][0] + q * 64);
-            wv[m][1][q] = Src::w16(wp[m][1] + q * 64);
-            sv[m][0][q] = Src::s4(sp[m][0] + 4 * q);
-            sv[m][1][q] = Src::s4(sp[m][1] + 4 * q);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) av[q][i] = Src::act16(ap + q * 16 + i);
-        sa[q][0] = col0 ? Src::act_s(sa0p + q) : 0.0f;
-        sa[q][1] = col1 ? Src::act_s(sa1p + q) : 0.0f;
-    };
-    auto advance = [&]() {
-#pragma unroll
-        for (int m = 0; m < MATS; ++m)
-            wp[m][0] += KS * 128, wp[m][1] += KS * 128, sp[m][0] += KS * 8, sp[m][1] += KS * 8;
-        ap += KS * 32, sa0p += KS * 2, sa1p += KS * 2;
-    };
-    auto compute_half = [&](int q) {
-#pragma unroll
-        for (int m = 0; m < MATS; ++m)
-            block128_mma_repacked(wv[m][0][q], wv[m][1][q], sv[m][0][q], sv[m][1][q], tables, table_shift, av[q],
-                                  sa[q][0], sa[q][1], y[m]);
-    };
-    if (ks >= nsteps) return;
-    load_half(0);
-    load_half(1);
-    advance();
-    for (int step = ks; step < nsteps; step += KS) {
-        const bool more = step + KS < nsteps;
-        compute_half(0);
-        if (more) load_half(0);
-        compute_half(1);
-        if (!more) break;
-        load_half(1);
-        advance();
-    }
-}
-
 // The GEMM core shared by both expert GEMMs. The block's warps are RT row tiles x KS K-splits; warp (rt, ks)
 // owns rows row0 + 16·rt + {g, g+8} and the K steps (Fmt::kStepK wide) ks, ks+KS, ... For one tile of up to 8 tokens
 // (act_row[c] = activation row of token column c, c < ntile) it accumulates y[m][.] = (row g, col 2t),
@@ -646,10 +579,8 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
             }
         }
     } else {
-        static_assert(std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights> ||
-                          std::is_same_v<Fmt, Mxfp4RepackedHalfStepWeights>,
+        static_assert(std::is_same_v<Fmt, Mxfp4Weights> || std::is_same_v<Fmt, Mxfp4RepackedWeights>,
                       "weight format tag");
-        constexpr bool kRepacked = kRepackedTables<Fmt>;
         // the lane's base addresses, advanced by a constant per step (not rebuilt from row, step and lane)
         const uint8_t* wp[MATS][2];
         const uint8_t* sp[MATS][2];
@@ -665,48 +596,44 @@ __device__ __forceinline__ void expert_rows_gemm(const Src& src, const uint8_t* 
         const float* sa1p = srow1 + ks * 2;
         // repacked: the shared-memory address of the e4m3 tables and the shift of this lane's delta nibbles
         uint32_t tables = 0;
-        if constexpr (kRepacked) tables = uint32_t(__cvta_generic_to_shared(src.e4m3_tables));
+        if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>)
+            tables = uint32_t(__cvta_generic_to_shared(src.e4m3_tables));
         const int table_shift = 5 + 4 * t;
-        if constexpr (std::is_same_v<Fmt, Mxfp4RepackedHalfStepWeights>) {
-            expert_rows_half_step<Src, MATS, KS>(nsteps, ks, tables, table_shift, wp, sp, ap, sa0p, sa1p, c0 < ntile,
-                                                 c1 < ntile, y);
-        } else {
-            for (int step = ks; step < nsteps; step += KS) {
-                // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
-                uint4 wv[MATS][2][2];
-                uint2 sv[MATS][2];
+        for (int step = ks; step < nsteps; step += KS) {
+            // issue every load of the step first: weights (2 blocks of 128 x 2 rows x MATS), scales, activations
+            uint4 wv[MATS][2][2];
+            uint2 sv[MATS][2];
+#pragma unroll
+            for (int m = 0; m < MATS; ++m) {
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    wv[m][0][q] = Src::w16(wp[m][0] + q * 64);
+                    wv[m][1][q] = Src::w16(wp[m][1] + q * 64);
+                }
+                sv[m][0] = Src::s8(sp[m][0]);
+                sv[m][1] = Src::s8(sp[m][1]);
+                wp[m][0] += KS * 128, wp[m][1] += KS * 128, sp[m][0] += KS * 8, sp[m][1] += KS * 8;
+            }
+            uint4 av[2][4];
+            float sa[2][2];
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + q * 16 + i) : make_uint4(0, 0, 0, 0);
+                sa[q][0] = c0 < ntile ? Src::act_s(sa0p + q) : 0.0f;
+                sa[q][1] = c1 < ntile ? Src::act_s(sa1p + q) : 0.0f;
+            }
+            ap += KS * 32, sa0p += KS * 2, sa1p += KS * 2;
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
 #pragma unroll
                 for (int m = 0; m < MATS; ++m) {
-#pragma unroll
-                    for (int q = 0; q < 2; ++q) {
-                        wv[m][0][q] = Src::w16(wp[m][0] + q * 64);
-                        wv[m][1][q] = Src::w16(wp[m][1] + q * 64);
-                    }
-                    sv[m][0] = Src::s8(sp[m][0]);
-                    sv[m][1] = Src::s8(sp[m][1]);
-                    wp[m][0] += KS * 128, wp[m][1] += KS * 128, sp[m][0] += KS * 8, sp[m][1] += KS * 8;
-                }
-                uint4 av[2][4];
-                float sa[2][2];
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) av[q][i] = tok_b ? Src::act16(ap + q * 16 + i) : make_uint4(0, 0, 0, 0);
-                    sa[q][0] = c0 < ntile ? Src::act_s(sa0p + q) : 0.0f;
-                    sa[q][1] = c1 < ntile ? Src::act_s(sa1p + q) : 0.0f;
-                }
-                ap += KS * 32, sa0p += KS * 2, sa1p += KS * 2;
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-#pragma unroll
-                    for (int m = 0; m < MATS; ++m) {
-                        const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
-                        if constexpr (kRepacked)
-                            block128_mma_repacked(wv[m][0][q], wv[m][1][q], s_lo, s_hi, tables, table_shift, av[q],
-                                                  sa[q][0], sa[q][1], y[m]);
-                        else
-                            block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
-                    }
+                    const uint32_t s_lo = q ? sv[m][0].y : sv[m][0].x, s_hi = q ? sv[m][1].y : sv[m][1].x;
+                    if constexpr (std::is_same_v<Fmt, Mxfp4RepackedWeights>)
+                        block128_mma_repacked(wv[m][0][q], wv[m][1][q], s_lo, s_hi, tables, table_shift, av[q],
+                                              sa[q][0], sa[q][1], y[m]);
+                    else
+                        block128_mma(wv[m][0][q], wv[m][1][q], s_lo, s_hi, t, av[q], sa[q][0], sa[q][1], y[m]);
                 }
             }
         }

@@ -109,11 +109,6 @@ struct MoeDecodeArgs {
     // instead of f16 mma.sync. Fewer instructions per weight; the tensor core's FP8 sums make it the prefill MoE's
     // numerics class (rel_l2 of a few 1e-3 against the CPU) instead of the mma.sync path's mostly bit-exact one.
     bool fp8_wgmma = false;
-    // kMXFP4Repacked only (not with fp8_wgmma): the register kernels' K loop reloads each 128-block's registers with
-    // the next step's block as soon as it has been used, so a load is issued about half a step before its first use
-    // instead of at the head of its own step (docs/kernels/moe.md, "Half-step loads"). The same arithmetic in the
-    // same order: the same bits as the default loop. Written from the SASS schedule; not yet measured on a GPU.
-    bool half_step_loads = false;
 };
 
 // Scratch the three launches share (token lists, quantised activations, per-pick outputs, counters).
