@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "backend/cuda/common/buffer.h"
-#include "backend/ops.h"
 #include "backend/cuda/device.h"
+#include "backend/ops.h"
 #include "core/formats.h"
 #include "core/thread_pool.h"
+#include "testing/seeds.h"
 
 namespace dsv4::cuda::testing {
 
@@ -38,13 +39,9 @@ inline ThreadPool& pool() {
     return p;
 }
 
-// A fresh seed per test run (recorded so a failure can be replayed by hand).
-inline uint64_t fresh_seed() {
-    static std::random_device rd;
-    const uint64_t s = (uint64_t(rd()) << 32) ^ rd();
-    ::testing::Test::RecordProperty("seed", std::to_string(s));
-    return s;
-}
+// A fresh seed per draw: one random base per test, printed when the test fails, replayed with DSV4_TEST_SEED
+// (testing/seeds.h).
+using ::dsv4::testing::fresh_seed;
 
 // n values ~ N(0, sigma) rounded to bf16 (the reference's activations are bf16 tensors).
 inline std::vector<float> random_bf16(std::mt19937_64& rng, size_t n, float sigma = 1.0f) {

@@ -98,7 +98,7 @@ inline ExpertPool* expert_pool(const MoeShape& s) {
     auto& slot = cache[s.name];
     if (slot) return slot.get();
     auto p = std::make_unique<ExpertPool>();
-    std::mt19937_64 rng(fresh_seed());
+    std::mt19937_64 rng(::dsv4::testing::shared_seed(std::string("expert pool ") + s.name));
     p->size = 5;
     const auto mx = backend::WeightFormat::kMXFP4;
     for (int64_t i = 0; i < p->size; ++i) {
@@ -236,7 +236,8 @@ inline FormatExpertPool* format_expert_pool(const MoeShape& s, MoeWeightFormat f
     if (slot) return slot.get();
     auto p = std::make_unique<FormatExpertPool>();
     p->format = f;
-    std::mt19937_64 rng(fresh_seed());
+    std::mt19937_64 rng(
+        ::dsv4::testing::shared_seed(std::string("format expert pool ") + s.name + " " + std::to_string(int(f))));
     p->size = 5;
     const bool nv = f == MoeWeightFormat::kNVFP4;
     // per entry: the device pointers of w1, w3, w2 (weights, scales, global)
