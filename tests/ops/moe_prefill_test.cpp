@@ -14,7 +14,8 @@
 // of bf16 outputs bit-exact, the same against the decode kernel (whose f32 MMA sums match the CPU to >= 99 % of
 // bits). Bounds: rel_l2 <= 8e-3, max |error| <= 0.2 std, >= 30 % bit-exact — about twice the measured spread,
 // while a real fault (a wrong scale, row, token or expert; a skipped tile) is an error of the outputs' own size.
-// The repacked layout (mxfp4_repacked.h) must give the shipped layout's bits (the converter's e4m3 tile is the same).
+// The repacked layout (mxfp4_repacked.h) must give the shipped layout's bits (the converter's e4m3 tile is the same),
+// and so must four consumer warpgroups of 64 x 64 instead of two of 64 x 128.
 // Also: no non-finite outputs (the output buffer and the workspace start poisoned with 0xff = NaN); a poisoned row
 // after the output catches stores past token T-1; a second call on the same (dirty) workspace gives the same bits.
 //
@@ -142,6 +143,26 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
         EXPECT_EQ(count_bit_differences(got, repacked), 0u) << "the repacked layout changed the result";
     }
 
+    // four consumer warpgroups of 64 x 64 (MoeDecodeArgs::prefill_consumers = 4) instead of two of 64 x 128: each
+    // output element is the same sequence of k32 wgmma steps and the same promotion, so the same bits are expected
+    // (a difference would mean the tensor core's sum depends on the wgmma's N; then the class bounds above apply)
+    for (const MoeWeightFormat f : {MoeWeightFormat::kMXFP4, MoeWeightFormat::kMXFP4Repacked}) {
+        SCOPED_TRACE(f == MoeWeightFormat::kMXFP4 ? "four consumer warpgroups" : "four consumer warpgroups, repacked");
+        MoeDecodeArgs fa = a;
+        fa.prefill_consumers = 4;
+        fa.format = f;
+        fa.experts = (f == MoeWeightFormat::kMXFP4 ? ep->table : ep->table_repacked).as<Mxfp4ExpertPtrs>();
+        DSV4_ASSERT_OK(dy->fill_bytes(0xff));
+        DSV4_ASSERT_OK(sm90_mxfp4_moe_prefill(fa, st->handle()));
+        DSV4_ASSERT_OK(st->synchronize());
+        const std::vector<uint16_t> fbits = to_host<uint16_t>(*dy, n_out + size_t(D));
+        size_t past = 0;
+        for (size_t i = n_out; i < fbits.size(); ++i) past += fbits[i] != 0xffff;
+        EXPECT_EQ(past, 0u) << "stores past the last token row";
+        const auto four = from_bf16_bits(std::vector<uint16_t>(fbits.begin(), fbits.begin() + ptrdiff_t(n_out)));
+        expect_within_qgmma_tolerance(four, want, "CPU");
+        EXPECT_EQ(count_bit_differences(got, four), 0u) << "four consumer warpgroups changed the result";
+    }
     // T = 256: the decode kernel (the prefill path of today, checked against the CPU in moe_decode_test.cpp)
     if (T <= 256) {
         const size_t dws_bytes = sm90_mxfp4_moe_decode_workspace_bytes(T, K, s.n_experts, D, s.inter);
@@ -213,7 +234,9 @@ TEST(CudaMoePrefillArgs, RejectsBadShapesWithClearMessages) {
     expect_message("MXFP4 experts only");
     a.nvfp4_experts = nullptr, a.shared_expert = reinterpret_cast<const Fp8BlockExpertPtrs*>(dummy);
     expect_message("inside sm90_mxfp4_moe_decode only");
-    a.shared_expert = nullptr;
+    a.shared_expert = nullptr, a.prefill_consumers = 3;
+    expect_message("prefill_consumers must be 2 or 4, got 3");
+    a.prefill_consumers = 2;
     // the workspace size query agrees with the check
     EXPECT_EQ(sm90_mxfp4_moe_prefill_workspace_bytes(0, 6, 256, 4096, 2048), 0u);
     EXPECT_GT(sm90_mxfp4_moe_prefill_workspace_bytes(8192, 6, 256, 4096, 2048), size_t(8192) * 6 * 4096 * 3);
