@@ -129,11 +129,19 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_
             const uint8_t *w, *ws;
             if (kGateUp) {
                 // each consumer's block of kCols columns holds kCols / 2 rows of w1 (from n·64 + its first row) then
-                // the same rows of w3, so that a consumer thread holds u1 and u3 of the same (token, row)
-                const bool up = (r % kCols) >= kCols / 2;
-                w = up ? ex.w3 : ex.w1;
-                ws = up ? ex.w3s : ex.w1s;
-                row = n * Cfg::kUpRows + (r / kCols) * (kCols / 2) + r % (kCols / 2);
+                // the same rows of w3, so that a consumer thread holds u1 and u3 of the same (token, row). One block
+                // (two consumers, the engine's kernel) is spelled as it was before the four-block form: ptxas then
+                // emits the same SASS, instruction for instruction.
+                if constexpr (kCols == Cfg::kBN) {
+                    w = r < Cfg::kUpRows ? ex.w1 : ex.w3;
+                    ws = r < Cfg::kUpRows ? ex.w1s : ex.w3s;
+                    row = n * Cfg::kUpRows + (r % Cfg::kUpRows);
+                } else {
+                    const bool up = r % kCols >= kCols / 2;
+                    w = up ? ex.w3 : ex.w1;
+                    ws = up ? ex.w3s : ex.w1s;
+                    row = n * Cfg::kUpRows + (r / kCols) * (kCols / 2) + r % (kCols / 2);
+                }
             } else {
                 w = ex.w2, ws = ex.w2s;
                 row = n * Cfg::kBN + r;
