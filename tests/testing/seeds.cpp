@@ -10,7 +10,7 @@
 namespace dsv4::testing {
 namespace {
 
-// Prints the recorded base seed of every failed test (registered with gtest on the first fresh_seed call).
+// The base of shared_seed(), drawn on its first call.
 struct SharedBase {
     bool drawn = false;
     uint64_t base = 0;
@@ -25,6 +25,8 @@ uint64_t random_base() {
     return (uint64_t(rd()) << 32) ^ rd();
 }
 
+// Prints the recorded base seed of every failed test, and the shared base at the end of a run with a failure
+// (registered with gtest on the first fresh_seed or shared_seed call).
 class SeedReporter : public ::testing::EmptyTestEventListener {
     void OnTestProgramEnd(const ::testing::UnitTest& unit) override {
         if (unit.failed_test_count() == 0 || !shared_base().drawn) return;
