@@ -22,9 +22,8 @@
 // mma.sync and with wgmma) at T tokens only (for a profiler's per-kernel view; from 256 tokens on the prefill kernel
 // too);
 // `dsv4_bench_moe --decode` only the first table's T <= 256 rows;
-// `dsv4_bench_moe --prefill` only the prefill kernel, shipped and repacked layouts (and the repacked layout with four
-// consumer warpgroups, MoeDecodeArgs::prefill_consumers), at 256, 1,024, 2,048 and 8,192 tokens (a quick comparison of
-// prefill variants).
+// `dsv4_bench_moe --prefill` only the prefill kernel, shipped and repacked layouts, at 256, 1,024, 2,048 and 8,192
+// tokens (a quick comparison of prefill variants).
 //
 // A second table times the decode kernel's weight formats (MXFP4, MXFP4 in the repacked layout through f16 mma.sync
 // and through FP8 wgmma, NVFP4, FP8 128x128 blocks) at T <= 256. The repacked columns read the same random bytes as if
@@ -43,7 +42,6 @@
 #include <numeric>
 #include <random>
 #include <set>
-#include <utility>
 #include <vector>
 
 #include "../bench_check.h"
@@ -416,8 +414,7 @@ int main(int argc, char** argv) {
     if (decode_only) token_counts = {1, 4, 16, 64, 256};
     if (prefill_only) {
         std::printf(
-            "\n| T | prefill us (MXFP4) | TFLOP/s | prefill us (repacked MXFP4) | TFLOP/s | repacked, 4 consumer "
-            "warpgroups | TFLOP/s |\n|---|---|---|---|---|---|---|\n");
+            "\n| T | prefill us (MXFP4) | TFLOP/s | prefill us (repacked MXFP4) | TFLOP/s |\n|---|---|---|---|---|\n");
         token_counts = {256, 1024, 2048, kMaxT};
     }
     if (!prefill_only)
@@ -469,18 +466,11 @@ int main(int argc, char** argv) {
             CHECK(pws.status());
             const double flops = 6.0 * double(kD) * double(kI) * double(kK) * double(T);
             std::printf("| %lld |", (long long)T);
-            // shipped and repacked layouts with two consumer warpgroups, then repacked with four
-            const std::pair<MoeWeightFormat, int> variants[] = {{MoeWeightFormat::kMXFP4, 2},
-                                                                {MoeWeightFormat::kMXFP4Repacked, 2},
-                                                                {MoeWeightFormat::kMXFP4Repacked, 4}};
-            for (const auto& v : variants) {
-                const MoeWeightFormat f = v.first;
-                const int consumers = v.second;
+            for (const MoeWeightFormat f : {MoeWeightFormat::kMXFP4, MoeWeightFormat::kMXFP4Repacked}) {
                 const float ms = median_ms_per_call(s, [&](int i) {
                     MoeDecodeArgs a = args_for(i, 0, false);
                     a.tokens = T;
                     a.format = f;
-                    a.prefill_consumers = consumers;
                     a.workspace = pws->data();
                     a.workspace_bytes = pws_bytes;
                     CHECK(sm90_mxfp4_moe_prefill(a, s));

@@ -109,11 +109,6 @@ struct MoeDecodeArgs {
     // instead of f16 mma.sync. Fewer instructions per weight; the tensor core's FP8 sums make it the prefill MoE's
     // numerics class (rel_l2 of a few 1e-3 against the CPU) instead of the mma.sync path's mostly bit-exact one.
     bool fp8_wgmma = false;
-    // sm90_mxfp4_moe_prefill only: the consumer warpgroups of its two GEMM kernels. 2 (default): two of 64 tile rows
-    // x 128 columns (m64n128 wgmma), 3 warps per scheduler. 4: four of 64 x 64 (m64n64), 5 warps per scheduler, so
-    // that more tensor work hides each consumer step's fixed barrier and wait round trips (docs/kernels/moe_prefill.md,
-    // "Phase stamps"). Not yet measured on a GPU; the same products and promotion order per output.
-    int prefill_consumers = 2;
 };
 
 // Scratch the three launches share (token lists, quantised activations, per-pick outputs, counters).

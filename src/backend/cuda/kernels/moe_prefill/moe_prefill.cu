@@ -118,7 +118,7 @@ struct RawCursor {
 // Converter thread r: cp.async of B row r's 64 nibble bytes and 4 scale bytes of the cursor's step into raw slot
 // step % kRaw, then the cursor moves on. One commit group per step, empty past the last step, so the wait_group
 // counts stay uniform.
-template <bool kGateUp, int kCols>
+template <bool kGateUp>
 __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_steps, int KB, int n_tiles_n,
                                                size_t row_bytes, size_t srow_bytes, int r, uint8_t* raw, RawCursor& c) {
     if (c.step < n_steps) {
@@ -127,21 +127,10 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_
             const Mxfp4ExpertPtrs& ex = p.experts[p.tile_expert[m]];
             int row;
             const uint8_t *w, *ws;
-            if (kGateUp) {
-                // each consumer's block of kCols columns holds kCols / 2 rows of w1 (from n·64 + its first row) then
-                // the same rows of w3, so that a consumer thread holds u1 and u3 of the same (token, row). One block
-                // (two consumers, the engine's kernel) is spelled as it was before the four-block form: ptxas then
-                // emits the same SASS, instruction for instruction.
-                if constexpr (kCols == Cfg::kBN) {
-                    w = r < Cfg::kUpRows ? ex.w1 : ex.w3;
-                    ws = r < Cfg::kUpRows ? ex.w1s : ex.w3s;
-                    row = n * Cfg::kUpRows + (r % Cfg::kUpRows);
-                } else {
-                    const bool up = r % kCols >= kCols / 2;
-                    w = up ? ex.w3 : ex.w1;
-                    ws = up ? ex.w3s : ex.w1s;
-                    row = n * Cfg::kUpRows + (r / kCols) * (kCols / 2) + r % (kCols / 2);
-                }
+            if (kGateUp) {  // B rows 0..63: w1 rows n·64.., rows 64..127: the same rows of w3
+                w = r < Cfg::kUpRows ? ex.w1 : ex.w3;
+                ws = r < Cfg::kUpRows ? ex.w1s : ex.w3s;
+                row = n * Cfg::kUpRows + (r % Cfg::kUpRows);
             } else {
                 w = ex.w2, ws = ex.w2s;
                 row = n * Cfg::kBN + r;
@@ -163,8 +152,8 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_
 // rows x 128 bytes, 128-byte swizzle, rows past T·K zero-filled.
 // kRepacked: the experts are in the repacked layout (mxfp4_repacked.h: bits permuted inside each word, scale words
 // (e_max, deltas)); the converter's output is the same e4m3 tile.
-template <bool kGateUp, bool kRepacked, int kConsumers>
-__global__ void __launch_bounds__(Cfg::threads(kConsumers), 1)
+template <bool kGateUp, bool kRepacked>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
     moe_prefill_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const MoePrefillParams p) {
     pdl_enter();
     __shared__ __align__(8) uint64_t full_bar[Cfg::kStages];
@@ -177,8 +166,6 @@ __global__ void __launch_bounds__(Cfg::threads(kConsumers), 1)
     uint8_t* raw = reinterpret_cast<uint8_t*>(wscale + Cfg::kStages * Cfg::kBN);         // [kRaw][kRawStageBytes]
     uint8_t* tables = raw + Cfg::kRaw * Cfg::kRawStageBytes;                             // [kDeltas][8] e4m3 bytes
 
-    static_assert(kConsumers == 2 || kConsumers == 4, "two consumers of 64 x 128 or four of 64 x 64");
-    constexpr int kNBlocks = kConsumers / 2, kCols = Cfg::kBN / kNBlocks;  // a consumer's tile columns
     const int Kdim = kGateUp ? p.D : p.I, KB = Kdim / Cfg::kBK;
     const int n_tiles_n = kGateUp ? p.I / Cfg::kUpRows : p.D / Cfg::kBN;
     const int tiles = *p.n_mtiles * n_tiles_n;
@@ -192,7 +179,7 @@ __global__ void __launch_bounds__(Cfg::threads(kConsumers), 1)
     if (tid == 0) {
         for (int s = 0; s < Cfg::kStages; ++s) {
             mbar_init(&full_bar[s], 1 + 128);  // thread 0's arrive.expect_tx (A tile) + every converter thread
-            mbar_init(&empty_bar[s], 4 * kConsumers);  // one arrival per consumer warp
+            mbar_init(&empty_bar[s], 8);       // one arrival per consumer warp
         }
         mbar_init_fence();
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
@@ -209,11 +196,11 @@ __global__ void __launch_bounds__(Cfg::threads(kConsumers), 1)
         // the source row of step g (cached per tile)
         RawCursor cursor;
         for (int g = 0; g < Cfg::kRaw - 1; ++g)
-            issue_raw_step<kGateUp, kCols>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cursor);
+            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cursor);
         int stage = 0, raw_slot = 0, kb = 0, a_row0 = 0;
         uint32_t phase = 0;
         for (int g = 0, tile = int(blockIdx.x); g < n_steps; ++g) {
-            issue_raw_step<kGateUp, kCols>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cursor);
+            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cursor);
             cp_async_wait<Cfg::kRaw - 1>();  // this thread's copies of step g have landed
             mbar_wait(&empty_bar[stage], phase ^ 1);
             uint8_t* sA = ring + stage * Cfg::kStageBytes;
@@ -264,21 +251,20 @@ __global__ void __launch_bounds__(Cfg::threads(kConsumers), 1)
     }
 
     // ------------------------------------------------------------------------------------ consumer warpgroups
-    const int consumer = tid / 128 - 1;
-    const int m_half = consumer / kNBlocks, n_half = consumer % kNBlocks;  // rows 64·m_half.., columns kCols·n_half..
+    const int consumer = tid / 128 - 1;  // M rows 64·consumer .. +63 of the tile
     const int warp = (tid / 32) % 4, lane = tid % 32;
-    const int row_in_tile = m_half * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
+    const int row_in_tile = consumer * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
     const int TK = p.T * p.K;
     const float* a_scale = kGateUp ? p.xs : p.hs;
-    float acc[kCols / 2], out[kCols / 2];
+    float acc[64], out[64];
 #pragma unroll
-    for (int i = 0; i < kCols / 2; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     int stage = 0;
     uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int m = tile / n_tiles_n, n = tile % n_tiles_n;
         const int row0 = p.tile_row0[m], rows = p.tile_rows[m];
-        const bool active = m_half * 64 < rows;          // else all 64 rows lie past the expert's last pick
+        const bool active = consumer * 64 < rows;        // else all 64 rows lie past the expert's last pick
         const int q0 = row0 + row_in_tile, q1 = q0 + 8;  // list positions of the thread's two rows
         // rows past the tile's valid ones read some other position's scales: their results are never stored
         const float* sa0 = a_scale + size_t(min(q0, TK - 1)) * size_t(KB);
@@ -289,34 +275,31 @@ __global__ void __launch_bounds__(Cfg::threads(kConsumers), 1)
         const int pick0 = ok0 ? p.list[q0] : 0, pick1 = ok1 ? p.list[q1] : 0;
         const float rw0 = kGateUp && ok0 ? p.route_w[pick0] : 0.0f, rw1 = kGateUp && ok1 ? p.route_w[pick1] : 0.0f;
 #pragma unroll
-        for (int i = 0; i < kCols / 2; ++i) out[i] = 0.0f;
+        for (int i = 0; i < 64; ++i) out[i] = 0.0f;
         for (int kb = 0; kb < KB; ++kb) {
             const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb);
             mbar_wait(&full_bar[stage], phase);
             if (active) {
-                const uint32_t a_base = smem_u32(ring + stage * Cfg::kStageBytes) + m_half * 64 * Cfg::kBK;
-                const uint32_t b_base =
-                    smem_u32(ring + stage * Cfg::kStageBytes + Cfg::kTileBytes) + n_half * kCols * Cfg::kBK;
+                const uint32_t a_base = smem_u32(ring + stage * Cfg::kStageBytes) + consumer * 64 * Cfg::kBK;
+                const uint32_t b_base = smem_u32(ring + stage * Cfg::kStageBytes + Cfg::kTileBytes);
                 fence_accumulators(acc);
                 wgmma_fence();
 #pragma unroll
-                for (int ks = 0; ks < Cfg::kBK / 32; ++ks) {
-                    const uint64_t da = sw128_kmajor_desc(a_base + ks * 32), db = sw128_kmajor_desc(b_base + ks * 32);
-                    if constexpr (kCols == 128)
-                        wgmma_m64n128k32_e4m3(acc, da, db, ks > 0 ? 1u : 0u);
-                    else
-                        wgmma_m64n64k32_e4m3(acc, da, db, ks > 0 ? 1u : 0u);
-                }
+                for (int ks = 0; ks < Cfg::kBK / 32; ++ks)
+                    wgmma_m64n128k32_e4m3(acc, sw128_kmajor_desc(a_base + ks * 32), sw128_kmajor_desc(b_base + ks * 32),
+                                          ks > 0 ? 1u : 0u);
                 wgmma_commit();
                 fence_accumulators(acc);
                 wgmma_wait_all();
                 fence_accumulators(acc);
-                // out += acc · (a_scale · w_scale) with the weight scales of the thread's columns
-                // kCols·n_half + 8j + 2(lane%4) + {0, 1}: the scale product is a power of two, so acc times it is exact
-                // and the fma rounds once, like the reference's separate multiply and add
-                const float* wrow = wscale + stage * Cfg::kBN + n_half * kCols + 2 * (lane % 4);
+            }
+            if (active) {
+                // out += acc · (a_scale · w_scale) with the weight scales of the thread's 32 columns
+                // 8j + 2(lane%4) + {0, 1}: the scale product is a power of two, so acc times it is exact and the fma
+                // rounds once, like the reference's separate multiply and add
+                const float* wrow = wscale + stage * Cfg::kBN + 2 * (lane % 4);
 #pragma unroll
-                for (int j = 0; j < kCols / 8; ++j) {
+                for (int j = 0; j < 16; ++j) {
                     const float2 ws = *reinterpret_cast<const float2*>(wrow + 8 * j);
                     out[4 * j + 0] = fmaf(acc[4 * j + 0], a0 * ws.x, out[4 * j + 0]);
                     out[4 * j + 1] = fmaf(acc[4 * j + 1], a0 * ws.y, out[4 * j + 1]);
@@ -331,23 +314,21 @@ __global__ void __launch_bounds__(Cfg::threads(kConsumers), 1)
 
         const int col = 2 * (lane % 4);
         if (kGateUp) {
-            // the block's columns 0..kCols/2-1 are w1 rows n·64 + (kCols/2)·n_half + c, the others the same rows of w3:
-            // fragment j pairs with j + kCols / 16
+            // columns 0..63 are w1 rows n·64 + c, columns 64..127 the same rows of w3: fragment j pairs with j + 8
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int pos = half ? q1 : q0;
                 if (!(half ? ok1 : ok0)) continue;
                 const float rw = half ? rw1 : rw0;
-                __nv_bfloat16* dst =
-                    p.h + size_t(pos) * size_t(p.I) + size_t(n) * Cfg::kUpRows + n_half * (kCols / 2) + col;
+                __nv_bfloat16* dst = p.h + size_t(pos) * size_t(p.I) + size_t(n) * Cfg::kUpRows + col;
 #pragma unroll
-                for (int j = 0; j < kCols / 16; ++j) {
+                for (int j = 0; j < 8; ++j) {
                     float hv[2];
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
                         // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight
                         float u1 = round_bf16(out[4 * j + 2 * half + c]);
-                        float u3 = round_bf16(out[4 * (j + kCols / 16) + 2 * half + c]);
+                        float u3 = round_bf16(out[4 * (j + 8) + 2 * half + c]);
                         if (p.limit > 0.0f) {
                             u1 = fminf(u1, p.limit);
                             u3 = fminf(fmaxf(u3, -p.limit), p.limit);
@@ -364,9 +345,9 @@ __global__ void __launch_bounds__(Cfg::threads(kConsumers), 1)
             for (int half = 0; half < 2; ++half) {
                 if (!(half ? ok1 : ok0)) continue;
                 const int pick = half ? pick1 : pick0;
-                __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * Cfg::kBN + n_half * kCols + col;
+                __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * Cfg::kBN + col;
 #pragma unroll
-                for (int j = 0; j < kCols / 8; ++j)
+                for (int j = 0; j < 16; ++j)
                     *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
                         __floats2bfloat162_rn(out[4 * j + 2 * half], out[4 * j + 2 * half + 1]);
             }
@@ -455,10 +436,9 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
                                 moe_weight_format_name(a.format) +
                                 "); NVFP4 and FP8-block experts run through sm90_mxfp4_moe_decode");
     if (a.shared_expert)
-        return invalid_argument(op + ": the shared expert runs inside sm90_mxfp4_moe_decode only; pass its output in "
+        return invalid_argument(op +
+                                ": the shared expert runs inside sm90_mxfp4_moe_decode only; pass its output in "
                                 "`shared`");
-    if (a.prefill_consumers != 2 && a.prefill_consumers != 4)
-        return invalid_argument(op + ": prefill_consumers must be 2 or 4, got " + std::to_string(a.prefill_consumers));
     static_assert(Cfg::kMaxK == 16 && Cfg::kMaxExperts == 1024, "the limits check_moe_shape enforces");
     DSV4_RETURN_IF_ERROR(check_moe_shape(a, op, 128));
     if (a.tokens < 1 || a.tokens * a.k >= (int64_t(1) << 26))
@@ -501,24 +481,15 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     DSV4_ASSIGN_OR_RETURN(CUtensorMap map_h, e4m3_kmajor_tensor_map(p.hq, picks, a.inter, Cfg::kBM, Cfg::kBK,
                                                                      op.c_str(), "hidden activations"));
 
-    // the GEMM kernels by (gate/up, repacked layout, consumer warpgroups)
-    using GemmKernel = void (*)(CUtensorMap, MoePrefillParams);
-    static constexpr GemmKernel kGemms[2][2][2] = {
-        {{moe_prefill_gemm_kernel<false, false, 2>, moe_prefill_gemm_kernel<false, false, 4>},
-         {moe_prefill_gemm_kernel<false, true, 2>, moe_prefill_gemm_kernel<false, true, 4>}},
-        {{moe_prefill_gemm_kernel<true, false, 2>, moe_prefill_gemm_kernel<true, false, 4>},
-         {moe_prefill_gemm_kernel<true, true, 2>, moe_prefill_gemm_kernel<true, true, 4>}}};
-    const int repacked = a.format == MoeWeightFormat::kMXFP4Repacked, four = a.prefill_consumers == 4;
-    const GemmKernel gate_up = kGemms[1][repacked][four], down = kGemms[0][repacked][four];
-    const unsigned gemm_threads = unsigned(Cfg::threads(a.prefill_consumers));
+    const bool repacked = a.format == MoeWeightFormat::kMXFP4Repacked;
+    auto* gate_up = repacked ? moe_prefill_gemm_kernel<true, true> : moe_prefill_gemm_kernel<true, false>;
+    auto* down = repacked ? moe_prefill_gemm_kernel<false, true> : moe_prefill_gemm_kernel<false, false>;
     static const cudaError_t attr = [] {
-        for (const auto& by_kind : kGemms)
-            for (const auto& by_layout : by_kind)
-                for (const GemmKernel k : by_layout) {
-                    const cudaError_t e =
-                        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-                    if (e != cudaSuccess) return e;
-                }
+        for (auto* k : {moe_prefill_gemm_kernel<true, false>, moe_prefill_gemm_kernel<false, false>,
+                        moe_prefill_gemm_kernel<true, true>, moe_prefill_gemm_kernel<false, true>}) {
+            const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+            if (e != cudaSuccess) return e;
+        }
         return cudaSuccess;
     }();
     DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(moe_prefill shared memory)");
@@ -528,14 +499,14 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     moe_prefill_prepare_kernel<<<prep_grid, Cfg::kPrepThreads, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_prepare"));
     const unsigned up_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.inter / Cfg::kUpRows)));
-    gate_up<<<up_grid, gemm_threads, Cfg::kSmemBytes, stream>>>(map_x, p);
+    gate_up<<<up_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_x, p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_gate_up"));
     const int64_t quant_chunks = picks * (a.inter / 32);
     moe_prefill_hidden_quant_kernel<<<unsigned((quant_chunks + Cfg::kQuantThreads - 1) / Cfg::kQuantThreads),
                                       Cfg::kQuantThreads, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_hidden_quant"));
     const unsigned down_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.dim / Cfg::kBN)));
-    down<<<down_grid, gemm_threads, Cfg::kSmemBytes, stream>>>(map_h, p);
+    down<<<down_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_h, p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_down"));
     moe_prefill_combine_kernel<<<unsigned(a.tokens), Cfg::kCombineThreads, 0, stream>>>(p);
     return launch_status("moe_prefill_combine");

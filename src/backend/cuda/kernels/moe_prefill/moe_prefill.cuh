@@ -5,29 +5,26 @@
 //     tokens; it then places its own picks in that list and quantises its tokens' rows of x (act_quant, e4m3 per 128
 //     with a UE8M0 scale) into every position the token occupies: xg [T·K, D], contiguous per expert. Block 0 writes
 //     the table of 128-row M tiles (expert, first list position, valid rows).
-//  2. gate/up grouped GEMM: tile = (M tile, 64 rows of I): B = 64 rows of w1 and the same 64 rows of w3 (128 wgmma N
-//     columns, ordered per consumer block, below), so a thread holds u1 and u3 of the same (token, row) and applies
-//     clamp, SwiGLU and the routing weight in registers; bf16 hidden h [T·K, I].
+//  2. gate/up grouped GEMM: tile = (M tile, 64 rows of I): B = 64 rows of w1 stacked on the same 64 rows of w3 (128
+//     wgmma N columns), so a thread holds u1 and u3 of the same (token, row) and applies clamp, SwiGLU and the routing
+//     weight in registers; bf16 hidden h [T·K, I].
 //  3. hidden quantisation: h to e4m3 per 128 for the down GEMM: hq [T·K, I], hs [T·K, I/128]. Its own launch (it
 //     was the gate/up epilogue's, by the second of the two tiles of a 128-block, found by an arrival counter: the
 //     fence, barriers and L2 round trips of that handshake held the consumers ~10 % of the kernel's time).
 //  4. down grouped GEMM: tile = (M tile, 128 rows of D), A = hq, B = w2; each pick's bf16 output yp [T·K, D].
 //  5. combine: per token, Σ of its picks in ascending expert order in f32, + shared expert, one bf16 rounding.
 //
-// GEMM kernels (2, 4): 3 or 5 warpgroups, one persistent block per SM walking tiles M-major (blocks running together
-// share an expert and sweep its weight rows, which L2 then serves to the other M tiles of that expert).
+// GEMM kernels (2, 4): 3 warpgroups, one persistent block per SM walking tiles M-major (blocks running together share
+// an expert and sweep its weight rows, which L2 then serves to the other M tiles of that expert).
 //   warpgroup 0, "converter": per 128-wide K step each thread owns one B row. It streams the row's 64 bytes of
 //     e2m1 nibbles and 4 UE8M0 bytes with cp.async into a private ring (kRaw steps ahead), converts them to e4m3 and
 //     writes them into the stage's B tile in the 128-byte-swizzled K-major layout the wgmma descriptor reads (16-byte
 //     chunk c of row r at chunk c ^ (r % 8)), plus the row's scale 2^(e_max - 133) as f32; fence.proxy.async, arrive
 //     on the stage's "full" barrier. Thread 0 also issues the stage's A tile (TMA, 128 rows x 128 B, 128B swizzle).
-//   the consumer warpgroups (MoeDecodeArgs::prefill_consumers): two of 64 M rows x 128 columns (4 x wgmma m64n128k32
-//     per stage) or four of 64 x 64 (4 x m64n64k32); per stage the wgmmas into a block accumulator, then
-//     out += acc · (a_scale[row] · w_scale[col]) ("promotion" per 128 K, as sm90_fp8_gemm_wgmma, but with one weight
-//     scale per column). A consumer whose 64 rows are all past the tile's valid rows skips its wgmmas (the tile's
-//     second half of a partly filled expert) but keeps the barrier protocol. For gate/up each consumer's column block
-//     holds w1 rows then the same rows of w3 (64 + 64, or 32 + 32 per block of four), so a thread holds u1 and u3 of
-//     the same (token, row).
+//   warpgroups 1, 2, consumers: 64 of the 128 M rows each; per stage 4 x wgmma m64n128k32 e4m3 into a block
+//     accumulator, then out += acc · (a_scale[row] · w_scale[col]) ("promotion" per 128 K, as sm90_fp8_gemm_wgmma,
+//     but with one weight scale per column). A consumer whose 64 rows are all past the tile's valid rows skips its
+//     wgmmas (the tile's second half of a partly filled expert) but keeps the barrier protocol.
 //
 // FP4 -> FP8 (exact): a 32-block b of a weight row holds e2m1 codes c with scale 2^(e_b - 127); e_max = the largest
 // e_b of the row's four blocks in the 128-K step, δ_b = e_max - e_b >= 0. The converter writes e4m3(c · 2^(6 - δ_b)):
@@ -63,9 +60,7 @@ struct MoePrefillConfig {
     static constexpr int kUpRows = 64;       // rows of I per gate/up tile
     static constexpr int kStages = 5;        // A + B tile ring
     static constexpr int kRaw = 5;           // converter's private raw-weight ring (prefetch distance kRaw - 1)
-    // converter warpgroup + the consumer warpgroups (MoeDecodeArgs::prefill_consumers: 2 of 64 x 128 tile blocks, or
-    // 4 of 64 x 64)
-    static constexpr int threads(int consumers) { return 128 * (1 + consumers); }
+    static constexpr int kThreads = 384;     // converter warpgroup + 2 consumer warpgroups
     static constexpr int kTileBytes = kBM * kBK;                  // 16 KiB (A and B tiles alike)
     static constexpr int kStageBytes = 2 * kTileBytes;            // A then B
     static constexpr int kRawNibBytes = 128 * 64;                 // [4 chunks][128 threads] x 16 B
