@@ -46,10 +46,8 @@ __device__ __forceinline__ void wgmma_block(float (&acc)[kN / 2], uint32_t a_bas
         const uint64_t da = sw128_kmajor_desc(a_base + ks * 32), db = sw128_kmajor_desc(b_base + ks * 32);
         if constexpr (kN == 256)
             wgmma_m64n256k32_e4m3(acc, da, db, ks > 0 ? 1u : 0u);
-        else if (ks == 0)
-            wgmma_m64n128k32_e4m3_overwrite(acc, da, db);  // old values not live: two accumulators can be in flight
         else
-            wgmma_m64n128k32_e4m3(acc, da, db, 1u);
+            wgmma_m64n128k32_e4m3(acc, da, db, ks > 0 ? 1u : 0u);
     }
     wgmma_commit();
 }
@@ -78,13 +76,9 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1) wgmma_rate_kernel(int st
 
     const int wg = threadIdx.x / 128;
     const uint32_t a_base = smem_u32(a_tile) + (wg % 2) * 64 * 128, b_base = smem_u32(b_tile);
-    // the N = 128 blocks open with the write-only wgmma form, so only N = 256 needs defined initial values
     float acc0[kN / 2], out[kN / 2];
 #pragma unroll
-    for (int i = 0; i < kN / 2; ++i) {
-        out[i] = 0.0f;
-        if constexpr (kN == 256) acc0[i] = 0.0f;
-    }
+    for (int i = 0; i < kN / 2; ++i) acc0[i] = out[i] = 0.0f;
     const float a = 1.0f + 1e-7f * float(threadIdx.x), w = 0.5f;
     const long long t0 = clock64();
 #pragma unroll 1
