@@ -6,6 +6,10 @@
 // accumulator. Variants:
 //   wait      wait_group 0 after each K block's 4 wgmmas (the kernels' consumer chain without barriers)
 //   fold      the same plus the per-K-block promotion out += acc · (a · w) in f32 registers (64 FMAs per thread)
+//   ring      wait / fold behind moe_prefill's stage protocol with nothing to load: a producer warpgroup waits on a
+//   ring + fold  stage's `empty` mbarrier and arrives on its `full` one (all 128 threads, after fence.proxy.async); the
+//             consumers wait on `full` before their wgmmas and free the stage after them (lane 0 of each warp). The
+//             difference to wait / fold is what the barrier round trips themselves cost.
 // (N = 256 runs `wait` only: its accumulator and output would take 256 registers. Two block accumulators in flight,
 // the fold of one under the other's wgmmas, are measured inside moe_prefill: docs/kernels/moe_prefill.md.)
 // Reported per variant: SM clocks per K block (clock64, median over blocks), the tensor pipe's share at
@@ -36,7 +40,9 @@ constexpr double kFlopPerClockPerSm = 8192.0;
 
 #define CHECK_CUDA(call) CHECK(::dsv4::cuda::cuda_status((call), #call))
 
-enum class Pattern { kWait, kFold };
+enum class Pattern { kWait, kFold, kRing, kRingFold };
+__host__ __device__ constexpr bool is_ring(Pattern p) { return p == Pattern::kRing || p == Pattern::kRingFold; }
+constexpr int kRingStages = 5;  // moe_prefill's ring depth
 
 template <int kN>
 __device__ __forceinline__ void wgmma_block(float (&acc)[kN / 2], uint32_t a_base, uint32_t b_base) {
@@ -58,8 +64,19 @@ __device__ __forceinline__ void fold(const float (&acc)[kN / 2], float (&out)[kN
     for (int i = 0; i < kN / 2; ++i) out[i] = fmaf(acc[i], a * w, out[i]);
 }
 
+// Threads: the consumer warpgroups, plus for the ring patterns a producer warpgroup 0 in front of them.
+template <int kWarpgroups, Pattern kPattern>
+__host__ __device__ constexpr int threads_of() {
+    return 128 * (kWarpgroups + (is_ring(kPattern) ? 1 : 0));
+}
+
 template <int kN, int kWarpgroups, Pattern kPattern>
-__global__ void __launch_bounds__(128 * kWarpgroups, 1) wgmma_rate_kernel(int steps, long long* clocks, float* sink) {
+__global__ void __launch_bounds__(threads_of<kWarpgroups, kPattern>(), 1)
+    wgmma_rate_kernel(int steps, long long* clocks, float* sink) {
+    constexpr bool kRing = is_ring(kPattern);
+    constexpr bool kFolds = kPattern == Pattern::kFold || kPattern == Pattern::kRingFold;
+    __shared__ __align__(8) uint64_t full_bar[kRingStages];
+    __shared__ __align__(8) uint64_t empty_bar[kRingStages];
     extern __shared__ uint8_t smem_raw[];
     uint8_t* a_tile = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     uint8_t* b_tile = a_tile + 128 * 128;
@@ -71,29 +88,57 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1) wgmma_rate_kernel(int st
         x ^= x >> 12;
         reinterpret_cast<uint32_t*>(a_tile)[i] = x & 0x76767676u;  // exponents <= 14, no 0x7f
     }
+    if (kRing && threadIdx.x == 0) {
+        for (int st = 0; st < kRingStages; ++st) {
+            mbar_init(&full_bar[st], 128);               // every producer thread, as moe_prefill's converter
+            mbar_init(&empty_bar[st], 4 * kWarpgroups);  // lane 0 of every consumer warp
+        }
+        mbar_init_fence();
+    }
     fence_proxy_async_smem();
     __syncthreads();
 
-    const int wg = threadIdx.x / 128;
+    const int first_consumer = kRing ? 128 : 0;
+    if (kRing && threadIdx.x < 128) {
+        // producer: frees nothing and loads nothing, only the barrier round trip of each stage
+        int st = 0;
+        uint32_t phase = 0;
+        for (int s = 0; s < steps; ++s) {
+            mbar_wait(&empty_bar[st], phase ^ 1);
+            fence_proxy_async_smem();
+            mbar_arrive(&full_bar[st]);
+            if (++st == kRingStages) st = 0, phase ^= 1;
+        }
+        return;
+    }
+    const int wg = (threadIdx.x - first_consumer) / 128;
     const uint32_t a_base = smem_u32(a_tile) + (wg % 2) * 64 * 128, b_base = smem_u32(b_tile);
     float acc0[kN / 2], out[kN / 2];
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc0[i] = out[i] = 0.0f;
     const float a = 1.0f + 1e-7f * float(threadIdx.x), w = 0.5f;
     const long long t0 = clock64();
+    int st = 0;
+    uint32_t phase = 0;
 #pragma unroll 1
     for (int s = 0; s < steps; ++s) {
+        if constexpr (kRing) mbar_wait(&full_bar[st], phase);
         wgmma_block<kN>(acc0, a_base, b_base);
         wgmma_wait<0>();
         fence_accumulators(acc0);
-        if constexpr (kPattern == Pattern::kFold) fold<kN>(acc0, out, a, w);
+        if constexpr (kFolds) fold<kN>(acc0, out, a, w);
+        if constexpr (kRing) {
+            __syncwarp();
+            if (threadIdx.x % 32 == 0) mbar_arrive(&empty_bar[st]);
+            if (++st == kRingStages) st = 0, phase ^= 1;
+        }
     }
     const long long t1 = clock64();
     float keep = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kN / 2; ++i) keep += (kPattern == Pattern::kWait ? acc0[i] : out[i]);
+    for (int i = 0; i < kN / 2; ++i) keep += (kFolds ? out[i] : acc0[i]);
     if (keep == 1234.5f) sink[threadIdx.x] = keep;  // keeps the work alive; practically never true
-    if (threadIdx.x == 0) clocks[blockIdx.x] = t1 - t0;
+    if (threadIdx.x == first_consumer) clocks[blockIdx.x] = t1 - t0;
 }
 
 struct Result {
@@ -108,14 +153,14 @@ Result run(int steps, int sms) {
     long long* clocks = nullptr;
     float* sink = nullptr;
     CHECK_CUDA(cudaMalloc(&clocks, sizeof(long long) * sms));
-    CHECK_CUDA(cudaMalloc(&sink, sizeof(float) * 128 * kWarpgroups));
+    CHECK_CUDA(cudaMalloc(&sink, sizeof(float) * threads_of<kWarpgroups, kPattern>()));
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
     std::vector<float> ms;
     for (int r = 0; r < kWarm + kReps; ++r) {
         CHECK_CUDA(cudaEventRecord(e0));
-        kernel<<<sms, 128 * kWarpgroups, smem>>>(steps, clocks, sink);
+        kernel<<<sms, threads_of<kWarpgroups, kPattern>(), smem>>>(steps, clocks, sink);
         CHECK_CUDA(cudaEventRecord(e1));
         CHECK_CUDA(cudaEventSynchronize(e1));
         float t = 0.0f;
@@ -174,5 +219,7 @@ int main(int argc, char** argv) {
     row<128, 3, Pattern::kWait>("wait", steps, sms);
     row<256, 1, Pattern::kWait>("wait", steps, sms);
     row<256, 2, Pattern::kWait>("wait", steps, sms);
+    row<128, 2, Pattern::kRing>("ring", steps, sms);
+    row<128, 2, Pattern::kRingFold>("ring + fold", steps, sms);
     return 0;
 }
