@@ -231,10 +231,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             auto to_e4m3 = [](uint32_t w, const uint2& t) {
                 return kRepacked ? repacked_x8_to_e4m3(w, t.x, t.y) : e2m1x8_to_e4m3(w, t.x, t.y);
             };
+            // every shared-memory read of the step before the first B-tile store: the stores may alias the raw
+            // ring as far as the compiler knows, so loads written after them would wait for them
+            uint4 nibs[4];
+            uint2 tabs[4];
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                const uint4 nib = *reinterpret_cast<const uint4*>(slot + (q * 128 + r) * 16);
-                const uint2 t = *reinterpret_cast<const uint2*>(tables + 8 * min(delta[q], Cfg::kDeltas - 1));
+                nibs[q] = *reinterpret_cast<const uint4*>(slot + (q * 128 + r) * 16);
+                tabs[q] = *reinterpret_cast<const uint2*>(tables + 8 * min(delta[q], Cfg::kDeltas - 1));
+            }
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const uint4 nib = nibs[q];
+                const uint2 t = tabs[q];
                 const uint2 o0 = to_e4m3(nib.x, t), o1 = to_e4m3(nib.y, t);
                 const uint2 o2 = to_e4m3(nib.z, t), o3 = to_e4m3(nib.w, t);
                 // elements 32q..32q+15 = 16-byte chunk 2q, 32q+16..32q+31 = chunk 2q+1, swizzled by row % 8
