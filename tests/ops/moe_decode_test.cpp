@@ -2,7 +2,8 @@
 // CPU composition it replaces: backend::cpu::routed_experts
 // (W4A8 experts in reference numerics) then backend::cpu::moe_sum (f32 sum over the picks in ascending expert index,
 // plus the shared expert, one bf16 rounding). Class C of tests/data/official_ops: FP8 x FP4 products are exact, only
-// the f32 summation order of the K blocks differs, so rel_l2 <= 2e-3 and nearly every element bit-exact.
+// the f32 summation order of the K blocks differs, so rel_l2 <= 2e-3 and nearly every element bit-exact — except in
+// an occasional token, which expect_gpu_matches allows for (its comment says why).
 //
 // Shapes: V4-Flash (D 4096, I 2048, 256 experts, top-6) and V4-Pro (D 7168, I 3072, 384 experts, top-6); T in
 // {1, 2, 7, 16, 64, 256}; uniform routing over all experts and skewed routing (every token on the same 6 experts).
@@ -21,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -40,10 +42,22 @@ using backend::Precision;
 using namespace dsv4::cuda::testing;
 using namespace dsv4::cuda::moe_testing;
 
+// Tokens whose outputs may differ by more than the summation order alone: the order can flip the bf16 rounding of
+// one u1 or u3, and that moves the hidden value by a whole e4m3 step when the down GEMM's activation quantisation
+// rounds it (class D inside the op: official_ops/README.md). One pick's output then shifts by that step times one
+// column of w2, which with these heavy-tailed weights is up to ~1 % of the token's output. Measured on the H200: one
+// case in a few hundred, e.g. Pro T 7 uniform at rel_l2 3.5e-3 with one token off by up to 0.076 std (94.3 %
+// bit-exact) while its other six were clean, all three kernel paths bit-identical to each other; in 96 more runs of
+// Pro / Flash T 2-16 the worst was 1.1e-3 (93 % bit-exact), again one token. A wrong kernel (row, token, expert,
+// scale, K order, rounding mode) moves every token, so the bounds hold for all tokens but the ceil(T/16) worst
+// (none below 4 tokens), and those few only have to be within 10x the bound.
+int64_t outlier_tokens_allowed(int64_t T) { return T >= 4 ? (T + 15) / 16 : 0; }
+
 // The GPU half of a case: uploads the inputs, runs sm90_mxfp4_moe_decode with `a` (its expert table, format and
 // path already set by the caller) on poisoned outputs and workspace, and checks the result against the CPU's `want`:
-// rel_l2 <= max_rel_l2, a share of bit-exact bf16 outputs >= min_share, and identical bits from a second call on
-// the same workspace (its counters re-armed by the first launch).
+// over all tokens but the outlier_tokens_allowed(T) worst, rel_l2 <= max_rel_l2 and a share of bit-exact bf16
+// outputs >= min_share; every token within 10 x max_rel_l2 and finite; and identical bits from a second call on the
+// same workspace (its counters re-armed by the first launch).
 void expect_gpu_matches(MoeDecodeArgs a, const MoeShape& s, int64_t T, const MoeInputs& in, bool with_shared,
                         const std::vector<float>& want, double min_share, const std::string& label,
                         std::vector<float>* out = nullptr, double max_rel_l2 = 2e-3) {
@@ -69,13 +83,39 @@ void expect_gpu_matches(MoeDecodeArgs a, const MoeShape& s, int64_t T, const Moe
     DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
     DSV4_ASSERT_OK(st->synchronize());
     const auto got = from_bf16_bits(to_host<uint16_t>(*dy, size_t(T * D)));
-    size_t exact = 0;
-    for (size_t i = 0; i < got.size(); ++i) exact += f32_to_bf16(got[i]) == f32_to_bf16(want[i]);
-    const double share = double(exact) / double(got.size());
-    std::printf("  %s bit-exact %.4f%%  rel_l2 %.2e\n", label.c_str(), 100.0 * share,
-                dsv4::testing::compare(got, want).rel_l2);
-    DSV4_EXPECT_CLOSE(got, want, max_rel_l2);
-    EXPECT_GE(share, min_share) << "too few outputs bit-exact for this path's numerics class";
+    // per token: squared error, squared reference, bit-exact outputs
+    std::vector<double> err2(size_t(T), 0.0), ref2(size_t(T), 0.0);
+    std::vector<size_t> exact(size_t(T), 0);
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+            const size_t i = size_t(t * D + d);
+            const double e = double(got[i]) - double(want[i]);
+            err2[size_t(t)] += e * e, ref2[size_t(t)] += double(want[i]) * double(want[i]);
+            exact[size_t(t)] += f32_to_bf16(got[i]) == f32_to_bf16(want[i]);
+        }
+    auto token_rel = [&](int64_t t) { return std::sqrt(err2[size_t(t)] / std::max(ref2[size_t(t)], 1e-30)); };
+    std::vector<int64_t> order(static_cast<size_t>(T));
+    std::iota(order.begin(), order.end(), int64_t(0));
+    std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return token_rel(x) > token_rel(y); });
+    const int64_t n_out = outlier_tokens_allowed(T);
+    double rest_err2 = 0, rest_ref2 = 0;
+    size_t rest_exact = 0, all_exact = 0;
+    for (int64_t j = 0; j < T; ++j) {
+        const int64_t t = order[size_t(j)];
+        all_exact += exact[size_t(t)];
+        if (j < n_out) continue;
+        rest_err2 += err2[size_t(t)], rest_ref2 += ref2[size_t(t)], rest_exact += exact[size_t(t)];
+    }
+    const double rest_rel = std::sqrt(rest_err2 / std::max(rest_ref2, 1e-30));
+    const double rest_share = double(rest_exact) / double((T - n_out) * D);
+    std::printf("  %s bit-exact %.4f%%  rel_l2 %.2e  worst token %.2e  without the %lld worst: %.4f%% %.2e\n",
+                label.c_str(), 100.0 * double(all_exact) / double(got.size()), dsv4::testing::compare(got, want).rel_l2,
+                token_rel(order[0]), (long long)n_out, 100.0 * rest_share, rest_rel);
+    DSV4_EXPECT_CLOSE(got, want, 10 * max_rel_l2);  // finite everywhere, and the outlier tokens' ceiling overall
+    EXPECT_LE(token_rel(order[0]), 10 * max_rel_l2) << "token " << order[0] << " is off by more than one flip explains";
+    EXPECT_LE(rest_rel, max_rel_l2) << "rel_l2 over all tokens but the " << n_out << " worst";
+    EXPECT_GE(rest_share, min_share) << "too few outputs bit-exact for this path's numerics class (all tokens but the "
+                                     << n_out << " worst)";
 
     DSV4_ASSERT_OK(dy->fill_bytes(0xff));
     DSV4_ASSERT_OK(sm90_mxfp4_moe_decode(a, st->handle()));
