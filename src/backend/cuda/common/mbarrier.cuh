@@ -29,7 +29,8 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 // the GPU, a waiter that has spun for ~2^34 cycles (~9 s at 1.98 GHz) traps: the launch fails with an error the host
 // sees ("unspecified launch failure") instead of never returning. No printf: its argument buffer would give every
 // kernel using these waits a stack frame. The price: a loop holding only the try_wait would be laid out without a
-// YIELD on its fast path, ~3 % faster in the MoE prefill GEMMs and no faster elsewhere (docs/kernels/moe_prefill.md).
+// YIELD on its fast path, ~3 % faster in the MoE prefill GEMMs with every wait bare, no faster elsewhere, and bare
+// in one role only (its partner guarded) 0 to 10 % slower (docs/kernels/moe_prefill.md).
 __device__ __forceinline__ long long clock_cycles() {
     long long t;
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
