@@ -109,18 +109,31 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) moe_prefill_prepare_kernel(
 
 // Converter thread r's read cursor: the step it copies next (tile blockIdx.x + i·gridDim.x, K block kb) and the
 // source rows of B row r in that tile. Advanced one step per call, so the loop needs no division by the K blocks.
+// s_vec: K blocks per tile are a multiple of kScaleSteps and the row's scale words 16-byte aligned, so the scale
+// words of steps g .. g + kScaleSteps - 1 (g % kScaleSteps == 0, all in one tile) arrive as 16-byte copies at step
+// g; else each step copies its own word to the same place.
 struct RawCursor {
     int step = 0, tile = int(blockIdx.x), kb = 0;
+    bool s_vec = false;
     const uint8_t* w_row = nullptr;
     const uint8_t* s_row = nullptr;
 };
 
-// Converter thread r: cp.async of B row r's 64 nibble bytes and 4 scale bytes of the cursor's step into raw slot
-// step % kRaw, then the cursor moves on. One commit group per step, empty past the last step, so the wait_group
-// counts stay uniform.
+// Where converter thread r finds the scale word of its step g in the scale ring: [g / 4 % kQuads][thread r] x 16 B,
+// word g % 4 (a position is reused 2 · kScaleSteps steps later, after its step was converted).
+constexpr int kScaleQuads = 2 * Cfg::kScaleSteps / 4;
+static_assert(Cfg::kScaleSteps % 4 == 0 && Cfg::kScaleRingBytes == kScaleQuads * 128 * 16, "two chunks of quads");
+__device__ __forceinline__ int scale_word_offset(int g, int r) {
+    return ((g / 4 % kScaleQuads) * 128 + r) * 16 + (g % 4) * 4;
+}
+
+// Converter thread r: cp.async of B row r's 64 nibble bytes of the cursor's step into raw slot step % kRaw and of
+// its scale word into the scale ring (s_vec: every kScaleSteps steps, the words of kScaleSteps steps), then the cursor
+// moves on. One commit group per step, empty past the last step, so the wait_group counts stay uniform.
 template <bool kGateUp>
 __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_steps, int KB, int n_tiles_n,
-                                               size_t row_bytes, size_t srow_bytes, int r, uint8_t* raw, RawCursor& c) {
+                                               size_t row_bytes, size_t srow_bytes, int r, uint8_t* raw, uint8_t* sring,
+                                               RawCursor& c) {
     if (c.step < n_steps) {
         if (c.kb == 0) {  // a new tile: its expert and rows
             const int m = c.tile / n_tiles_n, n = c.tile % n_tiles_n;
@@ -137,11 +150,19 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_
             }
             c.w_row = w + size_t(row) * row_bytes;
             c.s_row = ws + size_t(row) * srow_bytes;
+            c.s_vec = KB % Cfg::kScaleSteps == 0 && ((reinterpret_cast<uintptr_t>(ws) | srow_bytes) & 15) == 0;
         }
         uint8_t* slot = raw + (c.step % Cfg::kRaw) * Cfg::kRawStageBytes;
 #pragma unroll
         for (int j = 0; j < 4; ++j) cp_async16(slot + (j * 128 + r) * 16, c.w_row + size_t(c.kb) * 64 + 16 * j);
-        cp_async4(slot + Cfg::kRawNibBytes + r * 4, c.s_row + size_t(c.kb) * 4);
+        uint8_t* sword = sring + scale_word_offset(c.step, r);
+        if (!c.s_vec) {
+            cp_async4(sword, c.s_row + size_t(c.kb) * 4);
+        } else if (c.kb % Cfg::kScaleSteps == 0) {  // then step % kScaleSteps == 0 too: the chunk's words, 4 per copy
+#pragma unroll
+            for (int j = 0; j < Cfg::kScaleSteps / 4; ++j)
+                cp_async16(sword + j * 128 * 16, c.s_row + size_t(c.kb + 4 * j) * 4);
+        }
         if (++c.kb == KB) c.kb = 0, c.tile += int(gridDim.x);
     }
     ++c.step;
@@ -164,7 +185,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint8_t* ring = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     float* wscale = reinterpret_cast<float*>(ring + Cfg::kStages * Cfg::kStageBytes);  // [kStages][128 B rows]
     uint8_t* raw = reinterpret_cast<uint8_t*>(wscale + Cfg::kStages * Cfg::kBN);         // [kRaw][kRawStageBytes]
-    uint8_t* tables = raw + Cfg::kRaw * Cfg::kRawStageBytes;                             // [kDeltas][8] e4m3 bytes
+    uint8_t* sring = raw + Cfg::kRaw * Cfg::kRawStageBytes;                              // [kScaleRingBytes]
+    uint8_t* tables = sring + Cfg::kScaleRingBytes;                                      // [kDeltas][8] e4m3 bytes
 
     const int Kdim = kGateUp ? p.D : p.I, KB = Kdim / Cfg::kBK;
     const int n_tiles_n = kGateUp ? p.I / Cfg::kUpRows : p.D / Cfg::kBN;
@@ -196,11 +218,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // the source row of step g (cached per tile)
         RawCursor cursor;
         for (int g = 0; g < Cfg::kRaw - 1; ++g)
-            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cursor);
+            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, sring, cursor);
         int stage = 0, raw_slot = 0, kb = 0, a_row0 = 0;
         uint32_t phase = 0;
         for (int g = 0, tile = int(blockIdx.x); g < n_steps; ++g) {
-            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, cursor);
+            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, sring, cursor);
             cp_async_wait<Cfg::kRaw - 1>();  // this thread's copies of step g have landed
             mbar_wait(&empty_bar[stage], phase ^ 1);
             uint8_t* sA = ring + stage * Cfg::kStageBytes;
@@ -210,10 +232,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 mbar_arrive_expect_tx(&full_bar[stage], Cfg::kTileBytes);
                 tma_load_2d(sA, &tmap_a, kb * Cfg::kBK, a_row0, &full_bar[stage]);
             }
+            const uint32_t sw = *reinterpret_cast<const uint32_t*>(sring + scale_word_offset(g, r));
             if (++kb == KB) kb = 0, tile += int(gridDim.x);
             const uint8_t* slot = raw + raw_slot * Cfg::kRawStageBytes;
             if (++raw_slot == Cfg::kRaw) raw_slot = 0;
-            const uint32_t sw = *reinterpret_cast<const uint32_t*>(slot + Cfg::kRawNibBytes + r * 4);
             // the four 32-blocks' spreads below the row's largest exponent (the repacked word holds them already)
             int e_max, delta[4];
             if constexpr (kRepacked) {

@@ -17,10 +17,11 @@
 // GEMM kernels (2, 4): 3 warpgroups, one persistent block per SM walking tiles M-major (blocks running together share
 // an expert and sweep its weight rows, which L2 then serves to the other M tiles of that expert).
 //   warpgroup 0, "converter": per 128-wide K step each thread owns one B row. It streams the row's 64 bytes of
-//     e2m1 nibbles and 4 UE8M0 bytes with cp.async into a private ring (kRaw steps ahead), converts them to e4m3 and
-//     writes them into the stage's B tile in the 128-byte-swizzled K-major layout the wgmma descriptor reads (16-byte
-//     chunk c of row r at chunk c ^ (r % 8)), plus the row's scale 2^(e_max - 133) as f32; fence.proxy.async, arrive
-//     on the stage's "full" barrier. Thread 0 also issues the stage's A tile (TMA, 128 rows x 128 B, 128B swizzle).
+//     e2m1 nibbles with cp.async into a private ring (kRaw steps ahead) and its UE8M0 words 8 steps at a time, converts
+//     them to e4m3 and writes them into the stage's B tile in the 128-byte-swizzled K-major layout the wgmma descriptor
+//     reads (16-byte chunk c of row r at chunk c ^ (r % 8)), plus the row's scale 2^(e_max - 133) as f32;
+//     fence.proxy.async, arrive on the stage's "full" barrier. Thread 0 also issues the stage's A tile (TMA, 128 rows x
+//     128 B, 128B swizzle).
 //   warpgroups 1, 2, consumers: 64 of the 128 M rows each; per stage 4 x wgmma m64n128k32 e4m3 into a block
 //     accumulator, then out += acc · (a_scale[row] · w_scale[col]) ("promotion" per 128 K, as sm90_fp8_gemm_wgmma,
 //     but with one weight scale per column). A consumer whose 64 rows are all past the tile's valid rows skips its
@@ -63,11 +64,16 @@ struct MoePrefillConfig {
     static constexpr int kThreads = 384;     // converter warpgroup + 2 consumer warpgroups
     static constexpr int kTileBytes = kBM * kBK;                  // 16 KiB (A and B tiles alike)
     static constexpr int kStageBytes = 2 * kTileBytes;            // A then B
-    static constexpr int kRawNibBytes = 128 * 64;                 // [4 chunks][128 threads] x 16 B
-    static constexpr int kRawStageBytes = kRawNibBytes + 128 * 4; // + [128 threads] scale words
+    static constexpr int kRawStageBytes = 128 * 64;               // [4 chunks][128 threads] x 16 B of nibbles
+    // A row's UE8M0 scale words are copied kScaleSteps steps at a time (two 16-byte copies, one 32-byte sector)
+    // into a double-buffered ring, not 4 bytes per step: 128 rows' 4-byte words lie 128 B (64 B) apart, so per-step
+    // copies cost a warp 32 sectors per step instead of 4 (docs/kernels/moe_prefill.md, "Scale words").
+    static constexpr int kScaleSteps = 8;
+    static constexpr int kScaleRingBytes = 2 * kScaleSteps * 4 * 128;  // [2 chunks][steps / 4][128 threads] x 16 B
+    static_assert(kRaw - 1 <= kScaleSteps, "a chunk is overwritten only after its last step was converted");
     static constexpr int kDeltas = 32;                            // conversion tables for δ = 0..31
     static constexpr int kSmemBytes = kStages * kStageBytes + kStages * kBN * 4 + kRaw * kRawStageBytes +
-                                      kDeltas * 8 + 1024;         // + alignment slack for the 1024-aligned ring
+                                      kScaleRingBytes + kDeltas * 8 + 1024;  // + slack for the 1024-aligned ring
     static constexpr int kCombineThreads = 256;
     static constexpr int kQuantThreads = 256;  // hidden quantisation: one 32-element chunk per thread
 };
