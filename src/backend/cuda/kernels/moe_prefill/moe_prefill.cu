@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     if (tid < 128) {
         // ------------------------------------------------------------------------------- converter warpgroup
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConverterRegs));
         const int r = tid;  // B row of every stage
         const int my_tiles = tiles > int(blockIdx.x) ? (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x)
                                                      : 0;
@@ -226,10 +227,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             cp_async_wait<Cfg::kRaw - 1>();  // this thread's copies of step g have landed
             mbar_wait(&empty_bar[stage], phase ^ 1);
             uint8_t* sA = ring + stage * Cfg::kStageBytes;
-            uint8_t* sB = sA + Cfg::kTileBytes;
+            uint8_t* sB = sA + Cfg::kATileBytes;
             if (r == 0) {
                 if (kb == 0) a_row0 = p.tile_row0[tile / n_tiles_n];
-                mbar_arrive_expect_tx(&full_bar[stage], Cfg::kTileBytes);
+                mbar_arrive_expect_tx(&full_bar[stage], Cfg::kATileBytes);
                 tma_load_2d(sA, &tmap_a, kb * Cfg::kBK, a_row0, &full_bar[stage]);
             }
             const uint32_t sw = *reinterpret_cast<const uint32_t*>(sring + scale_word_offset(g, r));
@@ -282,12 +283,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // ------------------------------------------------------------------------------------ consumer warpgroups
-    const int consumer = tid / 128 - 1;  // M rows 64·consumer .. +63 of the tile
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
+    const int consumer = tid / 128 - 1;  // M blocks consumer and consumer + 2 (64 rows each) of the tile
     const int warp = (tid / 32) % 4, lane = tid % 32;
-    const int row_in_tile = consumer * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
+    const int row_in_blk = warp * 16 + lane / 4;  // and row_in_blk + 8
     const int TK = p.T * p.K;
     const float* a_scale = kGateUp ? p.xs : p.hs;
-    float acc[64], out[64];
+    float acc[64], out[2][64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     int stage = 0;
@@ -295,24 +297,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int m = tile / n_tiles_n, n = tile % n_tiles_n;
         const int row0 = p.tile_row0[m], rows = p.tile_rows[m];
-        const bool active = consumer * 64 < rows;        // else all 64 rows lie past the expert's last pick
-        const int q0 = row0 + row_in_tile, q1 = q0 + 8;  // list positions of the thread's two rows
-        // rows past the tile's valid ones read some other position's scales: their results are never stored
-        const float* sa0 = a_scale + size_t(min(q0, TK - 1)) * size_t(KB);
-        const float* sa1 = a_scale + size_t(min(q1, TK - 1)) * size_t(KB);
-        // the epilogue's per-row data (pick index, and for gate/up its routing weight), loaded now: two dependent
-        // global loads would otherwise sit between the last stage and the stores
-        const bool ok0 = active && row_in_tile < rows, ok1 = active && row_in_tile + 8 < rows;
-        const int pick0 = ok0 ? p.list[q0] : 0, pick1 = ok1 ? p.list[q1] : 0;
-        const float rw0 = kGateUp && ok0 ? p.route_w[pick0] : 0.0f, rw1 = kGateUp && ok1 ? p.route_w[pick1] : 0.0f;
+        // M blocks this warpgroup computes (warp-uniform): j = 0 is block `consumer`, j = 1 block consumer + 2; a
+        // block whose 64 rows all lie past the expert's last pick is skipped
+        const int nblk = rows > 64 * (consumer + 2) ? 2 : (rows > 64 * consumer ? 1 : 0);
 #pragma unroll
-        for (int i = 0; i < 64; ++i) out[i] = 0.0f;
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int i = 0; i < 64; ++i) out[j][i] = 0.0f;
         for (int kb = 0; kb < KB; ++kb) {
-            const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb);
+            // rows past the tile's valid ones read some other position's scales: their results are never stored
+            float a[2][2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int q = row0 + 64 * (consumer + 2 * j) + row_in_blk + 8 * h;
+                    a[j][h] = j < nblk ? __ldg(a_scale + size_t(min(q, TK - 1)) * size_t(KB) + kb) : 0.0f;
+                }
             mbar_wait(&full_bar[stage], phase);
-            if (active) {
-                const uint32_t a_base = smem_u32(ring + stage * Cfg::kStageBytes) + consumer * 64 * Cfg::kBK;
-                const uint32_t b_base = smem_u32(ring + stage * Cfg::kStageBytes + Cfg::kTileBytes);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                if (j >= nblk) break;
+                const uint32_t a_base = smem_u32(ring + stage * Cfg::kStageBytes) + (consumer + 2 * j) * 64 * Cfg::kBK;
+                const uint32_t b_base = smem_u32(ring + stage * Cfg::kStageBytes + Cfg::kATileBytes);
                 fence_accumulators(acc);
                 wgmma_fence();
 #pragma unroll
@@ -323,19 +330,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 fence_accumulators(acc);
                 wgmma_wait_all();
                 fence_accumulators(acc);
-            }
-            if (active) {
                 // out += acc · (a_scale · w_scale) with the weight scales of the thread's 32 columns
-                // 8j + 2(lane%4) + {0, 1}: the scale product is a power of two, so acc times it is exact and the fma
+                // 8i + 2(lane%4) + {0, 1}: the scale product is a power of two, so acc times it is exact and the fma
                 // rounds once, like the reference's separate multiply and add
                 const float* wrow = wscale + stage * Cfg::kBN + 2 * (lane % 4);
 #pragma unroll
-                for (int j = 0; j < 16; ++j) {
-                    const float2 ws = *reinterpret_cast<const float2*>(wrow + 8 * j);
-                    out[4 * j + 0] = fmaf(acc[4 * j + 0], a0 * ws.x, out[4 * j + 0]);
-                    out[4 * j + 1] = fmaf(acc[4 * j + 1], a0 * ws.y, out[4 * j + 1]);
-                    out[4 * j + 2] = fmaf(acc[4 * j + 2], a1 * ws.x, out[4 * j + 2]);
-                    out[4 * j + 3] = fmaf(acc[4 * j + 3], a1 * ws.y, out[4 * j + 3]);
+                for (int i = 0; i < 16; ++i) {
+                    const float2 ws = *reinterpret_cast<const float2*>(wrow + 8 * i);
+                    out[j][4 * i + 0] = fmaf(acc[4 * i + 0], a[j][0] * ws.x, out[j][4 * i + 0]);
+                    out[j][4 * i + 1] = fmaf(acc[4 * i + 1], a[j][0] * ws.y, out[j][4 * i + 1]);
+                    out[j][4 * i + 2] = fmaf(acc[4 * i + 2], a[j][1] * ws.x, out[j][4 * i + 2]);
+                    out[j][4 * i + 3] = fmaf(acc[4 * i + 3], a[j][1] * ws.y, out[j][4 * i + 3]);
                 }
             }
             __syncwarp();  // the warp's reads of the stage (wgmma operands, scales) are done
@@ -344,43 +349,45 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
 
         const int col = 2 * (lane % 4);
-        if (kGateUp) {
-            // columns 0..63 are w1 rows n·64 + c, columns 64..127 the same rows of w3: fragment j pairs with j + 8
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            if (j >= nblk) break;
+            const int rib = 64 * (consumer + 2 * j) + row_in_blk;  // the thread's rows rib, rib + 8 of the tile
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const int pos = half ? q1 : q0;
-                if (!(half ? ok1 : ok0)) continue;
-                const float rw = half ? rw1 : rw0;
-                __nv_bfloat16* dst = p.h + size_t(pos) * size_t(p.I) + size_t(n) * Cfg::kUpRows + col;
+                if (rib + 8 * half >= rows) continue;
+                const int pos = row0 + rib + 8 * half;
+                const int pick = p.list[pos];
+                if (kGateUp) {
+                    // columns 0..63 are w1 rows n·64 + c, columns 64..127 the same rows of w3: fragment i pairs with
+                    // i + 8
+                    const float rw = p.route_w[pick];
+                    __nv_bfloat16* dst = p.h + size_t(pos) * size_t(p.I) + size_t(n) * Cfg::kUpRows + col;
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    float hv[2];
+                    for (int i = 0; i < 8; ++i) {
+                        float hv[2];
 #pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight
-                        float u1 = round_bf16(out[4 * j + 2 * half + c]);
-                        float u3 = round_bf16(out[4 * (j + 8) + 2 * half + c]);
-                        if (p.limit > 0.0f) {
-                            u1 = fminf(u1, p.limit);
-                            u3 = fminf(fmaxf(u3, -p.limit), p.limit);
+                        for (int c = 0; c < 2; ++c) {
+                            // reference: u1, u3 are bf16 linear outputs; clamp; silu(u1)·u3 in f32; × route weight
+                            float u1 = round_bf16(out[j][4 * i + 2 * half + c]);
+                            float u3 = round_bf16(out[j][4 * (i + 8) + 2 * half + c]);
+                            if (p.limit > 0.0f) {
+                                u1 = fminf(u1, p.limit);
+                                u3 = fminf(fmaxf(u3, -p.limit), p.limit);
+                            }
+                            const float av = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
+                            hv[c] = __fmul_rn(rw, av);
                         }
-                        const float a = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
-                        hv[c] = __fmul_rn(rw, a);
+                        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * i) = __floats2bfloat162_rn(hv[0], hv[1]);
                     }
-                    *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = __floats2bfloat162_rn(hv[0], hv[1]);
+                } else {
+                    // each pick's bf16 expert output, by pick index
+                    __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * Cfg::kBN + col;
+#pragma unroll
+                    for (int i = 0; i < 16; ++i)
+                        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * i) =
+                            __floats2bfloat162_rn(out[j][4 * i + 2 * half], out[j][4 * i + 2 * half + 1]);
                 }
-            }
-        } else if (active) {
-            // each pick's bf16 expert output, by pick index
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                if (!(half ? ok1 : ok0)) continue;
-                const int pick = half ? pick1 : pick0;
-                __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * Cfg::kBN + col;
-#pragma unroll
-                for (int j = 0; j < 16; ++j)
-                    *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
-                        __floats2bfloat162_rn(out[4 * j + 2 * half], out[4 * j + 2 * half + 1]);
             }
         }
     }

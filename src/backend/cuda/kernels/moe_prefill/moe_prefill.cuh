@@ -50,25 +50,33 @@
 
 namespace dsv4::cuda {
 
+#ifndef DSV4_MP_STAGES
+#define DSV4_MP_STAGES 4
+#define DSV4_MP_RAW 3
+#define DSV4_MP_SCALE_STEPS 4
+#endif
 struct MoePrefillConfig {
     static constexpr int kPrepThreads = 256;
     static constexpr int kPrepTokens = 64;   // tokens per prepare block
     static constexpr int kMaxExperts = 1024;
     static constexpr int kMaxK = 16;
-    static constexpr int kBM = 128;          // M tile: positions of one expert in the sorted pick list
+    static constexpr int kBM = 256;          // M tile: positions of one expert in the sorted pick list (4 blocks of 64)
     static constexpr int kBN = 128;          // B rows per tile (gate/up: 64 of w1 + 64 of w3; down: 128 of w2)
     static constexpr int kBK = 128;          // K per stage: one activation scale block, one swizzle row
     static constexpr int kUpRows = 64;       // rows of I per gate/up tile
-    static constexpr int kStages = 5;        // A + B tile ring
-    static constexpr int kRaw = 5;           // converter's private raw-weight ring (prefetch distance kRaw - 1)
+    static constexpr int kStages = DSV4_MP_STAGES;  // A + B tile ring
+    static constexpr int kRaw = DSV4_MP_RAW;        // converter's private raw-weight ring (prefetch distance kRaw - 1)
     static constexpr int kThreads = 384;     // converter warpgroup + 2 consumer warpgroups
-    static constexpr int kTileBytes = kBM * kBK;                  // 16 KiB (A and B tiles alike)
-    static constexpr int kStageBytes = 2 * kTileBytes;            // A then B
+    static constexpr int kATileBytes = kBM * kBK;                  // 32 KiB
+    static constexpr int kBTileBytes = kBN * kBK;                  // 16 KiB
+    static constexpr int kStageBytes = kATileBytes + kBTileBytes;  // A then B
+    // registers after setmaxnreg (launch: 384 x 168): a consumer holds acc + two M blocks' out = 192 floats
+    static constexpr int kConverterRegs = 56, kConsumerRegs = 224;
     static constexpr int kRawStageBytes = 128 * 64;               // [4 chunks][128 threads] x 16 B of nibbles
     // A row's UE8M0 scale words are copied kScaleSteps steps at a time (two 16-byte copies, one 32-byte sector)
     // into a double-buffered ring, not 4 bytes per step: 128 rows' 4-byte words lie 128 B (64 B) apart, so per-step
     // copies cost a warp 32 sectors per step instead of 4 (docs/kernels/moe_prefill.md, "Scale words").
-    static constexpr int kScaleSteps = 8;
+    static constexpr int kScaleSteps = DSV4_MP_SCALE_STEPS;
     static constexpr int kScaleRingBytes = 2 * kScaleSteps * 4 * 128;  // [2 chunks][steps / 4][128 threads] x 16 B
     static_assert(kRaw - 1 <= kScaleSteps, "a chunk is overwritten only after its last step was converted");
     static constexpr int kDeltas = 32;                            // conversion tables for δ = 0..31
