@@ -176,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoePrefill,
 // copies each step's scale word on its own instead of eight at a time. One shape per GEMM on that path, the other GEMM
 // on the eight-step copies.
 constexpr MoeShape kOddUp{"odd_up", 640, 2048, 256, 6};      // gate/up 5 K blocks, down 16
-constexpr MoeShape kOddDown{"odd_down", 1024, 384, 256, 6};  // gate/up 8, down 3
+constexpr MoeShape kOddDown{"odd_down", 1024, 1408, 256, 6};  // gate/up 8, down 11
 
 TEST(CudaMoePrefillScaleCopies, KBlocksNotAMultipleOfEight) {
     DSV4_REQUIRE_GPU();

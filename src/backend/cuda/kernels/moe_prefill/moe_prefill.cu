@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         RawCursor cursor;
         for (int g = 0; g < Cfg::kRaw - 1; ++g)
             issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, sring, cursor);
-        int stage = 0, raw_slot = 0, kb = 0, a_row0 = 0;
+        int stage = 0, raw_slot = 0, kb = 0, a_row0 = 0, a_boxes = 0;
         uint32_t phase = 0;
         for (int g = 0, tile = int(blockIdx.x); g < n_steps; ++g) {
             issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, sring, cursor);
@@ -228,10 +228,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             mbar_wait(&empty_bar[stage], phase ^ 1);
             uint8_t* sA = ring + stage * Cfg::kStageBytes;
             uint8_t* sB = sA + Cfg::kATileBytes;
-            if (r == 0) {
-                if (kb == 0) a_row0 = p.tile_row0[tile / n_tiles_n];
-                mbar_arrive_expect_tx(&full_bar[stage], Cfg::kATileBytes);
-                tma_load_2d(sA, &tmap_a, kb * Cfg::kBK, a_row0, &full_bar[stage]);
+            if (r == 0) {  // the A tile's 64-row blocks that hold valid rows (the consumers read no other)
+                if (kb == 0) {
+                    const int mt = tile / n_tiles_n;
+                    a_row0 = p.tile_row0[mt];
+                    a_boxes = (p.tile_rows[mt] + Cfg::kABoxRows - 1) / Cfg::kABoxRows;
+                }
+                mbar_arrive_expect_tx(&full_bar[stage], uint32_t(a_boxes) * Cfg::kABoxBytes);
+                for (int b = 0; b < a_boxes; ++b)
+                    tma_load_2d(sA + b * Cfg::kABoxBytes, &tmap_a, kb * Cfg::kBK, a_row0 + b * Cfg::kABoxRows,
+                                &full_bar[stage]);
             }
             const uint32_t sw = *reinterpret_cast<const uint32_t*>(sring + scale_word_offset(g, r));
             if (++kb == KB) kb = 0, tile += int(gridDim.x);
@@ -514,10 +520,10 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
     p.yp = reinterpret_cast<__nv_bfloat16*>(ws + wl.yp);
 
     const int64_t picks = a.tokens * a.k;
-    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_x, e4m3_kmajor_tensor_map(p.xg, picks, a.dim, Cfg::kBM, Cfg::kBK,
-                                                                     op.c_str(), "gathered activations"));
-    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_h, e4m3_kmajor_tensor_map(p.hq, picks, a.inter, Cfg::kBM, Cfg::kBK,
-                                                                     op.c_str(), "hidden activations"));
+    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_x, e4m3_kmajor_tensor_map(p.xg, picks, a.dim, Cfg::kABoxRows, Cfg::kBK,
+                                                                    op.c_str(), "gathered activations"));
+    DSV4_ASSIGN_OR_RETURN(CUtensorMap map_h, e4m3_kmajor_tensor_map(p.hq, picks, a.inter, Cfg::kABoxRows, Cfg::kBK,
+                                                                    op.c_str(), "hidden activations"));
 
     const bool repacked = a.format == MoeWeightFormat::kMXFP4Repacked;
     auto* gate_up = repacked ? moe_prefill_gemm_kernel<true, true> : moe_prefill_gemm_kernel<true, false>;

@@ -68,6 +68,8 @@ struct MoePrefillConfig {
     static constexpr int kRaw = DSV4_MP_RAW;        // converter's private raw-weight ring (prefetch distance kRaw - 1)
     static constexpr int kThreads = 384;     // converter warpgroup + 2 consumer warpgroups
     static constexpr int kATileBytes = kBM * kBK;                  // 32 KiB
+    static constexpr int kABoxRows = 64;                           // A arrives in 64-row TMA boxes, valid blocks only
+    static constexpr int kABoxBytes = kABoxRows * kBK;
     static constexpr int kBTileBytes = kBN * kBK;                  // 16 KiB
     static constexpr int kStageBytes = kATileBytes + kBTileBytes;  // A then B
     // registers after setmaxnreg (launch: 384 x 168): a consumer holds acc + two M blocks' out = 192 floats
