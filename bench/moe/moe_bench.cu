@@ -22,8 +22,9 @@
 // mma.sync and with wgmma) at T tokens only (for a profiler's per-kernel view; from 256 tokens on the prefill kernel
 // too);
 // `dsv4_bench_moe --decode` only the first table's T <= 256 rows;
-// `dsv4_bench_moe --prefill` only the prefill kernel, shipped and repacked layouts, at 256, 1,024, 2,048 and 8,192
-// tokens (a quick comparison of prefill variants).
+// `dsv4_bench_moe --prefill` only the prefill kernel, shipped and repacked layouts (the repacked one also with each M
+// tile forced: 128 and 256 rows), at 256, 1,024, 2,048, 4,096 and 8,192 tokens (a quick comparison of prefill
+// variants).
 //
 // A second table times the decode kernel's weight formats (MXFP4, MXFP4 in the repacked layout through f16 mma.sync
 // and through FP8 wgmma, NVFP4, FP8 128x128 blocks) at T <= 256. The repacked columns read the same random bytes as if
@@ -414,8 +415,10 @@ int main(int argc, char** argv) {
     if (decode_only) token_counts = {1, 4, 16, 64, 256};
     if (prefill_only) {
         std::printf(
-            "\n| T | prefill us (MXFP4) | TFLOP/s | prefill us (repacked MXFP4) | TFLOP/s |\n|---|---|---|---|---|\n");
-        token_counts = {256, 1024, 2048, kMaxT};
+            "\n| T | prefill us (MXFP4) | TFLOP/s | prefill us (repacked MXFP4) | TFLOP/s | repacked, 128-row M tiles "
+            "us "
+            "| repacked, 256-row M tiles us |\n|---|---|---|---|---|---|---|\n");
+        token_counts = {256, 1024, 2048, 4096, kMaxT};
     }
     if (!prefill_only)
         std::printf("\n| T | experts read | MB touched | ring us | ring TB/s | ring %% copy | ring TFLOP/s | register us | "
@@ -466,16 +469,27 @@ int main(int argc, char** argv) {
             CHECK(pws.status());
             const double flops = 6.0 * double(kD) * double(kI) * double(kK) * double(T);
             std::printf("| %lld |", (long long)T);
-            for (const MoeWeightFormat f : {MoeWeightFormat::kMXFP4, MoeWeightFormat::kMXFP4Repacked}) {
+            const struct {
+                MoeWeightFormat format;
+                MoePrefillTile tile;
+                bool tflops;
+            } runs[] = {{MoeWeightFormat::kMXFP4, MoePrefillTile::kAuto, true},
+                        {MoeWeightFormat::kMXFP4Repacked, MoePrefillTile::kAuto, true},
+                        {MoeWeightFormat::kMXFP4Repacked, MoePrefillTile::k128, false},
+                        {MoeWeightFormat::kMXFP4Repacked, MoePrefillTile::k256, false}};
+            for (const auto& run : runs) {
                 const float ms = median_ms_per_call(s, [&](int i) {
                     MoeDecodeArgs a = args_for(i, 0, false);
                     a.tokens = T;
-                    a.format = f;
+                    a.format = run.format;
                     a.workspace = pws->data();
                     a.workspace_bytes = pws_bytes;
-                    CHECK(sm90_mxfp4_moe_prefill(a, s));
+                    CHECK(sm90_mxfp4_moe_prefill(a, s, run.tile));
                 }, true);
-                std::printf(" %.1f | %.1f |", ms * 1e3, flops / (ms * 1e-3) / 1e12);
+                if (run.tflops)
+                    std::printf(" %.1f | %.1f |", ms * 1e3, flops / (ms * 1e-3) / 1e12);
+                else
+                    std::printf(" %.1f |", ms * 1e3);
             }
             std::printf("\n");
             std::fflush(stdout);

@@ -14,7 +14,8 @@
 // of bf16 outputs bit-exact, the same against the decode kernel (whose f32 MMA sums match the CPU to >= 99 % of
 // bits). Bounds: rel_l2 <= 8e-3, max |error| <= 0.2 std, >= 30 % bit-exact — about twice the measured spread,
 // while a real fault (a wrong scale, row, token or expert; a skipped tile) is an error of the outputs' own size.
-// The repacked layout (mxfp4_repacked.h) must give the shipped layout's bits (the converter's e4m3 tile is the same).
+// The repacked layout (mxfp4_repacked.h) must give the shipped layout's bits (the converter's e4m3 tile is the same),
+// and so must the 256-row M tiles (forced here; the skewed cases give them full and ragged 256-row tiles).
 // Also: no non-finite outputs (the output buffer and the workspace start poisoned with 0xff = NaN); a poisoned row
 // after the output catches stores past token T-1; a second call on the same (dirty) workspace gives the same bits.
 //
@@ -26,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "backend/cpu/cpu_ops.h"
@@ -141,6 +143,21 @@ void run_case(const MoeShape& s, int64_t T, Routing routing) {
         DSV4_ASSERT_OK(st->synchronize());
         const auto repacked = from_bf16_bits(to_host<uint16_t>(*dy, n_out));
         EXPECT_EQ(count_bit_differences(got, repacked), 0u) << "the repacked layout changed the result";
+    }
+
+    // 256-row M tiles (what kAuto takes where experts average more than 128 picks: one converted weight tile for two
+    // consumer blocks each): a row's result depends on its own activations only, so the same bits
+    {
+        SCOPED_TRACE("256-row M tiles");
+        DSV4_ASSERT_OK(dy->fill_bytes(0xff));
+        DSV4_ASSERT_OK(sm90_mxfp4_moe_prefill(a, st->handle(), MoePrefillTile::k256));
+        DSV4_ASSERT_OK(st->synchronize());
+        const auto big = from_bf16_bits(to_host<uint16_t>(*dy, n_out + size_t(D)));
+        EXPECT_EQ(count_bit_differences(got, std::vector<float>(big.begin(), big.begin() + ptrdiff_t(n_out))), 0u)
+            << "256-row M tiles changed the result";
+        size_t past = 0;
+        for (size_t i = n_out; i < big.size(); ++i) past += !std::isnan(big[i]);
+        EXPECT_EQ(past, 0u) << "256-row M tiles: stores past the last token row";
     }
 
     // T = 256: the decode kernel (the prefill path of today, checked against the CPU in moe_decode_test.cpp)

@@ -56,16 +56,16 @@ __global__ void __launch_bounds__(Cfg::kPrepThreads) moe_prefill_prepare_kernel(
     __syncthreads();
     block_exclusive_scan(start, p.E, warp_sums);
     if (blockIdx.x == 0) {
-        // M tile table: expert e's ceil(cnt/128) tiles, in ascending expert order (pos_of is scratch here)
-        for (int e = tid; e < p.E; e += Cfg::kPrepThreads) pos_of[e] = (cnt[e] + Cfg::kBM - 1) / Cfg::kBM;
+        // M tile table: expert e's ceil(cnt/bm) tiles, in ascending expert order (pos_of is scratch here)
+        for (int e = tid; e < p.E; e += Cfg::kPrepThreads) pos_of[e] = (cnt[e] + p.bm - 1) / p.bm;
         __syncthreads();
         const int n_mtiles = block_exclusive_scan(pos_of, p.E, warp_sums);
         for (int e = tid; e < p.E; e += Cfg::kPrepThreads) {
-            for (int j = 0; j * Cfg::kBM < cnt[e]; ++j) {
+            for (int j = 0; j * p.bm < cnt[e]; ++j) {
                 const int m = pos_of[e] + j;
                 p.tile_expert[m] = e;
-                p.tile_row0[m] = start[e] + j * Cfg::kBM;
-                p.tile_rows[m] = min(Cfg::kBM, cnt[e] - j * Cfg::kBM);
+                p.tile_row0[m] = start[e] + j * p.bm;
+                p.tile_rows[m] = min(p.bm, cnt[e] - j * p.bm);
             }
         }
         if (tid == 0) *p.n_mtiles = n_mtiles;
@@ -121,16 +121,17 @@ struct RawCursor {
 
 // Where converter thread r finds the scale word of its step g in the scale ring: [g / 4 % kQuads][thread r] x 16 B,
 // word g % 4 (a position is reused 2 · kScaleSteps steps later, after its step was converted).
-constexpr int kScaleQuads = 2 * Cfg::kScaleSteps / 4;
-static_assert(Cfg::kScaleSteps % 4 == 0 && Cfg::kScaleRingBytes == kScaleQuads * 128 * 16, "two chunks of quads");
+template <class G>
 __device__ __forceinline__ int scale_word_offset(int g, int r) {
-    return ((g / 4 % kScaleQuads) * 128 + r) * 16 + (g % 4) * 4;
+    constexpr int kQuads = 2 * G::kScaleSteps / 4;
+    static_assert(G::kScaleRingBytes == kQuads * 128 * 16, "two chunks of quads");
+    return ((g / 4 % kQuads) * 128 + r) * 16 + (g % 4) * 4;
 }
 
 // Converter thread r: cp.async of B row r's 64 nibble bytes of the cursor's step into raw slot step % kRaw and of
 // its scale word into the scale ring (s_vec: every kScaleSteps steps, the words of kScaleSteps steps), then the cursor
 // moves on. One commit group per step, empty past the last step, so the wait_group counts stay uniform.
-template <bool kGateUp>
+template <bool kGateUp, class G>
 __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_steps, int KB, int n_tiles_n,
                                                size_t row_bytes, size_t srow_bytes, int r, uint8_t* raw, uint8_t* sring,
                                                RawCursor& c) {
@@ -150,17 +151,17 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_
             }
             c.w_row = w + size_t(row) * row_bytes;
             c.s_row = ws + size_t(row) * srow_bytes;
-            c.s_vec = KB % Cfg::kScaleSteps == 0 && ((reinterpret_cast<uintptr_t>(ws) | srow_bytes) & 15) == 0;
+            c.s_vec = KB % G::kScaleSteps == 0 && ((reinterpret_cast<uintptr_t>(ws) | srow_bytes) & 15) == 0;
         }
-        uint8_t* slot = raw + (c.step % Cfg::kRaw) * Cfg::kRawStageBytes;
+        uint8_t* slot = raw + (c.step % G::kRaw) * Cfg::kRawStageBytes;
 #pragma unroll
         for (int j = 0; j < 4; ++j) cp_async16(slot + (j * 128 + r) * 16, c.w_row + size_t(c.kb) * 64 + 16 * j);
-        uint8_t* sword = sring + scale_word_offset(c.step, r);
+        uint8_t* sword = sring + scale_word_offset<G>(c.step, r);
         if (!c.s_vec) {
             cp_async4(sword, c.s_row + size_t(c.kb) * 4);
-        } else if (c.kb % Cfg::kScaleSteps == 0) {  // then step % kScaleSteps == 0 too: the chunk's words, 4 per copy
+        } else if (c.kb % G::kScaleSteps == 0) {  // then step % kScaleSteps == 0 too: the chunk's words, 4 per copy
 #pragma unroll
-            for (int j = 0; j < Cfg::kScaleSteps / 4; ++j)
+            for (int j = 0; j < G::kScaleSteps / 4; ++j)
                 cp_async16(sword + j * 128 * 16, c.s_row + size_t(c.kb + 4 * j) * 4);
         }
         if (++c.kb == KB) c.kb = 0, c.tile += int(gridDim.x);
@@ -173,33 +174,33 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_
 // rows x 128 bytes, 128-byte swizzle, rows past T·K zero-filled.
 // kRepacked: the experts are in the repacked layout (mxfp4_repacked.h: bits permuted inside each word, scale words
 // (e_max, deltas)); the converter's output is the same e4m3 tile.
-template <bool kGateUp, bool kRepacked>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+template <bool kGateUp, bool kRepacked, class G>
+__global__ void __launch_bounds__(G::kThreads, 1)
     moe_prefill_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const MoePrefillParams p) {
     pdl_enter();
-    __shared__ __align__(8) uint64_t full_bar[Cfg::kStages];
-    __shared__ __align__(8) uint64_t empty_bar[Cfg::kStages];
+    __shared__ __align__(8) uint64_t full_bar[G::kStages];
+    __shared__ __align__(8) uint64_t empty_bar[G::kStages];
     extern __shared__ uint8_t smem_raw[];
     // 1024-aligned in the shared window (TMA and the 128-byte swizzle), derived from smem_raw by pointer arithmetic
     // so that the compiler keeps every access below in the shared space (LDS / STS, not generic loads and stores)
     uint8_t* ring = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    float* wscale = reinterpret_cast<float*>(ring + Cfg::kStages * Cfg::kStageBytes);  // [kStages][128 B rows]
-    uint8_t* raw = reinterpret_cast<uint8_t*>(wscale + Cfg::kStages * Cfg::kBN);         // [kRaw][kRawStageBytes]
-    uint8_t* sring = raw + Cfg::kRaw * Cfg::kRawStageBytes;                              // [kScaleRingBytes]
-    uint8_t* tables = sring + Cfg::kScaleRingBytes;                                      // [kDeltas][8] e4m3 bytes
+    float* wscale = reinterpret_cast<float*>(ring + G::kStages * G::kStageBytes);  // [kStages][128 B rows]
+    uint8_t* raw = reinterpret_cast<uint8_t*>(wscale + G::kStages * G::kBN);       // [kRaw][kRawStageBytes]
+    uint8_t* sring = raw + G::kRaw * G::kRawStageBytes;                            // [kScaleRingBytes]
+    uint8_t* tables = sring + G::kScaleRingBytes;                                  // [kDeltas][8] e4m3 bytes
 
-    const int Kdim = kGateUp ? p.D : p.I, KB = Kdim / Cfg::kBK;
-    const int n_tiles_n = kGateUp ? p.I / Cfg::kUpRows : p.D / Cfg::kBN;
+    const int Kdim = kGateUp ? p.D : p.I, KB = Kdim / G::kBK;
+    const int n_tiles_n = kGateUp ? p.I / G::kUpRows : p.D / G::kBN;
     const int tiles = *p.n_mtiles * n_tiles_n;
     const int tid = threadIdx.x;
 
-    if (tid < Cfg::kDeltas) {
+    if (tid < G::kDeltas) {
         uint32_t lo, hi;
         e4m3_table_for_delta(tid, lo, hi);
         reinterpret_cast<uint2*>(tables)[tid] = make_uint2(lo, hi);
     }
     if (tid == 0) {
-        for (int s = 0; s < Cfg::kStages; ++s) {
+        for (int s = 0; s < G::kStages; ++s) {
             mbar_init(&full_bar[s], 1 + 128);  // thread 0's arrive.expect_tx (A tile) + every converter thread
             mbar_init(&empty_bar[s], 8);       // one arrival per consumer warp
         }
@@ -210,7 +211,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     if (tid < 128) {
         // ------------------------------------------------------------------------------- converter warpgroup
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConverterRegs));
+        if constexpr (G::kBlocksPerConsumer > 1)
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(G::kConverterRegs));
         const int r = tid;  // B row of every stage
         const int my_tiles = tiles > int(blockIdx.x) ? (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x)
                                                      : 0;
@@ -218,31 +220,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const size_t row_bytes = size_t(Kdim) / 2, srow_bytes = size_t(Kdim) / 32;
         // the source row of step g (cached per tile)
         RawCursor cursor;
-        for (int g = 0; g < Cfg::kRaw - 1; ++g)
-            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, sring, cursor);
+        for (int g = 0; g < G::kRaw - 1; ++g)
+            issue_raw_step<kGateUp, G>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, sring, cursor);
         int stage = 0, raw_slot = 0, kb = 0, a_row0 = 0, a_boxes = 0;
         uint32_t phase = 0;
         for (int g = 0, tile = int(blockIdx.x); g < n_steps; ++g) {
-            issue_raw_step<kGateUp>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, sring, cursor);
-            cp_async_wait<Cfg::kRaw - 1>();  // this thread's copies of step g have landed
+            issue_raw_step<kGateUp, G>(p, n_steps, KB, n_tiles_n, row_bytes, srow_bytes, r, raw, sring, cursor);
+            cp_async_wait<G::kRaw - 1>();  // this thread's copies of step g have landed
             mbar_wait(&empty_bar[stage], phase ^ 1);
-            uint8_t* sA = ring + stage * Cfg::kStageBytes;
-            uint8_t* sB = sA + Cfg::kATileBytes;
+            uint8_t* sA = ring + stage * G::kStageBytes;
+            uint8_t* sB = sA + G::kATileBytes;
             if (r == 0) {  // the A tile's 64-row blocks that hold valid rows (the consumers read no other)
                 if (kb == 0) {
                     const int mt = tile / n_tiles_n;
                     a_row0 = p.tile_row0[mt];
-                    a_boxes = (p.tile_rows[mt] + Cfg::kABoxRows - 1) / Cfg::kABoxRows;
+                    a_boxes = (p.tile_rows[mt] + G::kABoxRows - 1) / G::kABoxRows;
                 }
-                mbar_arrive_expect_tx(&full_bar[stage], uint32_t(a_boxes) * Cfg::kABoxBytes);
+                mbar_arrive_expect_tx(&full_bar[stage], uint32_t(a_boxes) * G::kABoxBytes);
                 for (int b = 0; b < a_boxes; ++b)
-                    tma_load_2d(sA + b * Cfg::kABoxBytes, &tmap_a, kb * Cfg::kBK, a_row0 + b * Cfg::kABoxRows,
+                    tma_load_2d(sA + b * G::kABoxBytes, &tmap_a, kb * G::kBK, a_row0 + b * G::kABoxRows,
                                 &full_bar[stage]);
             }
-            const uint32_t sw = *reinterpret_cast<const uint32_t*>(sring + scale_word_offset(g, r));
+            const uint32_t sw = *reinterpret_cast<const uint32_t*>(sring + scale_word_offset<G>(g, r));
             if (++kb == KB) kb = 0, tile += int(gridDim.x);
-            const uint8_t* slot = raw + raw_slot * Cfg::kRawStageBytes;
-            if (++raw_slot == Cfg::kRaw) raw_slot = 0;
+            const uint8_t* slot = raw + raw_slot * G::kRawStageBytes;
+            if (++raw_slot == G::kRaw) raw_slot = 0;
             // the four 32-blocks' spreads below the row's largest exponent (the repacked word holds them already)
             int e_max, delta[4];
             if constexpr (kRepacked) {
@@ -255,8 +257,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
                 for (int q = 0; q < 4; ++q) delta[q] = e_max - e[q];
             }
-            wscale[stage * Cfg::kBN + r] = pow2_f32(e_max - 133);
-            uint8_t* row_base = sB + r * Cfg::kBK;
+            wscale[stage * G::kBN + r] = pow2_f32(e_max - 133);
+            uint8_t* row_base = sB + r * G::kBK;
             auto to_e4m3 = [](uint32_t w, const uint2& t) {
                 return kRepacked ? repacked_x8_to_e4m3(w, t.x, t.y) : e2m1x8_to_e4m3(w, t.x, t.y);
             };
@@ -267,7 +269,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 nibs[q] = *reinterpret_cast<const uint4*>(slot + (q * 128 + r) * 16);
-                tabs[q] = *reinterpret_cast<const uint2*>(tables + 8 * min(delta[q], Cfg::kDeltas - 1));
+                tabs[q] = *reinterpret_cast<const uint2*>(tables + 8 * min(delta[q], G::kDeltas - 1));
             }
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
@@ -282,20 +284,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             fence_proxy_async_smem();  // the B tile is read by wgmma (async proxy)
             mbar_arrive(&full_bar[stage]);
-            if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
+            if (++stage == G::kStages) stage = 0, phase ^= 1;
         }
         cp_async_wait<0>();
         return;
     }
 
     // ------------------------------------------------------------------------------------ consumer warpgroups
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
-    const int consumer = tid / 128 - 1;  // M blocks consumer and consumer + 2 (64 rows each) of the tile
+    if constexpr (G::kBlocksPerConsumer > 1)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(G::kConsumerRegs));
+    const int consumer = tid / 128 - 1;  // M blocks consumer, consumer + 2, ... (64 rows each) of the tile
     const int warp = (tid / 32) % 4, lane = tid % 32;
     const int row_in_blk = warp * 16 + lane / 4;  // and row_in_blk + 8
     const int TK = p.T * p.K;
     const float* a_scale = kGateUp ? p.xs : p.hs;
-    float acc[64], out[2][64];
+    constexpr int kBlocks = G::kBlocksPerConsumer;
+    float acc[64], out[kBlocks][64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     int stage = 0;
@@ -303,18 +307,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int m = tile / n_tiles_n, n = tile % n_tiles_n;
         const int row0 = p.tile_row0[m], rows = p.tile_rows[m];
-        // M blocks this warpgroup computes (warp-uniform): j = 0 is block `consumer`, j = 1 block consumer + 2; a
-        // block whose 64 rows all lie past the expert's last pick is skipped
-        const int nblk = rows > 64 * (consumer + 2) ? 2 : (rows > 64 * consumer ? 1 : 0);
+        // M blocks this warpgroup computes (warp-uniform): j-th is block consumer + 2j; the blocks whose 64 rows
+        // all lie past the expert's last pick are skipped
+        int nblk = 0;
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < kBlocks; ++j) nblk += rows > 64 * (consumer + 2 * j) ? 1 : 0;
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j)
 #pragma unroll
             for (int i = 0; i < 64; ++i) out[j][i] = 0.0f;
         for (int kb = 0; kb < KB; ++kb) {
             // rows past the tile's valid ones read some other position's scales: their results are never stored
-            float a[2][2];
+            float a[kBlocks][2];
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < kBlocks; ++j)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int q = row0 + 64 * (consumer + 2 * j) + row_in_blk + 8 * h;
@@ -322,14 +328,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 }
             mbar_wait(&full_bar[stage], phase);
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
+            for (int j = 0; j < kBlocks; ++j) {
                 if (j >= nblk) break;
-                const uint32_t a_base = smem_u32(ring + stage * Cfg::kStageBytes) + (consumer + 2 * j) * 64 * Cfg::kBK;
-                const uint32_t b_base = smem_u32(ring + stage * Cfg::kStageBytes + Cfg::kATileBytes);
+                const uint32_t a_base = smem_u32(ring + stage * G::kStageBytes) + (consumer + 2 * j) * 64 * G::kBK;
+                const uint32_t b_base = smem_u32(ring + stage * G::kStageBytes + G::kATileBytes);
                 fence_accumulators(acc);
                 wgmma_fence();
 #pragma unroll
-                for (int ks = 0; ks < Cfg::kBK / 32; ++ks)
+                for (int ks = 0; ks < G::kBK / 32; ++ks)
                     wgmma_m64n128k32_e4m3(acc, sw128_kmajor_desc(a_base + ks * 32), sw128_kmajor_desc(b_base + ks * 32),
                                           ks > 0 ? 1u : 0u);
                 wgmma_commit();
@@ -339,7 +345,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // out += acc · (a_scale · w_scale) with the weight scales of the thread's 32 columns
                 // 8i + 2(lane%4) + {0, 1}: the scale product is a power of two, so acc times it is exact and the fma
                 // rounds once, like the reference's separate multiply and add
-                const float* wrow = wscale + stage * Cfg::kBN + 2 * (lane % 4);
+                const float* wrow = wscale + stage * G::kBN + 2 * (lane % 4);
 #pragma unroll
                 for (int i = 0; i < 16; ++i) {
                     const float2 ws = *reinterpret_cast<const float2*>(wrow + 8 * i);
@@ -351,12 +357,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             __syncwarp();  // the warp's reads of the stage (wgmma operands, scales) are done
             if (lane == 0) mbar_arrive(&empty_bar[stage]);
-            if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
+            if (++stage == G::kStages) stage = 0, phase ^= 1;
         }
 
         const int col = 2 * (lane % 4);
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        for (int j = 0; j < kBlocks; ++j) {
             if (j >= nblk) break;
             const int rib = 64 * (consumer + 2 * j) + row_in_blk;  // the thread's rows rib, rib + 8 of the tile
 #pragma unroll
@@ -368,7 +374,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     // columns 0..63 are w1 rows n·64 + c, columns 64..127 the same rows of w3: fragment i pairs with
                     // i + 8
                     const float rw = p.route_w[pick];
-                    __nv_bfloat16* dst = p.h + size_t(pos) * size_t(p.I) + size_t(n) * Cfg::kUpRows + col;
+                    __nv_bfloat16* dst = p.h + size_t(pos) * size_t(p.I) + size_t(n) * G::kUpRows + col;
 #pragma unroll
                     for (int i = 0; i < 8; ++i) {
                         float hv[2];
@@ -388,7 +394,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     }
                 } else {
                     // each pick's bf16 expert output, by pick index
-                    __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * Cfg::kBN + col;
+                    __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * G::kBN + col;
 #pragma unroll
                     for (int i = 0; i < 16; ++i)
                         *reinterpret_cast<__nv_bfloat162*>(dst + 8 * i) =
@@ -460,13 +466,39 @@ __global__ void __launch_bounds__(Cfg::kCombineThreads) moe_prefill_combine_kern
 
 // --------------------------------------------------------------------------------------------- host side
 
+namespace {
+
+using GemmKernel = void (*)(CUtensorMap, MoePrefillParams);
+struct GemmLaunch {
+    GemmKernel gate_up, down;
+    int smem;
+    cudaError_t attr;  // of raising the kernels' shared-memory limit, once per tile shape
+};
+template <class G>
+GemmLaunch gemm_launch(bool repacked) {
+    static const cudaError_t attr = [] {
+        for (GemmKernel k : {moe_prefill_gemm_kernel<true, false, G>, moe_prefill_gemm_kernel<false, false, G>,
+                             moe_prefill_gemm_kernel<true, true, G>, moe_prefill_gemm_kernel<false, true, G>}) {
+            const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }();
+    return repacked ? GemmLaunch{moe_prefill_gemm_kernel<true, true, G>, moe_prefill_gemm_kernel<false, true, G>,
+                                 G::kSmemBytes, attr}
+                    : GemmLaunch{moe_prefill_gemm_kernel<true, false, G>, moe_prefill_gemm_kernel<false, false, G>,
+                                 G::kSmemBytes, attr};
+}
+
+}  // namespace
+
 size_t sm90_mxfp4_moe_prefill_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
                                               int64_t inter) {
     if (tokens <= 0 || k <= 0 || n_experts <= 0 || dim <= 0 || inter <= 0) return 0;
     return MoePrefillWorkspace::make(tokens, k, n_experts, dim, inter).total;
 }
 
-Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
+Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream, MoePrefillTile tile) {
     const std::string op = "sm90_mxfp4_moe_prefill";
     if (!a.x || !a.idx || !a.route_w || !a.experts || !a.y || !a.workspace)
         return invalid_argument(op + ": null pointer (x, idx, route_w, experts, y and workspace are required)");
@@ -526,31 +558,24 @@ Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream) {
                                                                     op.c_str(), "hidden activations"));
 
     const bool repacked = a.format == MoeWeightFormat::kMXFP4Repacked;
-    auto* gate_up = repacked ? moe_prefill_gemm_kernel<true, true> : moe_prefill_gemm_kernel<true, false>;
-    auto* down = repacked ? moe_prefill_gemm_kernel<false, true> : moe_prefill_gemm_kernel<false, false>;
-    static const cudaError_t attr = [] {
-        for (auto* k : {moe_prefill_gemm_kernel<true, false>, moe_prefill_gemm_kernel<false, false>,
-                        moe_prefill_gemm_kernel<true, true>, moe_prefill_gemm_kernel<false, true>}) {
-            const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-            if (e != cudaSuccess) return e;
-        }
-        return cudaSuccess;
-    }();
-    DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(moe_prefill shared memory)");
-
+    const bool big = tile == MoePrefillTile::k256 ||
+                     (tile == MoePrefillTile::kAuto && picks > int64_t(MoePrefillGemm128::kBM) * a.n_experts);
+    p.bm = big ? MoePrefillGemm256::kBM : MoePrefillGemm128::kBM;
+    const GemmLaunch gl = big ? gemm_launch<MoePrefillGemm256>(repacked) : gemm_launch<MoePrefillGemm128>(repacked);
+    DSV4_CUDA_TRY(gl.attr, "cudaFuncSetAttribute(moe_prefill shared memory)");
     const int64_t sms = current_sm_count();
     const unsigned prep_grid = unsigned((a.tokens + Cfg::kPrepTokens - 1) / Cfg::kPrepTokens);
     moe_prefill_prepare_kernel<<<prep_grid, Cfg::kPrepThreads, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_prepare"));
     const unsigned up_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.inter / Cfg::kUpRows)));
-    gate_up<<<up_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_x, p);
+    gl.gate_up<<<up_grid, Cfg::kThreads, gl.smem, stream>>>(map_x, p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_gate_up"));
     const int64_t quant_chunks = picks * (a.inter / 32);
     moe_prefill_hidden_quant_kernel<<<unsigned((quant_chunks + Cfg::kQuantThreads - 1) / Cfg::kQuantThreads),
                                       Cfg::kQuantThreads, 0, stream>>>(p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_hidden_quant"));
     const unsigned down_grid = unsigned(std::min<int64_t>(sms, wl.max_mtiles * (a.dim / Cfg::kBN)));
-    down<<<down_grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_h, p);
+    gl.down<<<down_grid, Cfg::kThreads, gl.smem, stream>>>(map_h, p);
     DSV4_RETURN_IF_ERROR(launch_status("moe_prefill_down"));
     moe_prefill_combine_kernel<<<unsigned(a.tokens), Cfg::kCombineThreads, 0, stream>>>(p);
     return launch_status("moe_prefill_combine");

@@ -50,43 +50,55 @@
 
 namespace dsv4::cuda {
 
-#ifndef DSV4_MP_STAGES
-#define DSV4_MP_STAGES 4
-#define DSV4_MP_RAW 3
-#define DSV4_MP_SCALE_STEPS 4
-#endif
 struct MoePrefillConfig {
     static constexpr int kPrepThreads = 256;
     static constexpr int kPrepTokens = 64;   // tokens per prepare block
     static constexpr int kMaxExperts = 1024;
     static constexpr int kMaxK = 16;
-    static constexpr int kBM = 256;          // M tile: positions of one expert in the sorted pick list (4 blocks of 64)
+    static constexpr int kMinBM = 128;       // the smaller M tile (sizes the tile table)
     static constexpr int kBN = 128;          // B rows per tile (gate/up: 64 of w1 + 64 of w3; down: 128 of w2)
     static constexpr int kBK = 128;          // K per stage: one activation scale block, one swizzle row
     static constexpr int kUpRows = 64;       // rows of I per gate/up tile
-    static constexpr int kStages = DSV4_MP_STAGES;  // A + B tile ring
-    static constexpr int kRaw = DSV4_MP_RAW;        // converter's private raw-weight ring (prefetch distance kRaw - 1)
     static constexpr int kThreads = 384;     // converter warpgroup + 2 consumer warpgroups
-    static constexpr int kATileBytes = kBM * kBK;                  // 32 KiB
-    static constexpr int kABoxRows = 64;                           // A arrives in 64-row TMA boxes, valid blocks only
+    static constexpr int kABoxRows = 64;     // A arrives in 64-row TMA boxes, the blocks with valid rows only
     static constexpr int kABoxBytes = kABoxRows * kBK;
-    static constexpr int kBTileBytes = kBN * kBK;                  // 16 KiB
-    static constexpr int kStageBytes = kATileBytes + kBTileBytes;  // A then B
-    // registers after setmaxnreg (launch: 384 x 168): a consumer holds acc + two M blocks' out = 192 floats
-    static constexpr int kConverterRegs = 56, kConsumerRegs = 224;
-    static constexpr int kRawStageBytes = 128 * 64;               // [4 chunks][128 threads] x 16 B of nibbles
-    // A row's UE8M0 scale words are copied kScaleSteps steps at a time (two 16-byte copies, one 32-byte sector)
-    // into a double-buffered ring, not 4 bytes per step: 128 rows' 4-byte words lie 128 B (64 B) apart, so per-step
-    // copies cost a warp 32 sectors per step instead of 4 (docs/kernels/moe_prefill.md, "Scale words").
-    static constexpr int kScaleSteps = DSV4_MP_SCALE_STEPS;
+    static constexpr int kBTileBytes = kBN * kBK;    // 16 KiB
+    static constexpr int kRawStageBytes = 128 * 64;  // [4 chunks][128 threads] x 16 B of nibbles
+    static constexpr int kDeltas = 32;               // conversion tables for δ = 0..31
+    static constexpr int kCombineThreads = 256;
+    static constexpr int kQuantThreads = 256;         // hidden quantisation: one 32-element chunk per thread
+    static constexpr int kMaxSmemBytes = 227 * 1024;  // per block on sm_90
+};
+
+// The GEMM kernels' M tile and rings. An M tile is BM positions of one expert in the sorted pick list, 64-row
+// blocks b = 0 .. BM/64 - 1, consumer warpgroup c computing blocks c, c + 2, ...: with BM = 256 one converted B tile
+// serves twice the rows (an expert with 129-256 picks costs one conversion of its weights instead of two), at the
+// price of a consumer holding two blocks' f32 outputs (setmaxnreg) and a shallower ring (the A tile is twice as
+// large). docs/kernels/moe_prefill.md, "256-row M tiles".
+template <int BM, int Stages, int Raw, int ScaleSteps>
+struct MoePrefillGemmShape : MoePrefillConfig {
+    static constexpr int kBM = BM;
+    static constexpr int kBlocksPerConsumer = BM / 128;  // 64-row M blocks per consumer warpgroup
+    static constexpr int kStages = Stages;               // A + B tile ring
+    static constexpr int kRaw = Raw;                     // converter's raw-weight ring (prefetch distance kRaw - 1)
+    // A row's UE8M0 scale words are copied kScaleSteps steps at a time (16-byte copies) into a double-buffered
+    // ring, not 4 bytes per step: 128 rows' 4-byte words lie 128 B (64 B) apart, so per-step copies cost a warp 32
+    // sectors per step (docs/kernels/moe_prefill.md, "Scale words eight steps at a time").
+    static constexpr int kScaleSteps = ScaleSteps;
     static constexpr int kScaleRingBytes = 2 * kScaleSteps * 4 * 128;  // [2 chunks][steps / 4][128 threads] x 16 B
-    static_assert(kRaw - 1 <= kScaleSteps, "a chunk is overwritten only after its last step was converted");
-    static constexpr int kDeltas = 32;                            // conversion tables for δ = 0..31
+    static constexpr int kATileBytes = kBM * kBK;
+    static constexpr int kStageBytes = kATileBytes + kBTileBytes;  // A then B
+    // registers after setmaxnreg with two blocks per consumer (launch: 384 x 168): acc + 2 x out = 192 floats
+    static constexpr int kConverterRegs = 56, kConsumerRegs = 224;
     static constexpr int kSmemBytes = kStages * kStageBytes + kStages * kBN * 4 + kRaw * kRawStageBytes +
                                       kScaleRingBytes + kDeltas * 8 + 1024;  // + slack for the 1024-aligned ring
-    static constexpr int kCombineThreads = 256;
-    static constexpr int kQuantThreads = 256;  // hidden quantisation: one 32-element chunk per thread
+    static_assert(BM == 128 || BM == 256, "one or two 64-row blocks per consumer warpgroup");
+    static_assert(kScaleSteps % 4 == 0 && kRaw - 1 <= kScaleSteps,
+                  "a scale chunk is overwritten only after its last step was converted");
+    static_assert(kSmemBytes + 64 <= kMaxSmemBytes, "dynamic + static shared memory of one block");
 };
+using MoePrefillGemm128 = MoePrefillGemmShape<128, 5, 5, 8>;
+using MoePrefillGemm256 = MoePrefillGemmShape<256, 4, 3, 4>;
 
 // Workspace layout (byte offsets, 256-aligned); the launcher and the tests size it the same way.
 struct MoePrefillWorkspace {
@@ -96,7 +108,7 @@ struct MoePrefillWorkspace {
         MoePrefillWorkspace w{};
         const int64_t picks = T * K;
         // each expert's last tile may be partial: at most one extra tile per touched expert
-        w.max_mtiles = (picks + MoePrefillConfig::kBM - 1) / MoePrefillConfig::kBM + (picks < E ? picks : E);
+        w.max_mtiles = (picks + MoePrefillConfig::kMinBM - 1) / MoePrefillConfig::kMinBM + (picks < E ? picks : E);
         WorkspaceLayout l;
         w.n_mtiles = l.take(4);
         w.tile_expert = l.take(4 * size_t(w.max_mtiles));
@@ -122,11 +134,12 @@ struct MoePrefillParams {
     const __nv_bfloat16* shared;   // [T, D] or null
     __nv_bfloat16* y;              // [T, D]
     int T, K, E, D, I, max_mtiles;
+    int bm;  // M tile rows of this call (MoePrefillGemm128 / 256)
     float limit;
     int* n_mtiles;                 // [1]
     int* tile_expert;              // [max_mtiles]
     int* tile_row0;                // [max_mtiles] first list position of the tile
-    int* tile_rows;                // [max_mtiles] valid rows (1..128)
+    int* tile_rows;                // [max_mtiles] valid rows (1..bm)
     int* list;                     // [T·K] pick index t·K + k of each list position, grouped by expert
     uint8_t* xg;                   // [T·K, D] e4m3 rows of x by list position
     float* xs;                     // [T·K, D/128]

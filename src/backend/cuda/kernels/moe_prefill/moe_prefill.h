@@ -25,8 +25,13 @@ namespace dsv4::cuda {
 size_t sm90_mxfp4_moe_prefill_workspace_bytes(int64_t tokens, int64_t k, int64_t n_experts, int64_t dim,
                                               int64_t inter);
 
+// The GEMMs' M tile: kAuto takes 256 rows when the experts average more than 128 picks (T·K > 128·E), where one
+// converted weight tile then serves up to 256 rows, else 128 (fewer registers and a deeper ring). Both give the same
+// bits (a row's result depends on its own activations only); k128 / k256 force one (tests, benchmarks).
+enum class MoePrefillTile : uint8_t { kAuto, k128, k256 };
+
 // Same arguments as the decode kernel (a.register_streaming is ignored). T >= 1 with T·K < 2^26, D and I positive
 // multiples of 128, 1 <= K <= 16, K <= E <= 1024; workspace 256-byte aligned; x 16-byte aligned.
-Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream);
+Status sm90_mxfp4_moe_prefill(const MoeDecodeArgs& a, StreamHandle stream, MoePrefillTile tile = MoePrefillTile::kAuto);
 
 }  // namespace dsv4::cuda
