@@ -170,10 +170,10 @@ __device__ __forceinline__ void issue_raw_step(const MoePrefillParams& p, int n_
     cp_async_commit();
 }
 
-// Launches 2 (kGateUp) and 3: the grouped GEMMs. tmap_a: xg [T·K, D] (gate/up) or hq [T·K, I] (down), e4m3, box 128
+// Launches 2 (kGateUp) and 3: the grouped GEMMs. tmap_a: xg [T·K, D] (gate/up) or hq [T·K, I] (down), e4m3, box 64
 // rows x 128 bytes, 128-byte swizzle, rows past T·K zero-filled.
 // kRepacked: the experts are in the repacked layout (mxfp4_repacked.h: bits permuted inside each word, scale words
-// (e_max, deltas)); the converter's output is the same e4m3 tile.
+// (e_max, deltas)); the converter's output is the same e4m3 tile. G: the M tile and rings (MoePrefillGemmShape).
 template <bool kGateUp, bool kRepacked, class G>
 __global__ void __launch_bounds__(G::kThreads, 1)
     moe_prefill_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const MoePrefillParams p) {
