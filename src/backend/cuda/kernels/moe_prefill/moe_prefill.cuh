@@ -20,12 +20,13 @@
 //     e2m1 nibbles with cp.async into a private ring (kRaw steps ahead) and its UE8M0 words 8 steps at a time, converts
 //     them to e4m3 and writes them into the stage's B tile in the 128-byte-swizzled K-major layout the wgmma descriptor
 //     reads (16-byte chunk c of row r at chunk c ^ (r % 8)), plus the row's scale 2^(e_max - 133) as f32;
-//     fence.proxy.async, arrive on the stage's "full" barrier. Thread 0 also issues the stage's A tile (TMA, 128 rows x
-//     128 B, 128B swizzle).
-//   warpgroups 1, 2, consumers: 64 of the 128 M rows each; per stage 4 x wgmma m64n128k32 e4m3 into a block
-//     accumulator, then out += acc · (a_scale[row] · w_scale[col]) ("promotion" per 128 K, as sm90_fp8_gemm_wgmma,
-//     but with one weight scale per column). A consumer whose 64 rows are all past the tile's valid rows skips its
-//     wgmmas (the tile's second half of a partly filled expert) but keeps the barrier protocol.
+//     fence.proxy.async, arrive on the stage's "full" barrier. Thread 0 also issues the stage's A tile (TMA, one box of
+//     64 rows x 128 B per 64-row block of the M tile that holds valid rows, 128B swizzle).
+//   warpgroups 1, 2, consumers: an M tile of 128 or 256 rows (MoePrefillGemmShape) is 64-row blocks, consumer c
+//     computing blocks c and (256 rows) c + 2; per stage and block 4 x wgmma m64n128k32 e4m3 into a block
+//     accumulator, then out[block] += acc · (a_scale[row] · w_scale[col]) ("promotion" per 128 K, as
+//     sm90_fp8_gemm_wgmma, but with one weight scale per column). Blocks whose rows all lie past the tile's valid
+//     rows are skipped (a consumer with none left keeps the barrier protocol).
 //
 // FP4 -> FP8 (exact): a 32-block b of a weight row holds e2m1 codes c with scale 2^(e_b - 127); e_max = the largest
 // e_b of the row's four blocks in the 128-K step, δ_b = e_max - e_b >= 0. The converter writes e4m3(c · 2^(6 - δ_b)):
