@@ -415,9 +415,8 @@ int main(int argc, char** argv) {
     if (decode_only) token_counts = {1, 4, 16, 64, 256};
     if (prefill_only) {
         std::printf(
-            "\n| T | prefill us (MXFP4) | TFLOP/s | prefill us (repacked MXFP4) | TFLOP/s | repacked, 128-row M tiles "
-            "us "
-            "| repacked, 256-row M tiles us |\n|---|---|---|---|---|---|---|\n");
+            "\n| T | prefill us (MXFP4) | TFLOP/s | prefill us (repacked MXFP4) | TFLOP/s "
+            "| repacked, 128-row M tiles us | repacked, 256-row M tiles us |\n|---|---|---|---|---|---|---|\n");
         token_counts = {256, 1024, 2048, 4096, kMaxT};
     }
     if (!prefill_only)

@@ -189,9 +189,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoePrefill,
                                             ::testing::Values(Routing::kUniform, Routing::kSkewed)),
                          moe_case_name);
 
-// K blocks per tile (D / 128 for gate/up, I / 128 for down) that are not a multiple of kScaleSteps (8): the converter
-// copies each step's scale word on its own instead of eight at a time. One shape per GEMM on that path, the other GEMM
-// on the eight-step copies.
+// K blocks per tile (D / 128 for gate/up, I / 128 for down) that are not a multiple of kScaleSteps (8; 4 in the
+// 256-row tile): the converter copies each step's scale word on its own instead of a chunk at a time. One shape per
+// GEMM on that path, the other GEMM on the chunked copies.
 constexpr MoeShape kOddUp{"odd_up", 640, 2048, 256, 6};      // gate/up 5 K blocks, down 16
 constexpr MoeShape kOddDown{"odd_down", 1024, 1408, 256, 6};  // gate/up 8, down 11
 
