@@ -312,20 +312,33 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         int nblk = 0;
 #pragma unroll
         for (int j = 0; j < kBlocks; ++j) nblk += rows > 64 * (consumer + 2 * j) ? 1 : 0;
+        // per row of the thread (block j, half h): its activation scales, and the epilogue's row data (pick index,
+        // for gate/up its routing weight), loaded now: two dependent global loads would otherwise sit between the
+        // last stage and the stores. Rows past the tile's valid ones read some other position's scales; their
+        // results are never stored.
+        const float* sa[kBlocks][2];
+        int pick[kBlocks][2];
+        float rw[kBlocks][2];
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int rib = 64 * (consumer + 2 * j) + row_in_blk + 8 * h, q = row0 + rib;
+                const bool ok = j < nblk && rib < rows;
+                sa[j][h] = a_scale + size_t(min(q, TK - 1)) * size_t(KB);
+                pick[j][h] = ok ? p.list[q] : -1;
+                rw[j][h] = kGateUp && ok ? p.route_w[pick[j][h]] : 0.0f;
+            }
 #pragma unroll
         for (int j = 0; j < kBlocks; ++j)
 #pragma unroll
             for (int i = 0; i < 64; ++i) out[j][i] = 0.0f;
         for (int kb = 0; kb < KB; ++kb) {
-            // rows past the tile's valid ones read some other position's scales: their results are never stored
             float a[kBlocks][2];
 #pragma unroll
             for (int j = 0; j < kBlocks; ++j)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int q = row0 + 64 * (consumer + 2 * j) + row_in_blk + 8 * h;
-                    a[j][h] = j < nblk ? __ldg(a_scale + size_t(min(q, TK - 1)) * size_t(KB) + kb) : 0.0f;
-                }
+                for (int h = 0; h < 2; ++h) a[j][h] = j < nblk ? __ldg(sa[j][h] + kb) : 0.0f;
             mbar_wait(&full_bar[stage], phase);
 #pragma unroll
             for (int j = 0; j < kBlocks; ++j) {
@@ -367,13 +380,11 @@ __global__ void __launch_bounds__(G::kThreads, 1)
             const int rib = 64 * (consumer + 2 * j) + row_in_blk;  // the thread's rows rib, rib + 8 of the tile
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                if (rib + 8 * half >= rows) continue;
+                if (pick[j][half] < 0) continue;
                 const int pos = row0 + rib + 8 * half;
-                const int pick = p.list[pos];
                 if (kGateUp) {
                     // columns 0..63 are w1 rows n·64 + c, columns 64..127 the same rows of w3: fragment i pairs with
                     // i + 8
-                    const float rw = p.route_w[pick];
                     __nv_bfloat16* dst = p.h + size_t(pos) * size_t(p.I) + size_t(n) * G::kUpRows + col;
 #pragma unroll
                     for (int i = 0; i < 8; ++i) {
@@ -388,13 +399,13 @@ __global__ void __launch_bounds__(G::kThreads, 1)
                                 u3 = fminf(fmaxf(u3, -p.limit), p.limit);
                             }
                             const float av = __fmul_rn(__fdiv_rn(u1, __fadd_rn(1.0f, expf(-u1))), u3);
-                            hv[c] = __fmul_rn(rw, av);
+                            hv[c] = __fmul_rn(rw[j][half], av);
                         }
                         *reinterpret_cast<__nv_bfloat162*>(dst + 8 * i) = __floats2bfloat162_rn(hv[0], hv[1]);
                     }
                 } else {
                     // each pick's bf16 expert output, by pick index
-                    __nv_bfloat16* dst = p.yp + size_t(pick) * size_t(p.D) + size_t(n) * G::kBN + col;
+                    __nv_bfloat16* dst = p.yp + size_t(pick[j][half]) * size_t(p.D) + size_t(n) * G::kBN + col;
 #pragma unroll
                     for (int i = 0; i < 16; ++i)
                         *reinterpret_cast<__nv_bfloat162*>(dst + 8 * i) =
