@@ -23,8 +23,8 @@
 // too);
 // `dsv4_bench_moe --decode` only the first table's T <= 256 rows;
 // `dsv4_bench_moe --prefill` only the prefill kernel, shipped and repacked layouts (the repacked one also with each M
-// tile forced: 128 and 256 rows), at 256, 1,024, 2,048, 4,096 and 8,192 tokens (a quick comparison of prefill
-// variants).
+// tile forced: 128 and 256 rows), at 256, 1,024, 2,048, 4,096 and 8,192 tokens, and 8,192 with skewed routing
+// (kSkewSigma: what a real router's uneven expert load gives the M tiles) (a quick comparison of prefill variants).
 //
 // A second table times the decode kernel's weight formats (MXFP4, MXFP4 in the repacked layout through f16 mma.sync
 // and through FP8 wgmma, NVFP4, FP8 128x128 blocks) at T <= 256. The repacked columns read the same random bytes as if
@@ -37,6 +37,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +62,9 @@ using namespace dsv4::cuda;
 constexpr int64_t kD = 4096, kI = 2048, kE = 256, kK = 6, kLayers = 2, kRoutings = 32;
 constexpr int kBatch = 16, kBatches = 15, kWarm = 3;
 constexpr int64_t kPassT = 256, kMaxT = 8192;  // the decode kernel's largest T; the largest T benchmarked
+// --prefill's skewed row: expert popularity lognormal with this sigma (the busiest of 256 experts ~3-4x the mean
+// load at 8,192 tokens; uniform routing is the M tile's worst case: every expert ~192 picks, tiles of 3 blocks)
+constexpr double kSkewSigma = 0.5;
 
 #define CHECK_CUDA(call) CHECK(::dsv4::cuda::cuda_status((call), #call))
 #define CHECK_BLAS(call)                                                                         \
@@ -118,14 +122,28 @@ struct Routing {
     DeviceBuffer d_idx, d_w;
 };
 
-Routing make_routing(std::mt19937_64& rng, int64_t T) {
+// skew_sigma = 0: every token's K experts uniform without replacement. skew_sigma > 0: expert e has popularity
+// exp(skew_sigma · N(0, 1)) (one draw per routing) and a token's K experts are a weighted draw without replacement
+// (the K largest u^(1/popularity), u uniform: Efraimidis-Spirakis), so some experts take several times the mean.
+Routing make_routing(std::mt19937_64& rng, int64_t T, double skew_sigma = 0) {
     Routing r;
     std::vector<int32_t> all(kE);
     std::iota(all.begin(), all.end(), 0);
     std::uniform_real_distribution<float> u(0.5f, 2.0f);
+    std::vector<double> popularity(kE, 1.0), key(kE);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::uniform_real_distribution<double> unit(1e-12, 1.0);
+    if (skew_sigma > 0)
+        for (double& p : popularity) p = std::exp(skew_sigma * normal(rng));
     std::vector<int> cnt(kE, 0);
     for (int64_t t = 0; t < T; ++t) {
-        std::shuffle(all.begin(), all.end(), rng);
+        if (skew_sigma > 0) {
+            for (int e = 0; e < kE; ++e) key[size_t(e)] = std::log(unit(rng)) / popularity[size_t(e)];
+            std::partial_sort(all.begin(), all.begin() + kK, all.end(),
+                              [&](int32_t a, int32_t b) { return key[size_t(a)] > key[size_t(b)]; });
+        } else {
+            std::shuffle(all.begin(), all.end(), rng);
+        }
         float sum = 0;
         for (int64_t j = 0; j < kK; ++j) {
             r.idx.push_back(all[size_t(j)]);
@@ -417,15 +435,17 @@ int main(int argc, char** argv) {
         std::printf(
             "\n| T | prefill us (MXFP4) | TFLOP/s | prefill us (repacked MXFP4) | TFLOP/s "
             "| repacked, 128-row M tiles us | repacked, 256-row M tiles us |\n|---|---|---|---|---|---|---|\n");
-        token_counts = {256, 1024, 2048, 4096, kMaxT};
+        token_counts = {256, 1024, 2048, 4096, kMaxT, kMaxT};  // the last row with skewed routing
     }
     if (!prefill_only)
         std::printf("\n| T | experts read | MB touched | ring us | ring TB/s | ring %% copy | ring TFLOP/s | register us | "
                 "register TB/s | baseline us | baseline TB/s | baseline TFLOP/s | ring vs baseline | prefill us | "
                 "prefill TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int64_t T : token_counts) {
+    for (size_t point = 0; point < token_counts.size(); ++point) {
+        const int64_t T = token_counts[point];
+        const bool skewed = prefill_only && point + 1 == token_counts.size();
         std::vector<Routing> routings;
-        for (int i = 0; i < kRoutings; ++i) routings.push_back(make_routing(rng, T));
+        for (int i = 0; i < kRoutings; ++i) routings.push_back(make_routing(rng, T, skewed ? kSkewSigma : 0.0));
         auto x = DeviceBuffer::allocate(size_t(T) * kD * 2, "x");
         auto shared = DeviceBuffer::allocate(size_t(T) * kD * 2, "shared");
         auto y = DeviceBuffer::allocate(size_t(T) * kD * 2, "y");
@@ -467,7 +487,14 @@ int main(int argc, char** argv) {
             auto pws = DeviceBuffer::allocate(pws_bytes, "prefill workspace");
             CHECK(pws.status());
             const double flops = 6.0 * double(kD) * double(kI) * double(kK) * double(T);
-            std::printf("| %lld |", (long long)T);
+            if (skewed) {  // the label names the load of the busiest expert and the experts above 256 picks
+                int max_picks = 0, above = 0;
+                for (const int c : routings[0].count) max_picks = std::max(max_picks, c), above += c > 256;
+                std::printf("| %lld skewed (busiest expert %d picks = %.1fx the mean, %d above 256) |", (long long)T,
+                            max_picks, double(max_picks) * kE / double(T * kK), above);
+            } else {
+                std::printf("| %lld |", (long long)T);
+            }
             const struct {
                 MoeWeightFormat format;
                 MoePrefillTile tile;
