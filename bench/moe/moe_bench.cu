@@ -62,8 +62,8 @@ using namespace dsv4::cuda;
 constexpr int64_t kD = 4096, kI = 2048, kE = 256, kK = 6, kLayers = 2, kRoutings = 32;
 constexpr int kBatch = 16, kBatches = 15, kWarm = 3;
 constexpr int64_t kPassT = 256, kMaxT = 8192;  // the decode kernel's largest T; the largest T benchmarked
-// --prefill's skewed row: expert popularity lognormal with this sigma (the busiest of 256 experts ~3-4x the mean
-// load at 8,192 tokens; uniform routing is the M tile's worst case: every expert ~192 picks, tiles of 3 blocks)
+// --prefill's skewed row: expert popularity lognormal with this sigma (at 8,192 tokens the busiest of 256 experts
+// takes ~3x the mean load and ~50 experts exceed one 256-row tile, which uniform routing never does)
 constexpr double kSkewSigma = 0.5;
 
 #define CHECK_CUDA(call) CHECK(::dsv4::cuda::cuda_status((call), #call))
