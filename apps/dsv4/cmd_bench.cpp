@@ -47,6 +47,9 @@ const CommandRegistration kRegistration("bench", [](CLI::App& app, int& exit_cod
     cmd->add_option("--warmup", f->o.warmup, "untimed steps first (default 2)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--prefill", f->o.prefill_tokens, "prefill tokens to time (default 8192; 0 = skip)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--prefill-all-logits", f->o.prefill_all_logits,
+                  "time the prefill with every row's logits copied to the host (default: the last row's, as "
+                  "generation asks)");
     cmd->add_option("--precision", f->precision, "numerics: reference (default) or f32")
         ->check(CLI::IsMember({"reference", "f32"}));
     cmd->add_flag("--no-graphs", f->no_graphs, "queue decode steps op by op instead of replaying CUDA graphs");

@@ -23,6 +23,9 @@ struct GpuBenchOptions {
     int warmup = 2;
     int steps = 10;                // timed decode steps per point (median reported)
     int64_t prefill_tokens = 8192;  // 0: skip the prefill measurement
+    // the prefill's logits: the last row's, as generation asks for them (LogitRows::kLast), or every row's copied to
+    // the host (scoring a text)
+    bool prefill_all_logits = false;
     EnginePrecision precision = EnginePrecision::kReference;
     bool graphs = true;            // replay decode steps as CUDA graphs
 };

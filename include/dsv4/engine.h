@@ -31,11 +31,17 @@ namespace dsv4 {
 class Session;
 struct Logits;
 
+// Which of the fed tokens' logits a feed returns: every row (scoring a text, the `logits` command), or only the
+// last one (generation: the next token's distribution). kLast skips the LM head on the other rows and the host
+// memory for them (vocab f32 values, ~0.5 MB per token for V4).
+enum class LogitRows : uint8_t { kAll, kLast };
+
 // One sequence's work in a batched step: run `tokens` on `session` (as Session::feed would) and fill `out`.
 struct StepItem {
     Session* session = nullptr;      // created by this engine; at most once per step
     std::span<const int32_t> tokens;  // [n >= 1]
-    Logits* out = nullptr;            // resized to [n, vocab] (and mtp when the session has it)
+    Logits* out = nullptr;  // resized to [n, vocab], or [1, vocab] for kLast (and mtp when the session has it)
+    LogitRows logit_rows = LogitRows::kAll;
 };
 
 // Numerics (DESIGN §3): kReference = DeepSeek's reference arithmetic (FP8/FP4 activation quantisation, bf16

@@ -6,7 +6,7 @@
 //   auto gen = Generation::create(tokenizer, vocab, prompt_ids, options);
 //   while (!gen->finished()) {
 //       std::span<const int32_t> in = gen->pending();   // prompt (any chunking), then the last sampled token
-//       session.feed(in, &logits);  gen->fed(in.size());
+//       session.feed(in, &logits, LogitRows::kLast);  gen->fed(in.size());
 //       gen->next(last_logits_row(logits), &step);     // step.text / step.events / step.finished
 //   }
 //
@@ -134,7 +134,8 @@ std::span<const float> last_logits_row(const Logits& logits);
 
 // Runs `gen` to the end on `session` (whose state must hold exactly the generation's cached prefix): feeds the
 // prompt in chunks of at most `chunk` tokens (0: all at once), then one token per step, and hands every step to
-// `on_step`; returning false from it cancels. `logits` is scratch reused across steps.
+// `on_step`; returning false from it cancels. `logits` is scratch reused across steps; every feed asks for the last
+// row only (LogitRows::kLast), so a long prompt costs one row of logits, not one per token.
 Status run_generation(Session& session, Generation& gen, const std::function<bool(const GenerationStep&)>& on_step,
                       Logits& logits, int64_t chunk = 0);
 

@@ -13,13 +13,15 @@
 namespace dsv4 {
 
 struct Logits {
-    int64_t rows = 0;           // tokens fed by the call that filled this
+    int64_t rows = 0;  // rows held: the tokens fed by the call that filled this (LogitRows::kAll), or 1 (kLast)
     int64_t vocab = 0;
-    std::vector<float> values;  // [rows, vocab]: row i = next-token logits after fed token i
+    // [rows, vocab]: row i = next-token logits after fed token n - rows + i (n tokens fed), so the last row always
+    // follows the last fed token
+    std::vector<float> values;
     // MTP head, only when SessionOptions::mtp: [rows, vocab]. Row i is the MTP block's prediction of the token
-    // after fed token i (the target of values' row i), made from the main model's final streams at the previous
-    // position and the embedding of fed token i — the draft speculative decoding would make. NaN for position 0,
-    // which has no previous position.
+    // after the fed token of values' row i (the target of that row), made from the main model's final streams at the
+    // previous position and the embedding of that fed token — the draft speculative decoding would make. NaN for
+    // position 0, which has no previous position.
     std::vector<float> mtp;
 };
 
@@ -29,9 +31,10 @@ public:
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
-    // Runs `tokens` at positions position() .. position()+n-1 and fills `out` (resized) with their logits. Errors
-    // (state unchanged): empty list, id outside [0, vocab), position() + n > max_context().
-    Status feed(std::span<const int32_t> tokens, Logits* out);
+    // Runs `tokens` at positions position() .. position()+n-1 and fills `out` (resized) with their logits: all n
+    // rows, or with LogitRows::kLast only the last token's. Errors (state unchanged): empty list, id outside
+    // [0, vocab), position() + n > max_context().
+    Status feed(std::span<const int32_t> tokens, Logits* out, LogitRows rows = LogitRows::kAll);
     int64_t position() const;     // tokens fed so far
     int64_t max_context() const;
     // Forgets the sequence (position 0), keeping the buffers.

@@ -71,6 +71,7 @@ struct Engine::Impl {
         Session::Impl* session;
         std::span<const int32_t> tokens;
         Logits* out;
+        LogitRows which;
     };
     std::vector<GpuWork> gpu_work;  // the items of the step being run
 };
@@ -236,36 +237,63 @@ Status check_feed(const Session::Impl& s, std::span<const int32_t> tokens, Logit
     return Status::ok();
 }
 
-void size_logits(const Session::Impl& s, int64_t n, int64_t vocab, Logits* out) {
-    out->rows = n;
+void size_logits(const Session::Impl& s, int64_t n, int64_t vocab, LogitRows which, Logits* out) {
+    out->rows = which == LogitRows::kAll ? n : 1;
     out->vocab = vocab;
-    out->values.resize(size_t(n * vocab));
+    out->values.resize(size_t(out->rows * vocab));
     if (s.mtp) {
-        out->mtp.resize(size_t(n * vocab));
+        out->mtp.resize(size_t(out->rows * vocab));
     } else {
         out->mtp.clear();
     }
 }
 
-// The session's share of a pass: tokens[done .. done+len) at its current position.
+// A piece tokens[done .. done+len) of a feed of `total` tokens: the first of its rows that gets logits (len: none)
+// and where they go in `out` (sized by size_logits).
+struct PieceLogits {
+    int64_t from = 0;
+    float* values = nullptr;
+    float* mtp = nullptr;
+};
+PieceLogits piece_logits(Logits* out, int64_t done, int64_t len, int64_t total, int64_t vocab, LogitRows which) {
+    if (which == LogitRows::kLast) {
+        const bool last_piece = done + len == total;
+        return {last_piece ? len - 1 : len, out->values.data(), out->mtp.empty() ? nullptr : out->mtp.data()};
+    }
+    return {0, out->values.data() + done * vocab, out->mtp.empty() ? nullptr : out->mtp.data() + done * vocab};
+}
+
+// The session's share of a pass: tokens[done .. done+len) of `tokens` at its current position.
 engine::BatchSeq share_of(Session::Impl& s, std::span<const int32_t> tokens, Logits* out, int64_t done, int64_t len,
-                          int64_t vocab) {
+                          int64_t vocab, LogitRows which) {
     engine::BatchSeq q;
     q.state = &s.state;
     q.scratch = &s.seq_scratch;
     q.exec = s.ctx.exec;
     q.tokens = tokens.data() + done;
     q.n = len;
-    q.logits = out->values.data() + done * vocab;
+    const PieceLogits pl = piece_logits(out, done, len, int64_t(tokens.size()), vocab, which);
+    q.logits_from = pl.from;
+    q.logits = pl.values;
     q.final_streams = s.mtp ? s.mtp->main_streams.data() : nullptr;
     return q;
 }
 
-// After the pass that ran `q` (the session's state has advanced by q.n): the MTP head of those rows.
-Status run_mtp(Session::Impl& s, const engine::BatchSeq& q, Logits* out, int64_t done, int64_t vocab) {
+// After the pass that ran `q` (the session's state has advanced by q.n): the MTP head of the rows that get logits.
+// The MTP block runs on all of the pass's rows (they are its inputs); with LogitRows::kLast only the last row is
+// kept.
+Status run_mtp(Session::Impl& s, const engine::BatchSeq& q, Logits* out, int64_t done, int64_t total, int64_t vocab,
+               LogitRows which) {
     if (!s.mtp) return Status::ok();
-    return engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, s.seq_scratch, q.tokens, q.n, s.state.position - q.n,
-                             out->mtp.data() + done * vocab);
+    const PieceLogits pl = piece_logits(out, done, q.n, total, vocab, which);
+    if (pl.from == 0)
+        return engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, s.seq_scratch, q.tokens, q.n, s.state.position - q.n,
+                                 pl.mtp);
+    std::vector<float> all(size_t(q.n * vocab));
+    DSV4_RETURN_IF_ERROR(
+        engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, s.seq_scratch, q.tokens, q.n, s.state.position - q.n, all.data()));
+    if (pl.from < q.n) std::copy(all.begin() + pl.from * vocab, all.end(), pl.mtp);
+    return Status::ok();
 }
 
 // The GPU form of a step's passes (e.gpu_work validated and sized, e.step_mutex held): each pass takes every item's
@@ -282,8 +310,12 @@ Status run_gpu_passes(Engine::Impl& e) {
             const int64_t remaining = int64_t(w.tokens.size()) - e.done[i];
             const int64_t len = std::min({remaining, w.session->chunk_rows(), max_rows});
             if (len == 0 || rows + len > max_rows) continue;
-            e.gpu_pass.push_back({.seq = w.session->gpu.get(), .tokens = w.tokens.data() + e.done[i], .n = len,
-                                  .logits = w.out->values.data() + e.done[i] * vocab});
+            const PieceLogits pl = piece_logits(w.out, e.done[i], len, int64_t(w.tokens.size()), vocab, w.which);
+            e.gpu_pass.push_back({.seq = w.session->gpu.get(),
+                                  .tokens = w.tokens.data() + e.done[i],
+                                  .n = len,
+                                  .logits = pl.values,
+                                  .logits_from = pl.from});
             e.pass_item.push_back(i);
             rows += len;
         }
@@ -303,23 +335,23 @@ Status run_gpu_passes(Engine::Impl& e) {
 
 }  // namespace
 
-Status Session::feed(std::span<const int32_t> tokens, Logits* out) {
+Status Session::feed(std::span<const int32_t> tokens, Logits* out, LogitRows which) {
     Impl& s = *impl_;
     const int64_t vocab = s.engine->config.vocab_size;
     DSV4_RETURN_IF_ERROR(check_feed(s, tokens, out, vocab));
     const int64_t n = int64_t(tokens.size());
-    size_logits(s, n, vocab, out);
+    size_logits(s, n, vocab, which, out);
     if (s.gpu) {  // the GPU pass buffers are the engine's: one step at a time
         Engine::Impl& e = *s.engine;
         std::lock_guard<std::mutex> lock(e.step_mutex);
-        e.gpu_work.assign(1, {&s, tokens, out});
+        e.gpu_work.assign(1, {&s, tokens, out, which});
         return run_gpu_passes(e);
     }
     for (int64_t off = 0; off < n;) {  // a pass of this one sequence on its own buffers
         const int64_t len = std::min(s.scratch.rows, n - off);
-        engine::BatchSeq q = share_of(s, tokens, out, off, len, vocab);
+        engine::BatchSeq q = share_of(s, tokens, out, off, len, vocab, which);
         Status st = engine::forward_batch(s.ctx, s.scratch, std::span<engine::BatchSeq>(&q, 1), {});
-        if (st) st = run_mtp(s, q, out, off, vocab);
+        if (st) st = run_mtp(s, q, out, off, n, vocab, which);
         if (!st) {
             s.broken = true;
             return st;
@@ -357,10 +389,12 @@ Status Engine::step(std::span<const StepItem> items) {
         if (items[i].session) items[i].session->impl_->in_step = false;
     if (!bad) return bad;
 
-    for (const StepItem& it : items) size_logits(*it.session->impl_, int64_t(it.tokens.size()), vocab, it.out);
+    for (const StepItem& it : items)
+        size_logits(*it.session->impl_, int64_t(it.tokens.size()), vocab, it.logit_rows, it.out);
     if (e.gpu) {
         e.gpu_work.clear();
-        for (const StepItem& it : items) e.gpu_work.push_back({it.session->impl_.get(), it.tokens, it.out});
+        for (const StepItem& it : items)
+            e.gpu_work.push_back({it.session->impl_.get(), it.tokens, it.out, it.logit_rows});
         return run_gpu_passes(e);
     }
     e.done.assign(items.size(), 0);
@@ -379,7 +413,7 @@ Status Engine::step(std::span<const StepItem> items) {
             const int64_t remaining = int64_t(items[i].tokens.size()) - e.done[i];
             const int64_t len = std::min({remaining, s.scratch.rows, max_rows});
             if (len == 0 || rows + len > max_rows) continue;
-            e.pass.push_back(share_of(s, items[i].tokens, items[i].out, e.done[i], len, vocab));
+            e.pass.push_back(share_of(s, items[i].tokens, items[i].out, e.done[i], len, vocab, items[i].logit_rows));
             e.pass_item.push_back(i);
             rows += len;
         }
@@ -387,7 +421,9 @@ Status Engine::step(std::span<const StepItem> items) {
         if (Status st = engine::forward_batch(e.batch_ctx, e.batch, e.pass, e.head_staging); !st) return fail(st);
         for (size_t k = 0; k < e.pass.size(); ++k) {
             const size_t i = e.pass_item[k];
-            if (Status st = run_mtp(*items[i].session->impl_, e.pass[k], items[i].out, e.done[i], vocab); !st)
+            if (Status st = run_mtp(*items[i].session->impl_, e.pass[k], items[i].out, e.done[i],
+                                    int64_t(items[i].tokens.size()), vocab, items[i].logit_rows);
+                !st)
                 return fail(st);
             e.done[i] += e.pass[k].n;
         }

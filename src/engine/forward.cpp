@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 
@@ -249,6 +250,9 @@ Status forward_batch(const ForwardContext& ctx, ForwardScratch& s, std::span<Bat
             return internal_error("forward_batch: a share of " + std::to_string(q.n) + " tokens at row " +
                                   std::to_string(rows) + " does not fit (sequence chunk " +
                                   std::to_string(q.state->chunk_rows) + ", pass " + std::to_string(s.rows) + ")");
+        if (q.logits_from < 0 || q.logits_from > q.n)
+            return internal_error("forward_batch: logits from row " + std::to_string(q.logits_from) +
+                                  " of a share of " + std::to_string(q.n) + " tokens");
         q.row0 = rows;
         for (int64_t i = 0; i < q.n; ++i) {
             s.positions[size_t(rows + i)] = q.state->position + i;
@@ -277,20 +281,40 @@ Status forward_batch(const ForwardContext& ctx, ForwardScratch& s, std::span<Bat
         if (q.final_streams)
             std::memcpy(q.final_streams, streams + q.row0 * hc * D, size_t(q.n * hc * D) * sizeof(float));
 
+    // The head's input: the rows that get logits, each share's from its logits_from (gathered into the spare
+    // streams when some share skips rows); out0[i] = where share i's rows start in it.
+    std::vector<int64_t> out0(seqs.size());
+    int64_t head_rows = 0;
+    bool every_row = true;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        out0[i] = head_rows;
+        head_rows += seqs[i].n - seqs[i].logits_from;
+        every_row &= seqs[i].logits_from == 0;
+    }
+    const float* head_in = streams;
+    if (!every_row) {
+        float* gathered = s.streams_b.data();
+        for (size_t i = 0; i < seqs.size(); ++i)
+            std::memcpy(gathered + out0[i] * hc * D, streams + (seqs[i].row0 + seqs[i].logits_from) * hc * D,
+                        size_t((seqs[i].n - seqs[i].logits_from) * hc * D) * sizeof(float));
+        head_in = gathered;
+    }
     if (seqs.size() == 1) {
-        DSV4_RETURN_IF_ERROR(head_forward(ctx, w.hc_head, w.norm, s, streams, rows, seqs[0].logits));
+        if (head_rows > 0)
+            DSV4_RETURN_IF_ERROR(head_forward(ctx, w.hc_head, w.norm, s, head_in, head_rows, seqs[0].logits));
     } else {  // the head over blocks of rows (its weight read once per block), scattered to each sequence
         size_t next = 0;  // first sequence not completely copied
-        for (int64_t r0 = 0; r0 < rows; r0 += staging_rows) {
-            const int64_t r1 = std::min(rows, r0 + staging_rows);
+        for (int64_t r0 = 0; r0 < head_rows; r0 += staging_rows) {
+            const int64_t r1 = std::min(head_rows, r0 + staging_rows);
             DSV4_RETURN_IF_ERROR(
-                head_forward(ctx, w.hc_head, w.norm, s, streams + r0 * hc * D, r1 - r0, head_staging.data()));
-            for (size_t i = next; i < seqs.size() && seqs[i].row0 < r1; ++i) {
-                const BatchSeq& q = seqs[i];
-                const int64_t a = std::max(r0, q.row0), b = std::min(r1, q.row0 + q.n);
-                std::memcpy(q.logits + (a - q.row0) * vocab, head_staging.data() + (a - r0) * vocab,
-                            size_t((b - a) * vocab) * sizeof(float));
-                if (q.row0 + q.n <= r1) next = i + 1;
+                head_forward(ctx, w.hc_head, w.norm, s, head_in + r0 * hc * D, r1 - r0, head_staging.data()));
+            for (size_t i = next; i < seqs.size() && out0[i] < r1; ++i) {
+                const int64_t n = seqs[i].n - seqs[i].logits_from;
+                const int64_t a = std::max(r0, out0[i]), b = std::min(r1, out0[i] + n);
+                if (a < b)
+                    std::memcpy(seqs[i].logits + (a - out0[i]) * vocab, head_staging.data() + (a - r0) * vocab,
+                                size_t((b - a) * vocab) * sizeof(float));
+                if (out0[i] + n <= r1) next = i + 1;
             }
         }
     }

@@ -90,13 +90,16 @@ struct BatchSeq {
     const int32_t* tokens = nullptr;     // [n], ids already range-checked
     int64_t n = 0;                       // 1 <= n <= state->chunk_rows
     int64_t row0 = 0;                    // filled by forward_batch
-    float* logits = nullptr;             // [n, vocab]
+    // the share's rows logits_from .. n-1 get logits (n: none); the head runs on no other row
+    int64_t logits_from = 0;
+    float* logits = nullptr;             // [n - logits_from, vocab]
     float* final_streams = nullptr;      // may be null: the last layer's streams [n, 4, D], before the head
 };
 
 // Runs every sequence's tokens in one pass (sum of n <= s.rows) and advances each state by its n. The head's
-// logits go straight to the one sequence's buffer, or through head_staging ([k, vocab], k >= 1 rows at a time)
-// when there are several. On error the states are unusable until reset (partially absorbed layers).
+// logits (of each share's rows from logits_from) go straight to the one sequence's buffer, or through head_staging
+// ([k, vocab], k >= 1 rows at a time) when there are several. On error the states are unusable until reset
+// (partially absorbed layers).
 Status forward_batch(const ForwardContext& ctx, ForwardScratch& s, std::span<BatchSeq> seqs,
                      std::span<float> head_staging);
 

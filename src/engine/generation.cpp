@@ -255,7 +255,7 @@ Status run_generation(Session& session, Generation& gen, const std::function<boo
         const std::span<const int32_t> in = gen.pending();
         if (!in.empty()) {
             const size_t n = chunk > 0 ? std::min(in.size(), size_t(chunk)) : in.size();
-            DSV4_RETURN_IF_ERROR(session.feed(in.first(n), &logits));
+            DSV4_RETURN_IF_ERROR(session.feed(in.first(n), &logits, LogitRows::kLast));
             DSV4_RETURN_IF_ERROR(gen.fed(n));
             continue;
         }

@@ -13,20 +13,20 @@ public:
         if (fold_) folded_.reserve(size_t(context));
     }
     Status feed(std::span<const int32_t> tokens, Logits* out) override {
-        if (!fold_) return session_->feed(tokens, out);
+        if (!fold_) return session_->feed(tokens, out, LogitRows::kLast);
         folded_.assign(tokens.begin(), tokens.end());
         for (int32_t& t : folded_)
             if (t >= vocab_) t %= vocab_;
-        return session_->feed(folded_, out);
+        return session_->feed(folded_, out, LogitRows::kLast);
     }
     void reset() override { session_->reset(); }
     // The session and the (folded) tokens for a batched step; `tokens` must stay alive until the step ran.
     StepItem step_item(std::span<const int32_t> tokens, Logits* out) {
-        if (!fold_) return {session_.get(), tokens, out};
+        if (!fold_) return {session_.get(), tokens, out, LogitRows::kLast};
         folded_.assign(tokens.begin(), tokens.end());
         for (int32_t& t : folded_)
             if (t >= vocab_) t %= vocab_;
-        return {session_.get(), folded_, out};
+        return {session_.get(), folded_, out, LogitRows::kLast};
     }
 
 private:

@@ -17,7 +17,8 @@ namespace dsv4::server {
 class SequenceRunner {
 public:
     virtual ~SequenceRunner() = default;
-    // Runs `tokens` after everything fed since the last reset; `out->values` becomes [tokens, vocab] f32.
+    // Runs `tokens` after everything fed since the last reset; the last row of `out->values` (last_logits_row)
+    // becomes the last token's next-token logits (the engine's runner fills that row only: LogitRows::kLast).
     virtual Status feed(std::span<const int32_t> tokens, Logits* out) = 0;
     virtual void reset() = 0;
 };

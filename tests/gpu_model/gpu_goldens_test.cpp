@@ -151,6 +151,62 @@ TEST(GpuBatchedSteps, EachSequenceGetsItsSoloLogits) {
     }
 }
 
+// LogitRows::kLast on the GPU: a pass runs the head on the wanted rows only (gathered after the final norm), in
+// short passes (<= 256 rows, where every-row passes run the head inside) and long ones (chunks of 256), alone and in
+// a batched step beside shares that want every row. The head GEMM then has other row counts, so the check is the
+// f32 one (rel_l2 <= 1e-5, same top-1) against the last row of an every-row feed, and the same for a share that wants
+// every row against its solo feed.
+TEST(GpuLastRowLogits, LastRowMatchesTheEveryRowFeed) {
+    DSV4_REQUIRE_GPU();
+    const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
+    const auto base = read_token_file(dir / "tokens.txt");
+    ASSERT_FALSE(base.empty());
+    for (const EnginePrecision precision : {EnginePrecision::kF32, EnginePrecision::kReference}) {
+        auto engine = load_gpu_engine(dir / "official", precision);
+        ASSERT_NE(engine, nullptr);
+        const int64_t vocab = engine->info().vocab_size;
+        auto fresh = [&] {
+            auto s = engine->create_session({.max_context = 512});
+            EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+            return s.is_ok() ? std::move(s).value() : nullptr;
+        };
+        auto last_row = [&](const Logits& l) { return std::vector<float>(l.values.end() - vocab, l.values.end()); };
+        for (const int64_t n : {int64_t(37), int64_t(300)}) {
+            std::vector<int32_t> t(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) t[size_t(i)] = base[size_t(i * 7 + n) % base.size()];
+            auto all = fresh(), last = fresh();
+            ASSERT_TRUE(all && last);
+            Logits want, got;
+            ASSERT_TRUE(all->feed(t, &want).is_ok());
+            Status st = last->feed(t, &got, LogitRows::kLast);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            ASSERT_EQ(got.rows, 1);
+            ASSERT_EQ(got.values.size(), size_t(vocab));
+            const std::vector<float> w = last_row(want);
+            const double rel = rel_l2(got.values, w);
+            std::printf("%s, %lld tokens: last row alone vs every row rel_l2 %.3g, bit-identical %s\n",
+                        engine_precision_name(precision), static_cast<long long>(n), rel,
+                        std::memcmp(got.values.data(), w.data(), w.size() * 4) == 0 ? "yes" : "no");
+            EXPECT_LE(rel, 1e-5);
+            EXPECT_EQ(top1_agreement(got.values, w, vocab), 1.0);
+            // a batched step: this prompt's last row beside a 37-token share that wants every row
+            auto a = fresh(), b = fresh(), solo = fresh();
+            ASSERT_TRUE(a && b && solo);
+            const std::vector<int32_t> u(t.begin(), t.begin() + 37);
+            Logits solo_out, out_a, out_b;
+            ASSERT_TRUE(solo->feed(u, &solo_out).is_ok());
+            const std::vector<StepItem> items = {{a.get(), t, &out_a, LogitRows::kLast}, {b.get(), u, &out_b}};
+            st = engine->step(items);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            ASSERT_EQ(out_a.rows, 1);
+            EXPECT_LE(rel_l2(out_a.values, w), 1e-5);
+            ASSERT_EQ(out_b.rows, 37);
+            EXPECT_LE(rel_l2(out_b.values, solo_out.values), 1e-5);
+            EXPECT_EQ(top1_agreement(out_b.values, solo_out.values, vocab), 1.0);
+        }
+    }
+}
+
 // Where no GPU is present, asking for the CUDA backend is a clear error, not a crash.
 TEST(GpuBackendAvailability, NoGpuGivesAClearError) {
     if (gpu_present()) GTEST_SKIP() << "a GPU is present: the no-GPU message cannot be observed here";

@@ -75,8 +75,9 @@ protected:
     }
 
     // Runs kSchedules alone (feed) and batched (step); returns the worst f32-style rel_l2 over all outputs and
-    // whether every output was bit-identical.
-    void run(int64_t max_batch_rows, bool require_identical, bool* identical, double* worst) {
+    // whether every output was bit-identical. last_rows: the batched items of sequences A, C, E ask for their last
+    // row only (LogitRows::kLast), which must be the last row of what their own feed gives.
+    void run(int64_t max_batch_rows, bool require_identical, bool* identical, double* worst, bool last_rows = false) {
         auto engine = load(max_batch_rows);
         ASSERT_NE(engine, nullptr);
         const size_t nseq = kSchedules.size(), steps = kSchedules[0].size();
@@ -103,16 +104,19 @@ protected:
                 const std::span<const int32_t> t(toks[k].data() + off[k], size_t(c));
                 Status st = alone[k]->feed(t, &want[k]);
                 ASSERT_TRUE(st.is_ok()) << st.to_string();
-                items.push_back({batched[k].get(), t, &got[k]});
+                const bool last = last_rows && k % 2 == 0;
+                items.push_back({batched[k].get(), t, &got[k], last ? LogitRows::kLast : LogitRows::kAll});
                 who.push_back(k);
             }
             Status st = engine->step(items);
             ASSERT_TRUE(st.is_ok()) << "step " << step << ": " << st.to_string();
             for (size_t k : who) {
                 const int64_t c = kSchedules[k][step];
-                ASSERT_EQ(got[k].rows, c);
-                ASSERT_EQ(got[k].values.size(), want[k].values.size());
+                const bool last = last_rows && k % 2 == 0;
+                ASSERT_EQ(got[k].rows, last ? 1 : c);
                 ASSERT_EQ(batched[k]->position(), alone[k]->position());
+                if (last) keep_last_row(&want[k]);
+                ASSERT_EQ(got[k].values.size(), want[k].values.size());
                 const bool same = testing::bytes_equal(got[k].values, want[k].values) &&
                                   testing::bytes_equal(got[k].mtp, want[k].mtp);
                 *identical &= same;
@@ -127,6 +131,14 @@ protected:
         }
     }
 
+    // Logits of all rows -> the last row only (values and mtp), as LogitRows::kLast returns them.
+    static void keep_last_row(Logits* l) {
+        const size_t v = size_t(l->vocab), rows = size_t(l->rows);
+        l->values.erase(l->values.begin(), l->values.begin() + ptrdiff_t((rows - 1) * v));
+        if (!l->mtp.empty()) l->mtp.erase(l->mtp.begin(), l->mtp.begin() + ptrdiff_t((rows - 1) * v));
+        l->rows = 1;
+    }
+
     std::filesystem::path dir_;
     std::vector<int32_t> base_;
 };
@@ -137,6 +149,40 @@ TEST_P(BatchedStep, EverySequenceGetsItsOwnLogitsBitForBit) {
     run(512, true, &identical, &worst);
     EXPECT_TRUE(identical);
     EXPECT_LE(worst, 1e-5);
+}
+
+// Half the sequences of each step ask for their last row only: the head skips their other rows (gathered input in
+// the pass), and what they get is exactly the last row of their own feed.
+TEST_P(BatchedStep, LastRowOnlyIsTheLastRowOfEveryRow) {
+    bool identical = false;
+    double worst = 1;
+    run(512, true, &identical, &worst, true);
+    EXPECT_TRUE(identical);
+}
+
+// A feed longer than one pass (256 rows) asking for its last row: only the last pass runs the head, on one row; the
+// result (and the MTP head's) is the last row of the same feed with every row.
+TEST_P(BatchedStep, FeedOfSeveralPassesGivesItsLastRowOnly) {
+    auto engine = load(512);
+    ASSERT_NE(engine, nullptr);
+    auto all = session(*engine), last = session(*engine);
+    ASSERT_TRUE(all && last);
+    const std::vector<int32_t> t = sequence_tokens(base_, 3, 300);
+    Logits want, got;
+    ASSERT_TRUE(all->feed(t, &want).is_ok());
+    Status st = last->feed(t, &got, LogitRows::kLast);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_EQ(want.rows, 300);
+    ASSERT_EQ(got.rows, 1);
+    keep_last_row(&want);
+    EXPECT_TRUE(testing::bytes_equal(got.values, want.values)) << "rel_l2 " << rel_l2(got.values, want.values);
+    EXPECT_TRUE(testing::bytes_equal(got.mtp, want.mtp));
+    EXPECT_EQ(got.mtp.size(), engine->info().has_mtp ? got.values.size() : 0u);
+    // and the sessions go on identically
+    const std::vector<int32_t> next = {t[5]};
+    ASSERT_TRUE(all->feed(next, &want).is_ok());
+    ASSERT_TRUE(last->feed(next, &got, LogitRows::kLast).is_ok());
+    EXPECT_TRUE(testing::bytes_equal(got.values, want.values));
 }
 
 // max_batch_rows 64: E's 250-token chunk runs as 64-row pieces while the others wait or join; still exactly what a

@@ -111,8 +111,9 @@ double decode_bytes(const GpuModel& m, int64_t batch, int64_t ctx, double expert
 }
 
 // Matmul FLOPs of one prefill token: 2 per weight parameter it multiplies (non-expert linears, K routed experts and
-// the shared expert), plus attention's q·k and p·v over the window and the selected entries (4·H·512 per entry).
-double prefill_flops_per_token(const GpuModel& m, double expert_layer_params, int64_t ctx) {
+// the shared expert; the LM head when every row gets logits), plus attention's q·k and p·v over the window and the
+// selected entries (4·H·512 per entry).
+double prefill_flops_per_token(const GpuModel& m, double expert_layer_params, int64_t ctx, bool head) {
     const model::ModelConfig& c = m.cfg;
     double dense = 0;
     for (const engine::GpuLayer& l : m.layers) {
@@ -128,7 +129,7 @@ double prefill_flops_per_token(const GpuModel& m, double expert_layer_params, in
         if (l.kind == model::AttnKind::kHCA) entries += double(ctx / 2 / 128);
         dense += 2.0 * double(c.num_heads) * double(c.head_dim) * entries;
     }
-    dense += double(c.vocab_size) * double(c.hidden_size);
+    if (head) dense += double(c.vocab_size) * double(c.hidden_size);
     return 2.0 * dense;
 }
 
@@ -274,14 +275,19 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
         DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, o.prefill_tokens, o.prefill_tokens));
         DSV4_ASSIGN_OR_RETURN(engine::GpuSequencePtr s, engine::make_gpu_sequence(*m, o.prefill_tokens, chunk));
         const int64_t vocab = cfg.vocab_size;
-        std::vector<float> logits(size_t(chunk * vocab));
+        std::vector<float> logits(size_t((o.prefill_all_logits ? chunk : 1) * vocab));
         std::vector<int32_t> tokens(size_t(o.prefill_tokens));
         for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % size_t(vocab));
         DSV4_ASSIGN_OR_RETURN(cuda::EventTimer timer, cuda::EventTimer::create());
         double total_ms = 0;
         for (int64_t off = 0; off < o.prefill_tokens; off += chunk) {
-            engine::GpuBatchSeq q{.seq = s.get(), .tokens = tokens.data() + off,
-                                  .n = std::min(chunk, o.prefill_tokens - off), .logits = logits.data()};
+            const int64_t n = std::min(chunk, o.prefill_tokens - off);
+            const bool last_pass = off + n == o.prefill_tokens;
+            engine::GpuBatchSeq q{.seq = s.get(),
+                                  .tokens = tokens.data() + off,
+                                  .n = n,
+                                  .logits = logits.data(),
+                                  .logits_from = o.prefill_all_logits ? 0 : (last_pass ? n - 1 : n)};
             nvtxRangePushA("dsv4_prefill_pass");  // selects the pass's kernels (scripts/profile-decode --prefill)
             DSV4_RETURN_IF_ERROR(timer.start(m->stream.handle()));
             const Status pass = engine::gpu_forward_batch(*m, std::span<engine::GpuBatchSeq>(&q, 1));
@@ -292,12 +298,14 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
             total_ms += e;
         }
         const double tok_s = double(o.prefill_tokens) / (total_ms * 1e-3);
-        const double tflops = prefill_flops_per_token(*m, expert_layer_params, o.prefill_tokens) * tok_s * 1e-12;
+        const double tflops =
+            prefill_flops_per_token(*m, expert_layer_params, o.prefill_tokens, o.prefill_all_logits) * tok_s * 1e-12;
         std::fprintf(out,
-                     "\nprefill %lld tokens in passes of %lld: %.1f ms, %.0f tok/s, %.1f TFLOP/s = %.1f%% of the bf16 "
-                     "ceiling (793 measured) and %.1f%% of the fp8 peak (1979 datasheet)\n",
-                     static_cast<long long>(o.prefill_tokens), static_cast<long long>(chunk), total_ms, tok_s, tflops,
-                     100.0 * tflops / 793.0, 100.0 * tflops / 1979.0);
+                     "\nprefill %lld tokens in passes of %lld (%s): %.1f ms, %.0f tok/s, %.1f TFLOP/s = %.1f%% of the "
+                     "bf16 ceiling (793 measured) and %.1f%% of the fp8 peak (1979 datasheet)\n",
+                     static_cast<long long>(o.prefill_tokens), static_cast<long long>(chunk),
+                     o.prefill_all_logits ? "every row's logits to the host" : "the last row's logits", total_ms, tok_s,
+                     tflops, 100.0 * tflops / 793.0, 100.0 * tflops / 1979.0);
     }
     const engine::GpuGraphStats g = engine::gpu_graph_stats(*m);
     std::fprintf(out,

@@ -274,9 +274,10 @@ Status block_forward(GpuModel& m, const GpuLayer& layer, int slot, std::span<Gpu
     return Status::ok();
 }
 
-// The head (§5.6): [the last layer's hc_post +] hc_head collapse, RMSNorm into pass.normed; then, for a pass of at
-// most kHeadChunkRows rows, the f32 logits [rows, vocab] into pass.logits (longer passes: head_logits per chunk).
-Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost& pending) {
+// The head (§5.6): [the last layer's hc_post +] hc_head collapse, RMSNorm into pass.normed; then, with
+// `logits`, the f32 logits [rows, vocab] of every row into pass.logits (rows <= kHeadChunkRows; otherwise the
+// caller runs the head GEMM on the rows it wants: head_logits).
+Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost& pending, bool logits) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     cuda::HcHeadArgs hp;
@@ -299,25 +300,48 @@ Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost&
     np.eps = float(c.rms_norm_eps);
     np.y = s.normed.data();
     DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(m.precision, np, m.stream.handle()));
-    if (rows > kHeadChunkRows) return Status::ok();
+    if (!logits) return Status::ok();
     return gpu_linear(m, s.normed.data(), rows, m.head, LinearOut::kF32, s.logits.data());
 }
 
-// The logits of a long pass, kHeadChunkRows rows at a time through pass.logits, each chunk copied into the host
-// buffers of the sequences it covers (stream order keeps a chunk's copies ahead of the next chunk's GEMM).
-Status head_logits_in_chunks(GpuModel& m, std::span<const GpuBatchSeq> seqs, int64_t rows) {
+// Whether every row of the pass gets logits (no share starts its logits past its first row).
+bool every_row_logits(std::span<const GpuBatchSeq> seqs) {
+    for (const GpuBatchSeq& q : seqs)
+        if (q.logits_from != 0) return false;
+    return true;
+}
+
+// The logits of the rows the shares want, after head_forward without `logits`: those rows of pass.normed (all of
+// them, or each share's from its logits_from gathered into pass.hc_x, free after the norm), then the head GEMM
+// kHeadChunkRows rows at a time through pass.logits, each chunk copied into the host buffers of the shares it covers
+// (stream order keeps a chunk's copies ahead of the next chunk's GEMM).
+Status head_logits(GpuModel& m, std::span<const GpuBatchSeq> seqs) {
     GpuPass& s = m.pass;
-    const int64_t vocab = m.cfg.vocab_size, D = m.cfg.hidden_size;
+    const int64_t vocab = m.cfg.vocab_size, row_bytes = m.cfg.hidden_size * int64_t(m.act_bytes);
     const cuda::StreamHandle st = m.stream.handle();
+    const bool every_row = every_row_logits(seqs);
+    const DeviceBuffer& in = every_row ? s.normed : s.hc_x;
+    int64_t rows = 0;  // rows the head runs on; a share's start among them is out0 below
+    for (const GpuBatchSeq& q : seqs) {
+        const int64_t n = q.n - q.logits_from;
+        if (!every_row && n > 0)
+            DSV4_RETURN_IF_ERROR(cuda::copy_async(at(s.hc_x, rows * row_bytes),
+                                                  at(s.normed, (q.row0 + q.logits_from) * row_bytes),
+                                                  size_t(n * row_bytes), st));
+        rows += n;
+    }
     for (int64_t r0 = 0; r0 < rows; r0 += kHeadChunkRows) {
         const int64_t n = std::min(kHeadChunkRows, rows - r0);
-        DSV4_RETURN_IF_ERROR(gpu_linear(m, at(s.normed, r0 * D * int64_t(m.act_bytes)), n, m.head, LinearOut::kF32,
-                                        s.logits.data()));
+        DSV4_RETURN_IF_ERROR(gpu_linear(m, at(in, r0 * row_bytes), n, m.head, LinearOut::kF32, s.logits.data()));
+        int64_t out0 = 0;
         for (const GpuBatchSeq& q : seqs) {
-            const int64_t lo = std::max(r0, q.row0), hi = std::min(r0 + n, q.row0 + q.n);
-            if (lo >= hi) continue;
-            DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits + (lo - q.row0) * vocab, at(s.logits, (lo - r0) * vocab * 4),
-                                                  size_t((hi - lo) * vocab) * 4, st));
+            const int64_t count = q.n - q.logits_from;
+            const int64_t lo = std::max(r0, out0), hi = std::min(r0 + n, out0 + count);
+            if (lo < hi)
+                DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits + (lo - out0) * vocab,
+                                                      at(s.logits, (lo - r0) * vocab * 4),
+                                                      size_t((hi - lo) * vocab) * 4, st));
+            out0 += count;
         }
     }
     return Status::ok();
@@ -328,8 +352,9 @@ Status head_logits_in_chunks(GpuModel& m, std::span<const GpuBatchSeq> seqs, int
 namespace {
 
 // Everything a pass queues between the plan upload and the logits, without waiting for anything: the part a
-// decode step captures as a CUDA graph. The host plan must already hold the pass's positions and tokens.
-Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool decode) {
+// decode step captures as a CUDA graph. The host plan must already hold the pass's positions and tokens. `logits`:
+// the head GEMM of every row runs inside (a decode step's, and short passes whose every row gets logits).
+Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool decode, bool logits) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
@@ -357,7 +382,7 @@ Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool
     for (size_t li = 0; li < m.layers.size(); ++li)
         DSV4_RETURN_IF_ERROR(block_forward(m, m.layers[li], int(li), seqs, rows, s.streams_a.data(),
                                            s.streams_b.data(), decode, pending));
-    return head_forward(m, s.streams_a.data(), rows, pending);
+    return head_forward(m, s.streams_a.data(), rows, pending, logits);
 }
 
 // A decode step (one token per sequence, none at position 0) replays the graph captured for its number of rows:
@@ -377,7 +402,7 @@ Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) 
             return e.graph.launch(m.stream.handle());
         }
     DSV4_ASSIGN_OR_RETURN(cuda::CapturedGraph g, cuda::CapturedGraph::capture(m.stream.handle(), [&] {
-                              return enqueue_pass(m, seqs, rows, true);
+                              return enqueue_pass(m, seqs, rows, true, rows <= kHeadChunkRows);
                           }));
     ++cache.captures;
     GpuGraphCache::Entry* slot = nullptr;
@@ -416,6 +441,9 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
             return internal_error("gpu_forward_batch: a share of " + std::to_string(q.n) + " tokens at row " +
                                   std::to_string(rows) + " does not fit (sequence chunk " +
                                   std::to_string(q.seq->chunk_rows) + ", pass " + std::to_string(s.rows) + ")");
+        if (q.logits_from < 0 || q.logits_from > q.n)
+            return internal_error("gpu_forward_batch: logits from row " + std::to_string(q.logits_from) +
+                                  " of a share of " + std::to_string(q.n) + " tokens");
         q.row0 = rows;
         for (int64_t i = 0; i < q.n; ++i) {
             positions[rows + i] = q.seq->position + i;
@@ -428,17 +456,22 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     // without graphs a decode step queues the same launches the graph would replay (the batched decode kernels:
     // split attention, for one, rounds its sums unlike the per-sequence path)
     const bool decode = is_decode_step(seqs);
+    // passes of at most kHeadChunkRows rows run the head GEMM of every row inside when they are decode steps (the
+    // graph holds it) or want every row's logits
+    const bool logits_in_pass = rows <= kHeadChunkRows && (decode || every_row_logits(seqs));
     if (m.use_graphs && decode) {
         DSV4_RETURN_IF_ERROR(run_decode_graph(m, seqs, rows));
     } else {
-        DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, rows, decode));
+        DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, rows, decode, logits_in_pass));
     }
-    if (rows > kHeadChunkRows) {
-        DSV4_RETURN_IF_ERROR(head_logits_in_chunks(m, seqs, rows));
-    } else {
+    if (logits_in_pass) {
         for (const GpuBatchSeq& q : seqs)
-            DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits, at(s.logits, q.row0 * c.vocab_size * 4),
-                                                  size_t(q.n * c.vocab_size) * 4, st));
+            if (q.logits_from < q.n)
+                DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits,
+                                                      at(s.logits, (q.row0 + q.logits_from) * c.vocab_size * 4),
+                                                      size_t((q.n - q.logits_from) * c.vocab_size) * 4, st));
+    } else {
+        DSV4_RETURN_IF_ERROR(head_logits(m, seqs));
     }
     DSV4_RETURN_IF_ERROR(m.stream.synchronize());
     for (GpuBatchSeq& q : seqs) q.seq->position += q.n;

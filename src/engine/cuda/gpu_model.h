@@ -73,8 +73,11 @@ struct GpuBatchSeq {
     GpuSequence* seq = nullptr;
     const int32_t* tokens = nullptr;  // host [n], ids already range-checked
     int64_t n = 0;                    // 1 <= n <= chunk rows
-    float* logits = nullptr;          // host [n, vocab]
-    int64_t row0 = 0;                 // filled by gpu_forward_batch
+    float* logits = nullptr;          // host [n - logits_from, vocab]
+    // the share's rows logits_from .. n-1 get logits (n: none); the head runs on no other row of a pass that is not
+    // a decode step
+    int64_t logits_from = 0;
+    int64_t row0 = 0;  // filled by gpu_forward_batch
 };
 
 // Runs every share in one pass (sum of n <= gpu_max_rows), copies each share's logits to its host buffer and
