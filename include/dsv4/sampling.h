@@ -84,13 +84,14 @@ private:
     void apply_penalties(std::span<const int32_t> history);
     void fill_top_logprobs(double log_z, SampleResult& result);
     int32_t pick_from_candidates(size_t count, double total);
+    size_t collect_within(float gap, float max_logit);
 
     int32_t vocab_;
     SamplingParams params_;
     Rng rng_;
     std::vector<float> work_;      // [vocab] penalised, temperature-scaled logits
     std::vector<int32_t> order_;   // [vocab] candidate ids
-    std::vector<double> probs_;    // [vocab] unnormalised probabilities of candidates, in order_ order
+    std::vector<float> probs_;     // [vocab] unnormalised probabilities e^(l - max) by token id
     std::vector<int32_t> counts_;  // [vocab] occurrences in the penalty window (zero between calls)
     std::vector<int32_t> touched_; // [vocab] ids with counts_ > 0
 };

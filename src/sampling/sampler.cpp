@@ -2,7 +2,9 @@
 // CDF in a deterministic candidate order). The order of the filters follows Hugging Face / vLLM (temperature
 // first), not llama.cpp's default chain (temperature last); docs/chat.md explains the choice.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 
@@ -12,6 +14,56 @@ namespace dsv4 {
 
 namespace {
 
+// probs[i] = e^(logits[i] - max_logit) in f32 for the whole vocabulary, logits[i] <= max_logit (-inf allowed: 0).
+// One full-vocabulary pass per token, so it is written as straight-line arithmetic that vectorises (this file is
+// compiled with -fno-trapping-math so that the selects stay branch-free; target_clones adds an AVX2 build): range
+// reduction by ln 2 in two parts and Cephes' degree-6 polynomial for e^r on |r| <= ln2 / 2, then 2^n through the
+// exponent bits. Relative error <= 1e-7 against e^x in double (a test checks it), monotone; arguments below -87
+// (e^-87 = 1.6e-38, the bottom of f32's normal range) give 0, which no 53-bit draw can tell from their true value.
+__attribute__((target_clones("avx2", "default"))) void exp_below_max(const float* __restrict logits,
+                                                                     float* __restrict probs, int32_t n,
+                                                                     float max_logit) {
+    for (int32_t i = 0; i < n; ++i) {
+        const float x = logits[i] - max_logit;
+        const float xc = x > -87.0f ? x : -87.0f;
+        const float t = xc * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23: rounds to the nearest integer
+        const float k = t - 12582912.0f;
+        float r = xc - k * 0.693359375f;  // ln 2 = 0.693359375 - 2.12194440e-4 (the first part exact in f32)
+        r = r - k * -2.12194440e-4f;
+        float p = 1.9875691500e-4f;
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * r * r + r + 1.0f;
+        const float scale = std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);  // k in [-126, 0]
+        probs[i] = x >= -87.0f ? p * scale : 0.0f;
+    }
+}
+
+// Σ values in double, eight independent partial sums (a fixed order: the same inputs give the same bits).
+double sum_f64(const float* values, size_t n) {
+    double z[8] = {};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) z[k] += static_cast<double>(values[i + k]);
+    for (; i < n; ++i) z[0] += static_cast<double>(values[i]);
+    return ((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7]));
+}
+
+// The largest of n values (-inf for none above it; NaNs are skipped), eight independent maxima so that the compare
+// chain does not serialise.
+float max_of(const float* values, int32_t n) {
+    float m[8];
+    for (float& v : m) v = -std::numeric_limits<float>::infinity();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) m[k] = values[i + k] > m[k] ? values[i + k] : m[k];
+    for (; i < n; ++i) m[0] = values[i] > m[0] ? values[i] : m[0];
+    return std::max({m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]});
+}
+
 uint64_t splitmix64(uint64_t& x) {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -20,6 +72,10 @@ uint64_t splitmix64(uint64_t& x) {
 }
 
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// Logit gaps below the largest for collect_within, widened until the prefix suffices (e^-8 ≈ 3e-4 of the top
+// token's probability: at usual temperatures the whole nucleus is in the first).
+constexpr float kPrefixGaps[] = {8.0f, 16.0f, 32.0f, 64.0f, std::numeric_limits<float>::infinity()};
 
 bool finite(float v) { return std::isfinite(v); }
 
@@ -105,6 +161,19 @@ void Sampler::apply_penalties(std::span<const int32_t> history) {
     }
 }
 
+// The tokens whose processed logit is within `gap` of the largest (every token for gap = inf), in id order, into
+// order_[0..m); returns m. They are a prefix of the candidate order (logit first), and a short one for the first
+// gaps: sorting them instead of the vocabulary is what keeps top-k and top-p cheap.
+size_t Sampler::collect_within(float gap, float max_logit) {
+    const float floor = max_logit - gap;
+    size_t m = 0;
+    for (int32_t i = 0; i < vocab_; ++i) {
+        order_[m] = i;
+        m += work_[i] >= floor ? 1 : 0;
+    }
+    return m;
+}
+
 // Top-n alternatives by processed logit (ties: lower id first), by insertion into a short sorted array.
 void Sampler::fill_top_logprobs(double log_z, SampleResult& result) {
     const int n = std::min(params_.top_logprobs, vocab_);
@@ -150,22 +219,16 @@ Status Sampler::sample(std::span<const float> logits, std::span<const int32_t> h
         for (float& l : work_) l *= inv_t;
     }
     // Max (lowest id on ties) and the log partition function of the processed logits.
-    int32_t best = 0;
-    for (int32_t i = 1; i < vocab_; ++i) {
-        if (work_[i] > work_[best]) best = i;
-    }
-    const float max_logit = work_[best];
+    const float max_logit = max_of(work_.data(), vocab_);
     if (max_logit == kNegInf || std::isnan(max_logit)) {
         return invalid_argument("sampling: no token has a finite logit");
     }
     if (max_logit == std::numeric_limits<float>::infinity()) {
         return invalid_argument("sampling: a logit is +infinity");
     }
-    double z = 0;
-    for (int32_t i = 0; i < vocab_; ++i) {
-        probs_[i] = std::exp(static_cast<double>(work_[i]) - max_logit);
-        z += probs_[i];
-    }
+    const int32_t best = static_cast<int32_t>(std::find(work_.begin(), work_.end(), max_logit) - work_.begin());
+    exp_below_max(work_.data(), probs_.data(), vocab_, max_logit);
+    const double z = sum_f64(probs_.data(), probs_.size());
     const double log_z = max_logit + std::log(z);
 
     if (greedy) {
@@ -173,39 +236,43 @@ Status Sampler::sample(std::span<const float> logits, std::span<const int32_t> h
     } else {
         // Deterministic total order of candidates: higher logit first, then lower id.
         auto before = [this](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
-        std::iota(order_.begin(), order_.end(), 0);
         size_t n = static_cast<size_t>(vocab_);
-        bool sorted = false;
-        double mass = z;  // probability mass of the candidate set (unnormalised)
+        bool sorted = false;  // order_[0..n) holds the candidates in that order (else: every token, unordered)
+        double mass = z;      // probability mass of the candidate set (unnormalised)
         if (p.top_k > 0 && p.top_k < vocab_) {
+            // the k best lie in any prefix of the candidate order that holds k tokens
             n = static_cast<size_t>(p.top_k);
-            std::nth_element(order_.begin(), order_.begin() + (n - 1), order_.end(), before);
+            size_t m = 0;
+            for (const float gap : kPrefixGaps)
+                if ((m = collect_within(gap, max_logit)) >= n) break;
+            std::nth_element(order_.begin(), order_.begin() + (n - 1), order_.begin() + m, before);
             std::sort(order_.begin(), order_.begin() + n, before);
             sorted = true;
             mass = 0;
             for (size_t i = 0; i < n; ++i) mass += probs_[order_[i]];
         }
         if (p.top_p < 1.0f) {
+            const double limit = static_cast<double>(p.top_p) * mass;
             if (!sorted) {
-                // Sort only as much as the nucleus needs: grow the sorted prefix until it holds top_p of the mass.
-                size_t m = std::min<size_t>(n, 128);
-                while (true) {
-                    std::partial_sort(order_.begin(), order_.begin() + m, order_.end(), before);
+                // Sort only a prefix of the candidate order that holds top_p of the mass: the nucleus ends in it.
+                size_t m = 0;
+                for (const float gap : kPrefixGaps) {
+                    m = collect_within(gap, max_logit);
                     double cum = 0;
                     for (size_t i = 0; i < m; ++i) cum += probs_[order_[i]];
-                    if (cum >= p.top_p * mass || m == n) break;
-                    m = std::min(n, m * 8);
+                    if (cum >= limit) break;
                 }
+                std::sort(order_.begin(), order_.begin() + m, before);
                 n = m;
                 sorted = true;
             }
             // Keep token i while the mass before it is below top_p (the token that crosses is kept).
-            const double limit = static_cast<double>(p.top_p) * mass;
             double cum = 0;
             size_t keep = 0;
             while (keep < n && (keep == 0 || cum < limit)) cum += probs_[order_[keep++]];
             n = keep;
         }
+        if (!sorted) std::iota(order_.begin(), order_.end(), 0);
         if (p.min_p > 0.0f) {
             const double threshold = static_cast<double>(p.min_p) * probs_[best];  // probs_[best] == 1
             if (sorted) {
@@ -219,7 +286,11 @@ Status Sampler::sample(std::span<const float> logits, std::span<const int32_t> h
             }
         }
         double total = 0;
-        for (size_t i = 0; i < n; ++i) total += probs_[order_[i]];
+        if (sorted || p.min_p > 0.0f) {
+            for (size_t i = 0; i < n; ++i) total += probs_[order_[i]];
+        } else {
+            total = z;  // every token
+        }
         result.token = pick_from_candidates(n, total);
     }
     result.logprob = static_cast<float>(work_[result.token] - log_z);
