@@ -300,5 +300,25 @@ TEST(Sampler, FullVocabularyNoAllocationAndNucleusMembership) {
                 kVocab, std::chrono::duration<double, std::milli>(t1 - t0).count() / kCalls);
 }
 
+// top-p and top-k sort only the tokens within a logit gap of the largest (8 nats, then 16, 32, 64, any): here the
+// first gap holds the top token alone (the other six sit 9 nats down, e^-9 = 1.2e-4 of it each), so both filters
+// must widen it. top_p 0.99999 needs all six (the mass before the sixth is still below the bar), so each must be
+// drawn at its rate; top_k 4 keeps the top token and the three lowest ids of the tied tail, never the others.
+TEST(Sampler, CandidatePrefixWidensBeyondTheFirstGap) {
+    std::vector<float> logits(7, -9.0f);
+    logits[0] = 0.0f;
+    std::vector<double> want(7, std::exp(-9.0));
+    want[0] = 1.0;
+    SamplingParams p;
+    p.top_p = 0.99999f;
+    expect_distribution(histogram(logits, p, 2000000), want, "top_p past the first gap");
+
+    SamplingParams k;
+    k.top_k = 4;
+    std::vector<double> want_k = want;
+    want_k[4] = want_k[5] = want_k[6] = 0.0;
+    expect_distribution(histogram(logits, k, 2000000), want_k, "top_k past the first gap");
+}
+
 }  // namespace
 }  // namespace dsv4
