@@ -279,21 +279,14 @@ engine::BatchSeq share_of(Session::Impl& s, std::span<const int32_t> tokens, Log
     return q;
 }
 
-// After the pass that ran `q` (the session's state has advanced by q.n): the MTP head of the rows that get logits.
-// The MTP block runs on all of the pass's rows (they are its inputs); with LogitRows::kLast only the last row is
-// kept.
+// After the pass that ran `q` (the session's state has advanced by q.n): the MTP block over those rows, its head
+// on the rows that get logits.
 Status run_mtp(Session::Impl& s, const engine::BatchSeq& q, Logits* out, int64_t done, int64_t total, int64_t vocab,
                LogitRows which) {
     if (!s.mtp) return Status::ok();
     const PieceLogits pl = piece_logits(out, done, q.n, total, vocab, which);
-    if (pl.from == 0)
-        return engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, s.seq_scratch, q.tokens, q.n, s.state.position - q.n,
-                                 pl.mtp);
-    std::vector<float> all(size_t(q.n * vocab));
-    DSV4_RETURN_IF_ERROR(
-        engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, s.seq_scratch, q.tokens, q.n, s.state.position - q.n, all.data()));
-    if (pl.from < q.n) std::copy(all.begin() + pl.from * vocab, all.end(), pl.mtp);
-    return Status::ok();
+    return engine::mtp_chunk(s.ctx, *s.mtp, s.scratch, s.seq_scratch, q.tokens, q.n, s.state.position - q.n, pl.mtp,
+                             pl.from);
 }
 
 // The GPU form of a step's passes (e.gpu_work validated and sized, e.step_mutex held): each pass takes every item's

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 
@@ -282,21 +281,20 @@ Status forward_batch(const ForwardContext& ctx, ForwardScratch& s, std::span<Bat
             std::memcpy(q.final_streams, streams + q.row0 * hc * D, size_t(q.n * hc * D) * sizeof(float));
 
     // The head's input: the rows that get logits, each share's from its logits_from (gathered into the spare
-    // streams when some share skips rows); out0[i] = where share i's rows start in it.
-    std::vector<int64_t> out0(seqs.size());
+    // streams when some share skips rows), share i's from its head_row0.
     int64_t head_rows = 0;
     bool every_row = true;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-        out0[i] = head_rows;
-        head_rows += seqs[i].n - seqs[i].logits_from;
-        every_row &= seqs[i].logits_from == 0;
+    for (BatchSeq& q : seqs) {
+        q.head_row0 = head_rows;
+        head_rows += q.n - q.logits_from;
+        every_row &= q.logits_from == 0;
     }
     const float* head_in = streams;
     if (!every_row) {
         float* gathered = s.streams_b.data();
-        for (size_t i = 0; i < seqs.size(); ++i)
-            std::memcpy(gathered + out0[i] * hc * D, streams + (seqs[i].row0 + seqs[i].logits_from) * hc * D,
-                        size_t((seqs[i].n - seqs[i].logits_from) * hc * D) * sizeof(float));
+        for (const BatchSeq& q : seqs)
+            std::memcpy(gathered + q.head_row0 * hc * D, streams + (q.row0 + q.logits_from) * hc * D,
+                        size_t((q.n - q.logits_from) * hc * D) * sizeof(float));
         head_in = gathered;
     }
     if (seqs.size() == 1) {
@@ -308,13 +306,14 @@ Status forward_batch(const ForwardContext& ctx, ForwardScratch& s, std::span<Bat
             const int64_t r1 = std::min(head_rows, r0 + staging_rows);
             DSV4_RETURN_IF_ERROR(
                 head_forward(ctx, w.hc_head, w.norm, s, head_in + r0 * hc * D, r1 - r0, head_staging.data()));
-            for (size_t i = next; i < seqs.size() && out0[i] < r1; ++i) {
-                const int64_t n = seqs[i].n - seqs[i].logits_from;
-                const int64_t a = std::max(r0, out0[i]), b = std::min(r1, out0[i] + n);
+            for (size_t i = next; i < seqs.size() && seqs[i].head_row0 < r1; ++i) {
+                const BatchSeq& q = seqs[i];
+                const int64_t n = q.n - q.logits_from;
+                const int64_t a = std::max(r0, q.head_row0), b = std::min(r1, q.head_row0 + n);
                 if (a < b)
-                    std::memcpy(seqs[i].logits + (a - out0[i]) * vocab, head_staging.data() + (a - r0) * vocab,
+                    std::memcpy(q.logits + (a - q.head_row0) * vocab, head_staging.data() + (a - r0) * vocab,
                                 size_t((b - a) * vocab) * sizeof(float));
-                if (out0[i] + n <= r1) next = i + 1;
+                if (q.head_row0 + n <= r1) next = i + 1;
             }
         }
     }

@@ -92,6 +92,7 @@ struct BatchSeq {
     int64_t row0 = 0;                    // filled by forward_batch
     // the share's rows logits_from .. n-1 get logits (n: none); the head runs on no other row
     int64_t logits_from = 0;
+    int64_t head_row0 = 0;  // filled by forward_batch: where those rows start among the rows the head runs on
     float* logits = nullptr;             // [n - logits_from, vocab]
     float* final_streams = nullptr;      // may be null: the last layer's streams [n, 4, D], before the head
 };

@@ -1,8 +1,10 @@
 #include "engine/mtp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/formats.h"
@@ -28,14 +30,16 @@ void reset_mtp_state(MtpState& m) {
     m.has_last = false;
 }
 
-Status mtp_chunk(const ForwardContext& ctx, MtpState& m, ForwardScratch& s, SequenceScratch& own,
-                 const int32_t* tokens, int64_t n, int64_t p0, float* mtp_logits) {
+Status mtp_chunk(const ForwardContext& ctx, MtpState& m, ForwardScratch& s, SequenceScratch& own, const int32_t* tokens,
+                 int64_t n, int64_t p0, float* mtp_logits, int64_t logits_from) {
     const model::ModelConfig& cfg = *ctx.cfg;
     const MtpViews& w = *ctx.weights->mtp;
     const int64_t D = cfg.hidden_size, hc = cfg.hc_mult, vocab = cfg.vocab_size;
     const float eps = float(cfg.rms_norm_eps);
     const int64_t first = p0 == 0 ? 1 : 0;  // position 0 has no previous main hidden
-    if (first) std::fill(mtp_logits, mtp_logits + vocab, std::numeric_limits<float>::quiet_NaN());
+    if (logits_from < 0 || logits_from > n)
+        return internal_error("mtp_chunk: logits from row " + std::to_string(logits_from) + " of " + std::to_string(n));
+    if (first && logits_from == 0) std::fill(mtp_logits, mtp_logits + vocab, std::numeric_limits<float>::quiet_NaN());
     const int64_t rows = n - first;
     if (rows > 0) {
         if (m.seq.position != p0 + first - 1 || (!first && !m.has_last))
@@ -102,8 +106,10 @@ Status mtp_chunk(const ForwardContext& ctx, MtpState& m, ForwardScratch& s, Sequ
         one.n = rows;
         DSV4_RETURN_IF_ERROR(block_forward(ctx, w.block, 0, std::span<BatchSeq>(&one, 1), s, rows, m.inputs.data(),
                                            s.streams_b.data()));
-        DSV4_RETURN_IF_ERROR(
-            head_forward(ctx, w.hc_head, w.norm, s, m.inputs.data(), rows, mtp_logits + first * vocab));
+        const int64_t h0 = std::max(first, logits_from);  // the first row whose head runs
+        if (h0 < n)
+            DSV4_RETURN_IF_ERROR(head_forward(ctx, w.hc_head, w.norm, s, m.inputs.data() + (h0 - first) * hc * D,
+                                              n - h0, mtp_logits + (h0 - logits_from) * vocab));
         m.seq.position += rows;
     }
     std::memcpy(m.last_streams.data(), m.main_streams.data() + (n - 1) * hc * D, size_t(hc * D) * sizeof(float));

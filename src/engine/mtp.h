@@ -28,9 +28,10 @@ MtpState make_mtp_state(const model::ModelConfig& cfg, int64_t max_context, int6
 void reset_mtp_state(MtpState& m);
 
 // After forward_chunk ran tokens[0..n) at positions p0..p0+n-1 (main_streams = their final streams [n, 4, D]):
-// fills mtp_logits [n, vocab]; rows without a previous position (p = 0) are NaN. s and own: the session's scratch
-// (n <= their rows); ctx.exec's workspace serves every op of the block.
-Status mtp_chunk(const ForwardContext& ctx, MtpState& m, ForwardScratch& s, SequenceScratch& own,
-                 const int32_t* tokens, int64_t n, int64_t p0, float* mtp_logits);
+// fills mtp_logits [n - logits_from, vocab] with the rows logits_from..n-1 (the block runs on every row; its head
+// on those only); rows without a previous position (p = 0) are NaN. s and own: the session's scratch (n <= their
+// rows); ctx.exec's workspace serves every op of the block.
+Status mtp_chunk(const ForwardContext& ctx, MtpState& m, ForwardScratch& s, SequenceScratch& own, const int32_t* tokens,
+                 int64_t n, int64_t p0, float* mtp_logits, int64_t logits_from = 0);
 
 }  // namespace dsv4::engine

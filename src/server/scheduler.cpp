@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/thread_pool.h"
+
 namespace dsv4::server {
 
 namespace {
@@ -68,6 +70,7 @@ struct Scheduler::Slot {
     std::vector<int32_t> fed;  // [<= context] the tokens in the runner's state, in order
     std::shared_ptr<RequestState> request;  // null while the slot is free
     engine::GenerationStep step;  // reused across tokens
+    Status drawn;                 // what the last Generation::next returned (sample_all)
     Logits logits;             // reused across steps
     bool feeding_decode = false;  // the queued feed is a decode token (else a prefill chunk)
     uint64_t admitted = 0;     // admission order (prefill goes oldest first)
@@ -105,6 +108,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(ModelBackend& model, const 
     s->feeds_.reserve(size_t(options.slots));
     s->feeding_.reserve(size_t(options.slots));
     s->prefilling_.reserve(size_t(options.slots));
+    s->sampling_.reserve(size_t(options.slots));
+    s->sample_pool_ = std::make_unique<ThreadPool>(
+        std::min(options.slots, options.sample_threads > 0 ? options.sample_threads : default_thread_count()));
     s->free_slots_ = options.slots;
     metrics.slots_total = options.slots;
     metrics.kv_tokens_capacity = int64_t(options.slots) * options.context;
@@ -285,20 +291,34 @@ void Scheduler::run_feeds() {
             continue;
         }
         if (slot.feeding_decode) {
-            sample(slot);
+            sampling_.push_back(&slot);
         } else {
             metrics_.prompt_tokens_total += in.size();
-            if (slot.generation->pending().empty()) sample(slot);
+            if (slot.generation->pending().empty()) sampling_.push_back(&slot);
         }
     }
     feeds_.clear();
     feeding_.clear();
+    sample_all();
 }
 
-void Scheduler::sample(Slot& slot) {
+// Generation::next — the sampler over the whole vocabulary, detokenisation, stop strings, reply parsing — touches
+// only its own slot (the tokenizer is read-only), so the slots draw in parallel; metrics, the requests and slot
+// releases stay on this thread, in slot order.
+void Scheduler::sample_all() {
+    sample_pool_->parallel_for(int64_t(sampling_.size()), 1, [this](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            Slot& slot = *sampling_[size_t(i)];
+            slot.drawn = slot.generation->next(engine::last_logits_row(slot.logits), &slot.step);
+        }
+    });
+    for (Slot* slot : sampling_) emit(*slot);
+    sampling_.clear();
+}
+
+void Scheduler::emit(Slot& slot) {
     engine::GenerationStep& step = slot.step;
-    if (Status st = slot.generation->next(engine::last_logits_row(slot.logits), &step); !st)
-        return release(slot, FinishReason::kError, st.to_string());
+    if (!slot.drawn) return release(slot, FinishReason::kError, slot.drawn.to_string());
     const auto now = Clock::now();
     if (slot.generation->generated().size() == 1)
         metrics_.time_to_first_token.observe(std::chrono::duration<double>(now - slot.request->arrival).count());

@@ -83,6 +83,26 @@ TEST_P(NoAlloc, PrefillAndDecodeStepsAllocateNothing) {
     EXPECT_EQ(decode_news, 0) << "allocations during " << decode << " decode steps";
     EXPECT_TRUE(std::isfinite(out.values[0]));
 
+    // The same as generation feeds it: the last row's logits only (LogitRows::kLast), MTP included.
+    auto last = engine->create_session(so);
+    ASSERT_TRUE(last.is_ok()) << last.status().to_string();
+    Logits one;
+    one.values.reserve(size_t(vocab));
+    one.mtp.reserve(size_t(vocab));
+    int64_t last_news = 0;
+    for (int64_t i = 0; i <= decode && st.is_ok(); ++i) {
+        const std::span<const int32_t> in = i == 0 ? std::span<const int32_t>(tokens.data(), size_t(prefill))
+                                                   : std::span<const int32_t>(tokens.data() + prefill + i - 1, 1);
+        g_news = 0;
+        g_counting = true;
+        st = (*last)->feed(in, &one, LogitRows::kLast);
+        g_counting = false;
+        last_news += g_news.load();
+    }
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(last_news, 0) << "allocations during a last-row prefill and " << decode << " decode steps";
+    EXPECT_EQ(one.rows, 1);
+
     // The counter works: a vector allocation while counting is seen.
     g_news = 0;
     g_counting = true;
