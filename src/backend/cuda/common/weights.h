@@ -25,8 +25,6 @@ public:
 
 private:
     friend Result<DeviceWeight> upload_weight(const backend::WeightView& w, const char* name);
-// Device memory for a weight of this format and shape, contents unset (synthetic weights are generated in place).
-Result<DeviceWeight> allocate_weight(backend::WeightFormat format, int64_t rows, int64_t cols, const char* name);
     friend Result<DeviceWeight> allocate_weight(backend::WeightFormat format, int64_t rows, int64_t cols,
                                                 const char* name);
     backend::WeightFormat format_ = backend::WeightFormat::kF32;
