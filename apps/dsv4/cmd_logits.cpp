@@ -1,6 +1,7 @@
 // dsv4 logits: runs a token list through the model and writes the f32 logits of every position as a .npy file
-// [T, vocab] ('<f4', C order). --chunk N feeds the tokens through the incremental path N at a time (1 = pure
-// decode), which must give the same logits as the default single pass. Other tools rely on this interface.
+// [T, vocab] ('<f4', C order), or with --last the last position's only [1, vocab] (LogitRows::kLast: the head runs
+// on that row alone). --chunk N feeds the tokens through the incremental path N at a time (1 = pure decode), which
+// must give the same logits as the default single pass. Other tools rely on this interface.
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +31,7 @@ struct LogitsArgs {
     int64_t chunk = 0;    // 0 = the whole prompt at once
     int64_t context = 0;  // 0 = exactly the prompt length
     int threads = 0;
+    bool last = false;  // the last position's logits only
 };
 
 // Ids separated by commas and/or whitespace.
@@ -106,19 +108,20 @@ int run_logits(const LogitsArgs& a) {
     if (!session.is_ok()) return report_error(session.status());
 
     const int64_t chunk = a.chunk ? a.chunk : n;
-    const int64_t vocab = info.vocab_size;
-    std::vector<float> logits(size_t(n * vocab));
+    const int64_t vocab = info.vocab_size, rows = a.last ? 1 : n;
+    const LogitRows which = a.last ? LogitRows::kLast : LogitRows::kAll;
+    std::vector<float> logits(size_t(rows * vocab));
     Logits part;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t off = 0; off < n; off += chunk) {
         const int64_t len = std::min(chunk, n - off);
-        Status st = (*session)->feed(std::span<const int32_t>(tokens->data() + off, size_t(len)), &part);
+        Status st = (*session)->feed(std::span<const int32_t>(tokens->data() + off, size_t(len)), &part, which);
         if (!st) return report_error(st);
-        std::copy(part.values.begin(), part.values.end(), logits.begin() + off * vocab);
+        std::copy(part.values.begin(), part.values.end(), logits.begin() + (a.last ? 0 : off * vocab));
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    const int64_t shape[2] = {n, vocab};
+    const int64_t shape[2] = {rows, vocab};
     Status st = write_npy_f32(a.out, logits, shape);
     if (!st) return report_error(st);
     const unsigned threads = a.threads > 0 ? unsigned(a.threads) : unsigned(dsv4::default_thread_count());
@@ -126,7 +129,7 @@ int run_logits(const LogitsArgs& a) {
                  "dsv4 logits: %lld tokens, chunk %lld, %s/%s, %u threads: %.3f s, %.1f tok/s -> %s [%lld, %lld]\n",
                  static_cast<long long>(n), static_cast<long long>(chunk), engine_precision_name(eo.precision),
                  engine_backend_name(eo.backend), threads, secs, secs > 0 ? double(n) / secs : 0.0, a.out.c_str(),
-                 static_cast<long long>(n), static_cast<long long>(vocab));
+                 static_cast<long long>(rows), static_cast<long long>(vocab));
     return 0;
 }
 
@@ -154,6 +157,8 @@ const CommandRegistration kRegistration("logits", [](CLI::App& app, int& exit_co
                  ->check(CLI::PositiveNumber),
              "DSV4_CTX_SIZE");
     with_env(cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)"), "DSV4_THREADS");
+    cmd->add_flag("--last", a->last,
+                  "write the last position's logits only, [1, vocab] (the head then skips the other positions)");
     cmd->callback([a, &exit_code] { exit_code = run_logits(*a); });
 });
 

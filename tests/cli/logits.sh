@@ -14,13 +14,16 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 printf '5\n 6,\t7' > "$tmp/tokens.txt"
 "$dsv4" logits -m "$model" --tokens-file "$tmp/tokens.txt" --out "$tmp/b.npy" --precision f32 --chunk 1 -t 2 \
     2>/dev/null || fail "tokens file with commas and whitespace"
-python3 - "$tmp/a.npy" "$tmp/b.npy" <<'PY' || fail "npy format or chunked logits"
+"$dsv4" logits -m "$model" --tokens 5,6,7 --out "$tmp/c.npy" --precision f32 --last -t 2 2>/dev/null \
+    || fail "--last"
+python3 - "$tmp/a.npy" "$tmp/b.npy" "$tmp/c.npy" <<'PY' || fail "npy format, chunked logits or --last"
 import sys, numpy as np
-a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+a, b, c = np.load(sys.argv[1]), np.load(sys.argv[2]), np.load(sys.argv[3])
 assert a.dtype == np.dtype("<f4") and a.shape == (3, 512) and a.flags["C_CONTIGUOUS"], (a.dtype, a.shape)
 assert np.isfinite(a).all()
 rel = np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(a.astype(np.float64))
 assert rel <= 1e-5, rel
+assert c.shape == (1, 512) and np.array_equal(c[0], a[-1]), (c.shape, "--last is not the last row")
 PY
 
 # expect_failure PATTERN ARGS...: exit code 1 and PATTERN (grep -E) in stderr.
