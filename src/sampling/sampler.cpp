@@ -16,13 +16,19 @@ namespace {
 
 // probs[i] = e^(logits[i] - max_logit) in f32 for the whole vocabulary, logits[i] <= max_logit (-inf allowed: 0).
 // One full-vocabulary pass per token, so it is written as straight-line arithmetic that vectorises (this file is
-// compiled with -fno-trapping-math so that the selects stay branch-free; target_clones adds an AVX2 build): range
-// reduction by ln 2 in two parts and Cephes' degree-6 polynomial for e^r on |r| <= ln2 / 2, then 2^n through the
-// exponent bits. Relative error <= 1e-7 against e^x in double (a test checks it), monotone; arguments below -87
+// compiled with -fno-trapping-math so that the selects stay branch-free): range reduction by ln 2 in two parts and
+// Cephes' degree-6 polynomial for e^r on |r| <= ln2 / 2, then 2^n through the exponent bits. Checked over every f32
+// in [-87, 0] against e^x in double (2026-12-03): relative error <= 8.3e-8, monotone. Arguments below -87
 // (e^-87 = 1.6e-38, the bottom of f32's normal range) give 0, which no 53-bit draw can tell from their true value.
-__attribute__((target_clones("avx2", "default"))) void exp_below_max(const float* __restrict logits,
-                                                                     float* __restrict probs, int32_t n,
-                                                                     float max_logit) {
+// On x86-64 an AVX2 clone sits beside the baseline one (chosen at load by the CPU); other targets (Grace's aarch64)
+// build the plain loop, which their compilers vectorise for their own SIMD.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DSV4_SAMPLER_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DSV4_SAMPLER_CLONES
+#endif
+DSV4_SAMPLER_CLONES void exp_below_max(const float* __restrict logits, float* __restrict probs, int32_t n,
+                                       float max_logit) {
     for (int32_t i = 0; i < n; ++i) {
         const float x = logits[i] - max_logit;
         const float xc = x > -87.0f ? x : -87.0f;
