@@ -225,8 +225,8 @@ Status Sampler::sample(std::span<const float> logits, std::span<const int32_t> h
         for (float& l : work_) l *= inv_t;
     }
     // Max (lowest id on ties) and the log partition function of the processed logits.
-    const float max_logit = max_of(work_.data(), vocab_);
-    if (max_logit == kNegInf || std::isnan(max_logit)) {
+    const float max_logit = max_of(work_.data(), vocab_);  // never NaN: max_of skips NaNs
+    if (max_logit == kNegInf) {
         return invalid_argument("sampling: no token has a finite logit");
     }
     if (max_logit == std::numeric_limits<float>::infinity()) {
