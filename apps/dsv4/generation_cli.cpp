@@ -188,6 +188,9 @@ void print_header(const LoadedModel& m, const ModelFlags& f, uint64_t seed) {
                  static_cast<long long>(info.num_layers), static_cast<long long>(info.vocab_size),
                  engine_precision_name(m.engine->options().precision), engine_backend_name(m.engine->options().backend),
                  threads, static_cast<long long>(m.session->max_context()), static_cast<unsigned long long>(seed));
+    // the CUDA load's warm-up passes (EngineOptions::cuda_warmup): the one-time costs the first prompt would pay
+    if (const double ms = m.engine->stats().warmup_ms; ms > 0)
+        std::fprintf(stderr, "dsv4: warm-up passes at load took %.0f ms\n", ms);
 }
 
 std::string timings_line(const engine::GenerationTimings& t, engine::StopReason reason) {

@@ -1,6 +1,9 @@
 // The public Engine / Session API (include/dsv4/engine.h, session.h) over the CPU forward or the GPU forward
 // (engine/cuda/gpu_model.h), chosen by EngineOptions::backend at load.
+#include "dsv4/engine.h"
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -9,7 +12,6 @@
 
 #include "backend/cpu/workspace.h"
 #include "core/thread_pool.h"
-#include "dsv4/engine.h"
 #include "dsv4/session.h"
 #include "engine/cuda/gpu_model.h"
 #include "engine/forward.h"
@@ -32,6 +34,10 @@ constexpr int64_t kCpuDefaultBatchRows = 512;
 // The batched head writes through a staging buffer of this many bytes at most (whole logits rows): a real
 // vocabulary's 129K f32 logits are 0.5 MB a row, so a 512-row staging would be 256 MB.
 constexpr int64_t kHeadStagingBytes = int64_t(64) << 20;
+// The CUDA warm-up's feeds (EngineOptions::cuda_warmup), in order: a prompt of more than 256 tokens (passes that
+// long take the prefill MoE and attention kernels), a short prompt (the small-pass kernels), two decode steps (the
+// first captures the batch-1 decode graph, the second is its first replay, which uploads it).
+constexpr int64_t kWarmupFeeds[] = {300, 16, 1, 1};
 }  // namespace
 
 const char* engine_precision_name(EnginePrecision p) { return p == EnginePrecision::kF32 ? "f32" : "reference"; }
@@ -74,6 +80,7 @@ struct Engine::Impl {
         LogitRows which;
     };
     std::vector<GpuWork> gpu_work;  // the items of the step being run
+    double warmup_ms = 0;           // EngineStats::warmup_ms
 };
 
 struct Session::Impl {
@@ -105,8 +112,39 @@ EngineStats Engine::stats() const {
     s.graph_replays = g.replays;
     s.graph_nodes = g.nodes;
     s.graph_programmatic_edges = g.programmatic_edges;
+    s.warmup_ms = impl_->warmup_ms;
     return s;
 }
+
+namespace {
+
+// The CUDA warm-up: kWarmupFeeds on a scratch session of at most `capacity` tokens (the cache's tokens and a
+// session's context bound it; a smaller cache gets a shorter warm-up). A cache too full to give the scratch session
+// its pages ends the warm-up early: nothing is run then, and the engine works as without it.
+Status warm_up(Engine& engine, int64_t capacity) {
+    const int64_t vocab = engine.info().vocab_size;
+    int64_t total = 0;
+    for (int64_t n : kWarmupFeeds) total += n;
+    total = std::min(total, capacity);
+    if (total < 1) return Status::ok();
+    DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, engine.create_session({.max_context = total}));
+    std::vector<int32_t> tokens(static_cast<size_t>(total));
+    for (int64_t i = 0; i < total; ++i) tokens[size_t(i)] = int32_t((i * 7919 + 13) % vocab);
+    Logits out;
+    int64_t fed = 0;
+    for (int64_t n : kWarmupFeeds) {
+        n = std::min(n, total - fed);
+        if (n < 1) break;
+        const Status st =
+            session->feed(std::span<const int32_t>(tokens).subspan(size_t(fed), size_t(n)), &out, LogitRows::kLast);
+        if (st.code() == StatusCode::kResourceExhausted) break;
+        DSV4_RETURN_IF_ERROR(st);
+        fed += n;
+    }
+    return Status::ok();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_dir, const EngineOptions& options) {
     auto impl = std::make_unique<Impl>();
@@ -125,6 +163,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
     impl->options.max_batch_rows = batch_rows;
     const backend::Precision precision =
         options.precision == EnginePrecision::kF32 ? backend::Precision::kF32 : backend::Precision::kReference;
+    int64_t warmup_capacity = 0;  // tokens the CUDA warm-up's scratch session may take; 0: no warm-up
     if (cuda) {
         engine::GpuCacheOptions cache;
         cache.sessions = options.cuda_sessions;
@@ -137,6 +176,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
                                                                 std::min(batch_rows, engine::kGpuMaxPassRows),
                                                                 cache));
         engine::set_gpu_graphs(*impl->gpu, options.cuda_graphs);
+        if (options.cuda_warmup) warmup_capacity = std::min(cache.tokens, cache.max_context);
         impl->gpu_pass.reserve(size_t(batch_rows));
         impl->done.reserve(size_t(batch_rows));
         impl->pass_item.reserve(size_t(batch_rows));
@@ -169,7 +209,14 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
     info.num_layers = impl->config.num_layers;
     info.max_position = impl->config.max_position;
     info.has_mtp = impl->views.mtp != nullptr;
-    return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+    std::unique_ptr<Engine> engine(new Engine(std::move(impl)));
+    if (warmup_capacity > 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        DSV4_RETURN_IF_ERROR(warm_up(*engine, std::min(warmup_capacity, engine->info().max_position)));
+        engine->impl_->warmup_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return engine;
 }
 
 Result<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& options) {

@@ -234,6 +234,7 @@ TEST(GpuDecodeGraphs, ReplayedStepsEqualQueuedStepsBitForBit) {
         EngineOptions o;
         o.backend = EngineBackend::kCuda;
         o.cuda_graphs = graphs;
+        o.cuda_warmup = false;  // the counts below are the steps' own
         auto e = Engine::load(dir / "official", o);
         EXPECT_TRUE(e.is_ok()) << e.status().to_string();
         if (!e.is_ok()) return std::vector<float>{};
@@ -257,6 +258,42 @@ TEST(GpuDecodeGraphs, ReplayedStepsEqualQueuedStepsBitForBit) {
     EXPECT_GT(with.graph_programmatic_edges * 2, with.graph_nodes) << with.graph_programmatic_edges << " of "
                                                                    << with.graph_nodes;
     EXPECT_EQ(without.graph_replays, 0);
+}
+
+// The load's warm-up (EngineOptions::cuda_warmup) runs its passes on a scratch session and changes no later result:
+// a prompt in one pass and then single-token decode steps give the same bits with and without it, in reference
+// numerics (where a stale cache page or state left behind would show), and the warm-up did run (a decode graph
+// captured before any session stepped).
+TEST(GpuWarmup, LeavesEveryLaterResultBitIdentical) {
+    DSV4_REQUIRE_GPU();
+    const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
+    const auto tokens = read_token_file(dir / "tokens.txt");
+    auto run = [&](bool warmup, EngineStats* at_load) {
+        EngineOptions o;
+        o.backend = EngineBackend::kCuda;
+        o.threads = kTestThreads;
+        o.cuda_warmup = warmup;
+        auto e = Engine::load(dir / "official", o);
+        EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+        if (!e.is_ok()) return std::vector<float>{};
+        *at_load = (*e)->stats();
+        auto prompt = run_logits(**e, tokens, int64_t(tokens.size()));
+        const auto steps = run_logits(**e, tokens, 1);
+        prompt.insert(prompt.end(), steps.begin(), steps.end());
+        return prompt;
+    };
+    EngineStats warm, cold;
+    const auto a = run(true, &warm), b = run(false, &cold);
+    ASSERT_FALSE(a.empty());
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rel_l2 " << rel_l2(a, b);
+    std::printf("warm-up: %.1f ms, %lld decode graphs captured at load\n", warm.warmup_ms,
+                static_cast<long long>(warm.graph_captures));
+    EXPECT_GT(warm.warmup_ms, 0.0);
+    EXPECT_EQ(warm.graph_captures, 1);
+    EXPECT_EQ(warm.graph_replays, 2);
+    EXPECT_EQ(cold.warmup_ms, 0.0);
+    EXPECT_EQ(cold.graph_captures, 0);
 }
 
 }  // namespace
