@@ -176,6 +176,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
                                                                 std::min(batch_rows, engine::kGpuMaxPassRows),
                                                                 cache));
         engine::set_gpu_graphs(*impl->gpu, options.cuda_graphs);
+        engine::set_gpu_host_pool(*impl->gpu, impl->pool.get());
         if (options.cuda_warmup) warmup_capacity = std::min(cache.tokens, cache.max_context);
         impl->gpu_pass.reserve(size_t(batch_rows));
         impl->done.reserve(size_t(batch_rows));

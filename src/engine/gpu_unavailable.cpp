@@ -28,6 +28,7 @@ int64_t gpu_chunk_rows(const GpuSequence&) { return 0; }
 void reset_gpu_sequence(GpuSequence&) {}
 Status gpu_forward_batch(GpuModel&, std::span<GpuBatchSeq>) { return unsupported("this dsv4 was built without CUDA"); }
 void set_gpu_graphs(GpuModel&, bool) {}
+void set_gpu_host_pool(GpuModel&, ThreadPool*) {}
 GpuGraphStats gpu_graph_stats(const GpuModel&) { return {}; }
 
 }  // namespace dsv4::engine

@@ -1,17 +1,18 @@
 // `dsv4 bench` on the GPU (include/dsv4/bench.h): decode steps and prefill of a synthetic V4-shaped model.
+#include <nvtx3/nvToolsExt.h>  // header-only: a no-op unless a profiler is attached
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include <nvtx3/nvToolsExt.h>  // header-only: a no-op unless a profiler is attached
-
 #include "backend/cuda/common/buffer.h"
 #include "backend/cuda/common/copy.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
+#include "core/thread_pool.h"
 #include "dsv4/bench.h"
 #include "engine/cuda/gpu_internal.h"
 #include "engine/cuda/gpu_synthetic.h"
@@ -224,10 +225,12 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                  static_cast<long long>(cfg.n_routed_experts), engine_precision_name(o.precision), dev.name.c_str(),
                  dev.driver_version.c_str());
     const auto t0 = std::chrono::steady_clock::now();
+    ThreadPool host_pool;  // copies the logits on from the landing buffer, as the engine's pool does
     DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m,
                           engine::make_synthetic_gpu_model(cfg, precision, bench_pass_rows(o, max_batch)));
     DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, 4096, 4096));
     engine::set_gpu_graphs(*m, o.graphs);
+    engine::set_gpu_host_pool(*m, &host_pool);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     DSV4_ASSIGN_OR_RETURN(double copy_bw, measure_copy_bandwidth(m->stream.handle()));
     const double expert_layer_params = 3.0 * double(cfg.moe_inter_dim) * double(cfg.hidden_size) * double(cfg.n_routed_experts);

@@ -13,6 +13,7 @@
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 #include "backend/cuda/kernels/router/router.h"
+#include "core/thread_pool.h"
 #include "engine/cuda/gpu_internal.h"
 
 namespace dsv4::engine {
@@ -311,10 +312,36 @@ bool every_row_logits(std::span<const GpuBatchSeq> seqs) {
     return true;
 }
 
+// Brings pass.logits_rows to the host: one DMA per run of adjacent rows of pass.logits into the pinned landing
+// buffer (the same row offsets), a wait for the stream, then the host pool copies each row on to its share's buffer.
+// A DMA into pinned memory runs at the link's rate; into the callers' pageable buffers the driver would stage it
+// through its own pinned memory (3.8 ms for 64 rows of V4's vocabulary on an H200, docs/perf.md).
+Status land_logits(GpuModel& m) {
+    GpuPass& s = m.pass;
+    const std::vector<GpuPass::LogitsRow>& rows = s.logits_rows;
+    if (rows.empty()) return Status::ok();
+    const size_t row_bytes = size_t(m.cfg.vocab_size) * 4;
+    uint8_t* host = s.logits_host.as<uint8_t>();
+    for (size_t i = 0; i < rows.size();) {
+        size_t j = i + 1;
+        while (j < rows.size() && rows[j].src_row == rows[j - 1].src_row + 1) ++j;
+        const size_t off = size_t(rows[i].src_row) * row_bytes;
+        DSV4_RETURN_IF_ERROR(
+            cuda::copy_async(host + off, at(s.logits, int64_t(off)), (j - i) * row_bytes, m.stream.handle()));
+        i = j;
+    }
+    DSV4_RETURN_IF_ERROR(m.stream.synchronize());
+    parallel_for(m.host_pool, int64_t(rows.size()), 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+            std::memcpy(rows[size_t(i)].dst, host + size_t(rows[size_t(i)].src_row) * row_bytes, row_bytes);
+    });
+    return Status::ok();
+}
+
 // The logits of the rows the shares want, after head_forward without `logits`: those rows of pass.normed (all of
 // them, or each share's from its logits_from gathered into pass.hc_x, free after the norm), then the head GEMM
-// kHeadChunkRows rows at a time through pass.logits, each chunk copied into the host buffers of the shares it covers
-// (stream order keeps a chunk's copies ahead of the next chunk's GEMM).
+// kHeadChunkRows rows at a time through pass.logits, each chunk landed in the host buffers of the shares it covers
+// (land_logits) before the next chunk's GEMM overwrites it.
 Status head_logits(GpuModel& m, std::span<const GpuBatchSeq> seqs) {
     GpuPass& s = m.pass;
     const int64_t vocab = m.cfg.vocab_size, row_bytes = m.cfg.hidden_size * int64_t(m.act_bytes);
@@ -333,16 +360,15 @@ Status head_logits(GpuModel& m, std::span<const GpuBatchSeq> seqs) {
     for (int64_t r0 = 0; r0 < rows; r0 += kHeadChunkRows) {
         const int64_t n = std::min(kHeadChunkRows, rows - r0);
         DSV4_RETURN_IF_ERROR(gpu_linear(m, at(in, r0 * row_bytes), n, m.head, LinearOut::kF32, s.logits.data()));
+        s.logits_rows.clear();
         int64_t out0 = 0;
         for (const GpuBatchSeq& q : seqs) {
             const int64_t count = q.n - q.logits_from;
-            const int64_t lo = std::max(r0, out0), hi = std::min(r0 + n, out0 + count);
-            if (lo < hi)
-                DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits + (lo - out0) * vocab,
-                                                      at(s.logits, (lo - r0) * vocab * 4),
-                                                      size_t((hi - lo) * vocab) * 4, st));
+            for (int64_t r = std::max(r0, out0); r < std::min(r0 + n, out0 + count); ++r)
+                s.logits_rows.push_back({q.logits + (r - out0) * vocab, r - r0});
             out0 += count;
         }
+        DSV4_RETURN_IF_ERROR(land_logits(m));
     }
     return Status::ok();
 }
@@ -430,7 +456,6 @@ Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) 
 Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
-    const cuda::StreamHandle st = m.stream.handle();
     if (seqs.empty()) return internal_error("gpu_forward_batch: no sequences");
     int64_t rows = 0;
     int64_t* positions = s.plan_host.as<int64_t>();
@@ -465,11 +490,11 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
         DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, rows, decode, logits_in_pass));
     }
     if (logits_in_pass) {
+        s.logits_rows.clear();
         for (const GpuBatchSeq& q : seqs)
-            if (q.logits_from < q.n)
-                DSV4_RETURN_IF_ERROR(cuda::copy_async(q.logits,
-                                                      at(s.logits, (q.row0 + q.logits_from) * c.vocab_size * 4),
-                                                      size_t((q.n - q.logits_from) * c.vocab_size) * 4, st));
+            for (int64_t r = q.logits_from; r < q.n; ++r)
+                s.logits_rows.push_back({q.logits + (r - q.logits_from) * c.vocab_size, q.row0 + r});
+        DSV4_RETURN_IF_ERROR(land_logits(m));
     } else {
         DSV4_RETURN_IF_ERROR(head_logits(m, seqs));
     }

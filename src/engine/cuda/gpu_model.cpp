@@ -425,6 +425,10 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_RETURN_IF_ERROR(alloc(s.expert_out, R * c.n_experts_per_token * D * 4, "expert outputs"));
     DSV4_RETURN_IF_ERROR(alloc(s.shared_out, R * D * a, "shared expert output"));
     DSV4_RETURN_IF_ERROR(alloc(s.logits, std::min(R, kHeadChunkRows) * c.vocab_size * 4, "logits"));
+    DSV4_ASSIGN_OR_RETURN(
+        s.logits_host,
+        cuda::PinnedBuffer::allocate(size_t(std::min(R, kHeadChunkRows) * c.vocab_size * 4), "logits landing buffer"));
+    s.logits_rows.reserve(size_t(std::min(R, kHeadChunkRows)));
     DSV4_RETURN_IF_ERROR(alloc(s.bad_token, 4, "token check"));
     DSV4_RETURN_IF_ERROR(alloc(s.workspace, int64_t(workspace_bytes(m, R)), "op workspace"));
     DSV4_RETURN_IF_ERROR(
@@ -490,6 +494,7 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
 
 int64_t gpu_max_rows(const GpuModel& m) { return m.pass.rows; }
 void set_gpu_graphs(GpuModel& m, bool enabled) { m.use_graphs = enabled; }
+void set_gpu_host_pool(GpuModel& m, ThreadPool* pool) { m.host_pool = pool; }
 uint64_t gpu_weight_bytes(const GpuModel& m) { return m.weight_bytes; }
 
 

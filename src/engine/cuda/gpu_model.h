@@ -23,6 +23,10 @@
 #include "engine/weight_views.h"
 #include "model/config.h"
 
+namespace dsv4 {
+class ThreadPool;  // core/thread_pool.h
+}  // namespace dsv4
+
 namespace dsv4::engine {
 
 struct GpuModel;     // gpu_internal.h
@@ -89,6 +93,9 @@ struct GpuBatchSeq {
 Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs);
 
 void set_gpu_graphs(GpuModel& m, bool enabled);
+// The pool that copies each pass's logits from the pinned landing buffer to the shares' buffers (null: the calling
+// thread alone). It must outlive `m`'s passes; the engine gives its own.
+void set_gpu_host_pool(GpuModel& m, ThreadPool* pool);
 struct GpuGraphStats {
     int64_t captures = 0, replays = 0;
     int64_t nodes = 0;               // of the largest cached graph
