@@ -1,12 +1,15 @@
 // sm90_embedding, sm90_bf16_gemm_f32 (the lm head and the router gate) and sm90_router_select against the CPU ops
 // (embedding, linear with a bf16 weight and f32 output, router) at V4-Flash and V4-Pro shapes (vocab 129280,
-// D 4096 / 7168, 256 / 384 experts) and edge shapes, in both precisions.
+// D 4096 / 7168, 256 / 384 experts) and edge shapes, in both precisions; sm90_broadcast_streams (the embedding
+// into the 4 streams) against a host copy.
+#include "backend/cuda/kernels/embed_head/embed_head.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cuda/kernels/embed_head/embed_head.h"
+#include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/router/router.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
@@ -65,6 +68,43 @@ TEST(CudaEmbedding, GathersRowsAndReportsBadIds) {
             EXPECT_EQ(to_host<int32_t>(*dbad, 1)[0], 1);
             auto rows = act_to_host(prec, *dout, size_t(4 * D));
             EXPECT_TRUE(std::all_of(rows.begin() + D, rows.begin() + 3 * D, [](float v) { return v == 0.0f; }));
+        }
+    }
+}
+
+// The embedding's rows copied into the hc streams (sm90_broadcast_streams): 16-byte chunks for rows of whole chunks
+// at 16-byte aligned addresses (every model width), elements otherwise (odd widths, an unaligned row start).
+TEST(CudaBroadcastStreams, CopiesEveryRowIntoEachStream) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    struct Shape {
+        int64_t rows, dim, offset;  // offset: elements the input starts past an aligned address
+    };
+    for (const Precision prec : {Precision::kReference, Precision::kF32}) {
+        for (const Shape sh :
+             {Shape{8192, 4096, 0}, Shape{2049, 7168, 0}, Shape{3, 128, 0}, Shape{5, 3, 0}, Shape{7, 128, 1}}) {
+            const int64_t hc = 4, n = sh.rows * sh.dim;
+            SCOPED_TRACE(std::string(backend::precision_name(prec)) + " rows " + std::to_string(sh.rows) + " dim " +
+                         std::to_string(sh.dim) + " offset " + std::to_string(sh.offset));
+            const auto bits = fast_bf16(rng(), size_t(n + sh.offset), 1.0f);
+            std::vector<float> x(bits.size());
+            for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(bits[i]);
+            std::vector<float> want(size_t(n * hc));
+            for (int64_t t = 0; t < sh.rows; ++t)
+                for (int64_t s = 0; s < hc; ++s)
+                    std::copy_n(x.begin() + sh.offset + t * sh.dim, sh.dim, want.begin() + (t * hc + s) * sh.dim);
+            auto dx = act_to_device(prec, x);
+            auto dout = act_poisoned(prec, want.size());
+            ASSERT_TRUE(dx.is_ok() && dout.is_ok());
+            const size_t elem = prec == Precision::kReference ? 2 : 4;
+            DSV4_ASSERT_OK(sm90_broadcast_streams(prec,
+                                                  {.x = dx->as<uint8_t>() + sh.offset * elem,
+                                                   .rows = sh.rows,
+                                                   .dim = sh.dim,
+                                                   .hc = hc,
+                                                   .streams = dout->data()},
+                                                  nullptr));
+            EXPECT_EQ(count_bit_differences(act_to_host(prec, *dout, want.size()), want), 0u);
         }
     }
 }
