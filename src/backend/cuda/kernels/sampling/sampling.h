@@ -1,0 +1,61 @@
+// The next token drawn from a row of logits on the GPU, as dsv4::Sampler draws it on the host (src/sampling,
+// docs/chat.md "Sampling"): NaN -> -inf, temperature, max (lowest id on ties), e^(l - max) by the same f32
+// arithmetic as the host's exp_below_max, the partition function in f64, then greedy, top-k, top-p, min-p and one
+// uniform draw (the caller's) by inverse CDF in the host's candidate order; the chosen token's log-probability and
+// the top alternatives. Only the few bytes of SampleRowOut come back instead of the vocabulary's f32 logits.
+//
+// The sums run in another order than the host's sequential ones, so a draw that lands within f64 rounding of a
+// boundary between two tokens may pick the neighbour (probability ~1e-16 per draw), and log-probabilities may differ
+// in the last bit. Rows the kernel cannot finish exactly decline (kSampleDeclined) and the caller samples on the
+// host: penalties (not passed here), and top-k / top-p / top-n log-probabilities whose candidates are not all
+// within 64 nats of the top or are more than kSampleMaxCandidates.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common/stream.h"
+#include "dsv4/status.h"
+
+namespace dsv4::cuda {
+
+inline constexpr int kSampleMaxCandidates = 1024;  // tokens a row's sorted candidate set may hold
+inline constexpr int kSampleMaxTopLogprobs = 20;   // dsv4::kMaxTopLogprobs
+
+enum SampleRowStatus : int32_t {
+    kSampleOk = 0,
+    kSampleDeclined = 1,  // sample this row on the host
+    kSampleNoFiniteLogit = 2,
+    kSampleInfiniteLogit = 3,  // a +infinity logit
+};
+
+struct SampleRowParams {
+    int64_t row = 0;           // the logits row (of SampleRowsArgs::logits)
+    double uniform = 0;        // the draw in [0, 1) (unused when greedy)
+    float temperature = 1;     // <= 0: greedy
+    int32_t top_k = 0;         // <= 0 or >= vocab: off
+    float top_p = 1;           // 1: off
+    float min_p = 0;           // 0: off
+    int32_t top_logprobs = 0;  // 0..kSampleMaxTopLogprobs
+};
+
+struct SampleRowOut {
+    int32_t status = kSampleDeclined;
+    int32_t token = -1;
+    float logprob = 0;
+    int32_t num_top = 0;
+    int32_t top_token[kSampleMaxTopLogprobs];
+    float top_logprob[kSampleMaxTopLogprobs];
+};
+
+struct SampleRowsArgs {
+    const float* logits = nullptr;  // f32 [*, vocab]
+    int64_t vocab = 0;
+    const SampleRowParams* params = nullptr;  // [n], device memory
+    SampleRowOut* out = nullptr;              // [n], device memory
+    int64_t n = 0;
+};
+
+// One block of 1,024 threads per row.
+Status sm90_sample_rows(const SampleRowsArgs& a, StreamHandle stream);
+
+}  // namespace dsv4::cuda

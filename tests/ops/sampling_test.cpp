@@ -1,0 +1,215 @@
+// sm90_sample_rows against dsv4::Sampler (the host sampler, src/sampling) on fresh random logits: for every row the
+// kernel finishes, the same token, the same alternatives, log-probabilities within f64 rounding; rows it declines
+// are exactly those its rule names (the candidates the draw needs past 1,024 tokens or 64 nats).
+#include "backend/cuda/kernels/sampling/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "dsv4/sampling.h"
+#include "ops/gpu_testing.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using namespace dsv4::cuda::testing;
+
+// Logits like a language model's: a N(0, 1) background and `planted` tokens 6-16 above it (a peaked head), or the
+// background alone scaled by `sigma` (flat: most of the vocabulary within a few nats of the top).
+std::vector<float> make_logits(std::mt19937_64& rng, int64_t vocab, int planted, float sigma) {
+    std::normal_distribution<float> bg(0.0f, sigma);
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (float& x : l) x = bg(rng);
+    std::uniform_int_distribution<int64_t> id(0, vocab - 1);
+    std::uniform_real_distribution<float> head(6.0f, 16.0f);
+    for (int i = 0; i < planted; ++i) l[size_t(id(rng))] = head(rng);
+    return l;
+}
+
+struct Family {
+    const char* name;
+    int planted;
+    float sigma;
+};
+
+struct Row {
+    std::vector<float> logits;
+    SamplingParams params;
+    std::string what;
+};
+
+enum class Decline { kNo, kYes, kEither };
+
+// Whether the kernel must decline the row, by its rule on the host's processed logits: the draw or the alternatives
+// need the sorted candidates and no gap of 8 / 16 / 32 / 64 nats holds them in at most 1,024 tokens. kEither where
+// the gap's mass is within rounding of top_p's limit (the sums' order decides).
+Decline expected_decline(const Sampler& host, const SamplingParams& s, int64_t vocab) {
+    const bool greedy = s.temperature <= 0.0f;
+    const bool top_k_on = !greedy && s.top_k > 0 && s.top_k < vocab, top_p_on = !greedy && s.top_p < 1.0f;
+    const int64_t n_top = std::min<int64_t>(s.top_logprobs, vocab);
+    if (!top_k_on && !top_p_on && n_top == 0) return Decline::kNo;
+    const auto w = host.processed_logits();
+    float max_w = -std::numeric_limits<float>::infinity();
+    for (float v : w) max_w = std::max(max_w, v);
+    double z = 0;
+    for (float v : w) z += std::exp(double(v) - double(max_w));
+    const int64_t need = std::max<int64_t>(top_k_on ? s.top_k : 0, n_top);
+    const bool need_mass = top_p_on && !top_k_on;
+    for (const float gap : {8.0f, 16.0f, 32.0f, 64.0f}) {
+        const float floor = max_w - gap;
+        int64_t count = 0;
+        double mass = 0;
+        for (float v : w)
+            if (v >= floor) ++count, mass += std::exp(double(v) - double(max_w));
+        if (count < need) continue;
+        if (need_mass) {
+            const double limit = double(s.top_p) * z;
+            if (std::fabs(mass - limit) < 1e-6 * z) return Decline::kEither;  // the f32 exps: ~1e-7 each
+            if (mass < limit) continue;
+        }
+        return count > kSampleMaxCandidates ? Decline::kYes : Decline::kNo;
+    }
+    return Decline::kYes;
+}
+
+void expect_matches_host(const std::vector<Row>& rows, int64_t vocab, int* declined) {
+    std::vector<float> all;
+    std::vector<SampleRowParams> params;
+    for (size_t r = 0; r < rows.size(); ++r) {
+        all.insert(all.end(), rows[r].logits.begin(), rows[r].logits.end());
+        const SamplingParams& s = rows[r].params;
+        Rng rng(s.seed);
+        params.push_back({.row = int64_t(r),
+                          .uniform = rng.uniform(),
+                          .temperature = s.temperature,
+                          .top_k = s.top_k,
+                          .top_p = s.top_p,
+                          .min_p = s.min_p,
+                          .top_logprobs = s.top_logprobs});
+    }
+    auto dl = to_device(all);
+    auto dp = to_device(params);
+    auto dout = poisoned<SampleRowOut>(rows.size());
+    ASSERT_TRUE(dl.is_ok() && dp.is_ok() && dout.is_ok());
+    DSV4_ASSERT_OK(sm90_sample_rows({.logits = dl->as<float>(),
+                                     .vocab = vocab,
+                                     .params = dp->as<SampleRowParams>(),
+                                     .out = dout->as<SampleRowOut>(),
+                                     .n = int64_t(rows.size())},
+                                    nullptr));
+    const auto got = to_host<SampleRowOut>(*dout, rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+        SCOPED_TRACE(rows[r].what);
+        Sampler host(int32_t(vocab), rows[r].params);
+        SampleResult want;
+        const Status st = host.sample(rows[r].logits, {}, want);
+        if (!st.is_ok()) {
+            EXPECT_TRUE(got[r].status == kSampleNoFiniteLogit || got[r].status == kSampleInfiniteLogit)
+                << st.to_string() << " vs status " << got[r].status;
+            continue;
+        }
+        const Decline rule = expected_decline(host, rows[r].params, vocab);
+        if (got[r].status == kSampleDeclined) {
+            EXPECT_NE(rule, Decline::kNo) << "declined a row whose candidates fit";
+            ++*declined;
+            continue;
+        }
+        ASSERT_EQ(got[r].status, kSampleOk);
+        EXPECT_NE(rule, Decline::kYes) << "finished a row whose candidates do not fit";
+        EXPECT_EQ(got[r].token, want.token);
+        EXPECT_NEAR(got[r].logprob, want.logprob, 1e-6 * std::max(1.0f, std::fabs(want.logprob)));
+        ASSERT_EQ(got[r].num_top, want.num_top);
+        for (int i = 0; i < want.num_top; ++i) {
+            EXPECT_EQ(got[r].top_token[i], want.top[size_t(i)].token) << "alternative " << i;
+            EXPECT_NEAR(got[r].top_logprob[i], want.top[size_t(i)].logprob,
+                        1e-6 * std::max(1.0f, std::fabs(want.top[size_t(i)].logprob)));
+        }
+    }
+}
+
+// The parameter sets a chat or an API request uses, each with several seeds (different draws).
+std::vector<SamplingParams> parameter_sets(std::mt19937_64& rng) {
+    std::vector<SamplingParams> sets;
+    auto add = [&](float t, int32_t k, float p, float min_p, int32_t logprobs) {
+        SamplingParams s;
+        s.temperature = t, s.top_k = k, s.top_p = p, s.min_p = min_p, s.top_logprobs = logprobs;
+        s.seed = rng();
+        sets.push_back(s);
+    };
+    add(0.0f, 0, 1.0f, 0.0f, 0);     // greedy
+    add(0.0f, 0, 1.0f, 0.0f, 5);     // greedy with alternatives
+    add(1.0f, 0, 1.0f, 0.0f, 0);     // the API default: every token in id order
+    add(0.7f, 0, 1.0f, 0.05f, 0);    // min-p alone (id order)
+    add(0.6f, 0, 0.95f, 0.0f, 0);    // top-p
+    add(1.0f, 0, 0.9f, 0.0f, 3);     // top-p with alternatives
+    add(0.8f, 40, 1.0f, 0.0f, 0);    // top-k
+    add(0.7f, 50, 0.9f, 0.02f, 20);  // all of them
+    add(1.3f, 0, 0.99f, 0.0f, 0);    // hot
+    add(1.0f, 1, 1.0f, 0.0f, 1);     // top-k of 1
+    return sets;
+}
+
+TEST(CudaSampleRows, MatchesTheHostSampler) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    const Family families[] = {{"peaked", 40, 1.0f},
+                               {"one planted token", 1, 1.0f},
+                               {"peaked, wide background", 200, 2.0f},
+                               {"flat", 0, 1.0f},
+                               {"flat, wide", 0, 4.0f}};
+    for (const int64_t vocab : {int64_t(129280), int64_t(1000), int64_t(3001)}) {
+        int declined = 0, rows_total = 0;
+        for (const Family& f : families) {
+            std::vector<Row> rows;
+            for (const SamplingParams& base : parameter_sets(rng)) {
+                for (int draw = 0; draw < 4; ++draw) {
+                    SamplingParams s = base;
+                    s.seed = rng();
+                    rows.push_back({make_logits(rng, vocab, f.planted, f.sigma), s,
+                                    std::string(f.name) + " vocab " + std::to_string(vocab) + " t " +
+                                        std::to_string(s.temperature) + " k " + std::to_string(s.top_k) + " p " +
+                                        std::to_string(s.top_p) + " min_p " + std::to_string(s.min_p) + " n " +
+                                        std::to_string(s.top_logprobs)});
+                }
+            }
+            rows_total += int(rows.size());
+            expect_matches_host(rows, vocab, &declined);
+        }
+        std::printf("vocab %lld: %d of %d rows declined (candidate sets past the limits), the rest as the host\n",
+                    static_cast<long long>(vocab), declined, rows_total);
+        EXPECT_LT(declined * 2, rows_total) << "the kernel must finish most rows";
+    }
+}
+
+// Ties at the top (lowest id wins), NaN logits (never chosen), -inf logits, and the two errors.
+TEST(CudaSampleRows, TiesNansAndErrors) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    const int64_t vocab = 129280;
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<Row> rows;
+    for (const SamplingParams& s : parameter_sets(rng)) {
+        auto tied = make_logits(rng, vocab, 20, 1.0f);
+        tied[777] = tied[90000] = tied[5] = 20.0f;  // three tokens share the top
+        rows.push_back({tied, s, "tied top"});
+        auto holes = make_logits(rng, vocab, 20, 1.0f);
+        for (int64_t i = 0; i < vocab; i += 7) holes[size_t(i)] = nan;
+        for (int64_t i = 3; i < vocab; i += 11) holes[size_t(i)] = -inf;
+        rows.push_back({holes, s, "NaN and -inf logits"});
+    }
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    rows.push_back({std::vector<float>(size_t(vocab), -inf), greedy, "no finite logit"});
+    rows.push_back({std::vector<float>(size_t(vocab), nan), greedy, "only NaN"});
+    auto plus_inf = make_logits(rng, vocab, 3, 1.0f);
+    plus_inf[4242] = inf;
+    rows.push_back({plus_inf, greedy, "+inf logit"});
+    int declined = 0;
+    expect_matches_host(rows, vocab, &declined);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda
