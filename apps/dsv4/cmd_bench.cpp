@@ -50,6 +50,9 @@ const CommandRegistration kRegistration("bench", [](CLI::App& app, int& exit_cod
     cmd->add_flag("--prefill-all-logits", f->o.prefill_all_logits,
                   "time the prefill with every row's logits copied to the host (default: the last row's, as "
                   "generation asks)");
+    cmd->add_flag("--draw-on-host", f->o.draw_on_host,
+                  "decode: copy each row's logits to the host and draw there (default: the draw on the GPU, as "
+                  "generation and the server do; temperature 1)");
     cmd->add_option("--precision", f->precision, "numerics: reference (default) or f32")
         ->check(CLI::IsMember({"reference", "f32"}));
     cmd->add_flag("--no-graphs", f->no_graphs, "queue decode steps op by op instead of replaying CUDA graphs");

@@ -26,6 +26,9 @@ struct GpuBenchOptions {
     // the prefill's logits: the last row's, as generation asks for them (LogitRows::kLast), or every row's copied to
     // the host (scoring a text)
     bool prefill_all_logits = false;
+    // each decode row's next token (temperature 1, no filter): drawn on the GPU (EngineSample, as generation and the
+    // server ask), or the row's logits copied to the host and drawn there by dsv4::Sampler on a thread pool
+    bool draw_on_host = false;
     EnginePrecision precision = EnginePrecision::kReference;
     bool graphs = true;            // replay decode steps as CUDA graphs
 };

@@ -30,11 +30,27 @@ namespace dsv4 {
 
 class Session;
 struct Logits;
+struct SamplingParams;  // sampling.h
+struct SampleResult;    // sampling.h
 
 // Which of the fed tokens' logits a feed returns: every row (scoring a text, the `logits` command), or only the
 // last one (generation: the next token's distribution). kLast skips the LM head on the other rows and the host
 // memory for them (vocab f32 values, ~0.5 MB per token for V4).
 enum class LogitRows : uint8_t { kAll, kLast };
+
+// A draw of the next token by the engine, beside the logits, where the backend can (the CUDA backend's decode
+// steps): only the result comes back instead of the last row's vocabulary of f32 logits (0.5 MB for V4), and the
+// host's pass over them is skipped. The draw is Sampler::sample's (sampling.h) with no penalty history and `uniform`
+// as its one random number; its sums run in another order, so a draw within f64 rounding of the boundary between
+// two tokens may take the other one, and log-probabilities may differ in the last bit (docs/generation.md).
+struct EngineSample {
+    const SamplingParams* params = nullptr;  // valid (dsv4::validate); penalties are not applied
+    double uniform = 0;                      // in [0, 1): the caller's Rng::uniform(); unused when greedy
+    // Filled by the step: token, logprob, alternatives. token = -1 where the engine did not draw (the CPU backend,
+    // prefill passes, a row whose candidates pass the device's limits, non-finite logits): then the feed's logits are
+    // filled as without the request, for the caller's Sampler. Where token >= 0 the logits row is left unfilled.
+    SampleResult* result = nullptr;
+};
 
 // One sequence's work in a batched step: run `tokens` on `session` (as Session::feed would) and fill `out`.
 struct StepItem {
@@ -42,6 +58,7 @@ struct StepItem {
     std::span<const int32_t> tokens;  // [n >= 1]
     Logits* out = nullptr;  // resized to [n, vocab], or [1, vocab] for kLast (and mtp when the session has it)
     LogitRows logit_rows = LogitRows::kAll;
+    EngineSample* sample = nullptr;  // a draw of the next token by the engine; only with kLast
 };
 
 // Numerics (DESIGN §3): kReference = DeepSeek's reference arithmetic (FP8/FP4 activation quantisation, bf16

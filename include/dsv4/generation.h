@@ -14,6 +14,7 @@
 // (create_reusable() once, start() per request), so a request allocates no vocabulary-sized buffers.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -93,6 +94,13 @@ public:
     // With pending() empty: samples from the logits of the last fed token ([vocab_size]), turns the token into text
     // and events, and decides whether the sequence ends. On the finishing step the held text is flushed.
     Status next(std::span<const float> logits_row, GenerationStep* step);
+    // A draw of the next token by the engine (EngineSample, engine.h), asked with the feed that empties pending():
+    // fills `request` (this generation's sampling parameters, a uniform from its random stream, `result`) and returns
+    // true; false where the draw needs the penalty history, which only the host sampler applies (then next()).
+    bool prepare_engine_sample(EngineSample* request, SampleResult* result);
+    // next() with that draw: `drawn` is the request's result after the feed. Where the engine did not draw (token
+    // -1) the sampler runs on `logits_row` with the same uniform, so the random stream is the same either way.
+    Status next_from_engine(const SampleResult& drawn, std::span<const float> logits_row, GenerationStep* step);
     // Ends the sequence now (StopReason::kCancelled); held text is flushed into `step`.
     void cancel(GenerationStep* step);
 
@@ -109,6 +117,8 @@ public:
 private:
     Generation(const Tokenizer& tokenizer, int32_t vocab_size);
     Status begin(GenerationOptions options);  // checks `options` against prompt_ and resets the sequence state
+    Status check_can_sample() const;
+    Status accept_sample(GenerationStep* step);  // step->sample drawn: record it, text, stop conditions
     Status accept_text(const std::string& piece, GenerationStep* step);  // stop-string hold-back
     void finish(StopReason reason, GenerationStep* step);
 
@@ -121,6 +131,7 @@ private:
     int64_t max_new_ = 0;         // generation limit from max_tokens and the context
     bool last_token_fed_ = true;  // the last sampled token is in the state (or nothing was sampled yet)
     Sampler sampler_;
+    std::array<uint64_t, 4> engine_draw_rng_{};  // the random stream before prepare_engine_sample's uniform
     StreamDecoder decoder_;
     chat::ReplyParser parser_;
     std::string held_;  // decoded text that may be the start of a stop string

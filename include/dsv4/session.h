@@ -34,7 +34,9 @@ public:
     // Runs `tokens` at positions position() .. position()+n-1 and fills `out` (resized) with their logits: all n
     // rows, or with LogitRows::kLast only the last token's. Errors (state unchanged): empty list, id outside
     // [0, vocab), position() + n > max_context().
-    Status feed(std::span<const int32_t> tokens, Logits* out, LogitRows rows = LogitRows::kAll);
+    // `sample`: a draw of the next token by the engine (engine.h EngineSample; only with kLast).
+    Status feed(std::span<const int32_t> tokens, Logits* out, LogitRows rows = LogitRows::kAll,
+                EngineSample* sample = nullptr);
     int64_t position() const;     // tokens fed so far
     int64_t max_context() const;
     // Forgets the sequence (position 0), keeping the buffers.

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/workspace.h"
 #include "core/thread_pool.h"
+#include "dsv4/sampling.h"
 #include "dsv4/session.h"
 #include "engine/cuda/gpu_model.h"
 #include "engine/forward.h"
@@ -78,6 +79,7 @@ struct Engine::Impl {
         std::span<const int32_t> tokens;
         Logits* out;
         LogitRows which;
+        EngineSample* sample;
     };
     std::vector<GpuWork> gpu_work;  // the items of the step being run
     double warmup_ms = 0;           // EngineStats::warmup_ms
@@ -285,6 +287,20 @@ Status check_feed(const Session::Impl& s, std::span<const int32_t> tokens, Logit
     return Status::ok();
 }
 
+// Checks an EngineSample (none is fine) and marks it not drawn: the backend draws over it where it can.
+Status check_sample(EngineSample* sample, LogitRows which) {
+    if (!sample) return Status::ok();
+    if (which != LogitRows::kLast)
+        return invalid_argument("a draw by the engine (EngineSample) needs LogitRows::kLast");
+    if (!sample->params || !sample->result) return invalid_argument("EngineSample without params or result");
+    if (sample->params->top_logprobs < 0 || sample->params->top_logprobs > kMaxTopLogprobs)
+        return invalid_argument("EngineSample: top_logprobs must be in 0.." + std::to_string(kMaxTopLogprobs));
+    if (!(sample->uniform >= 0.0 && sample->uniform < 1.0))
+        return invalid_argument("EngineSample: uniform must be in [0, 1)");
+    sample->result->token = -1;
+    return Status::ok();
+}
+
 void size_logits(const Session::Impl& s, int64_t n, int64_t vocab, LogitRows which, Logits* out) {
     out->rows = which == LogitRows::kAll ? n : 1;
     out->vocab = vocab;
@@ -356,7 +372,8 @@ Status run_gpu_passes(Engine::Impl& e) {
                                   .tokens = w.tokens.data() + e.done[i],
                                   .n = len,
                                   .logits = pl.values,
-                                  .logits_from = pl.from});
+                                  .logits_from = pl.from,
+                                  .sample = pl.from < len ? w.sample : nullptr});
             e.pass_item.push_back(i);
             rows += len;
         }
@@ -376,16 +393,17 @@ Status run_gpu_passes(Engine::Impl& e) {
 
 }  // namespace
 
-Status Session::feed(std::span<const int32_t> tokens, Logits* out, LogitRows which) {
+Status Session::feed(std::span<const int32_t> tokens, Logits* out, LogitRows which, EngineSample* sample) {
     Impl& s = *impl_;
     const int64_t vocab = s.engine->config.vocab_size;
     DSV4_RETURN_IF_ERROR(check_feed(s, tokens, out, vocab));
+    DSV4_RETURN_IF_ERROR(check_sample(sample, which));
     const int64_t n = int64_t(tokens.size());
     size_logits(s, n, vocab, which, out);
     if (s.gpu) {  // the GPU pass buffers are the engine's: one step at a time
         Engine::Impl& e = *s.engine;
         std::lock_guard<std::mutex> lock(e.step_mutex);
-        e.gpu_work.assign(1, {&s, tokens, out, which});
+        e.gpu_work.assign(1, {&s, tokens, out, which, sample});
         return run_gpu_passes(e);
     }
     for (int64_t off = 0; off < n;) {  // a pass of this one sequence on its own buffers
@@ -423,6 +441,8 @@ Status Engine::step(std::span<const StepItem> items) {
             break;
         } else if (Status st = check_feed(s, it.tokens, it.out, vocab); !st) {
             bad = Status(st.code(), "step item " + std::to_string(marked) + ": " + st.message());
+        } else if (Status st = check_sample(it.sample, it.logit_rows); !st) {
+            bad = Status(st.code(), "step item " + std::to_string(marked) + ": " + st.message());
         }
         s.in_step = true;
     }
@@ -435,7 +455,7 @@ Status Engine::step(std::span<const StepItem> items) {
     if (e.gpu) {
         e.gpu_work.clear();
         for (const StepItem& it : items)
-            e.gpu_work.push_back({it.session->impl_.get(), it.tokens, it.out, it.logit_rows});
+            e.gpu_work.push_back({it.session->impl_.get(), it.tokens, it.out, it.logit_rows, it.sample});
         return run_gpu_passes(e);
     }
     e.done.assign(items.size(), 0);

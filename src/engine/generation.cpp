@@ -141,12 +141,47 @@ Status Generation::fed(size_t n) {
     return Status::ok();
 }
 
-Status Generation::next(std::span<const float> logits_row, GenerationStep* step) {
-    *step = GenerationStep{};
+Status Generation::check_can_sample() const {
     if (finished()) return invalid_argument("the generation has finished; no more tokens can be sampled");
     if (!pending().empty())
         return invalid_argument(std::to_string(pending().size()) + " tokens must be fed before the next sample");
+    return Status::ok();
+}
+
+Status Generation::next(std::span<const float> logits_row, GenerationStep* step) {
+    *step = GenerationStep{};
+    DSV4_RETURN_IF_ERROR(check_can_sample());
     DSV4_RETURN_IF_ERROR(sampler_.sample(logits_row, generated_, step->sample));
+    return accept_sample(step);
+}
+
+bool Generation::prepare_engine_sample(EngineSample* request, SampleResult* result) {
+    const SamplingParams& p = sampler_.params();
+    const bool penalties = p.penalty_last_n != 0 && !generated_.empty() &&
+                           (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+    if (finished() || penalties) return false;
+    engine_draw_rng_ = sampler_.rng().state();
+    request->params = &p;
+    request->uniform = p.temperature > 0.0f ? sampler_.rng().uniform() : 0.0;  // Sampler::sample's one draw
+    request->result = result;
+    result->token = -1;
+    return true;
+}
+
+Status Generation::next_from_engine(const SampleResult& drawn, std::span<const float> logits_row,
+                                    GenerationStep* step) {
+    if (drawn.token < 0) {  // not drawn: the host sampler, from the same point of the random stream
+        sampler_.rng().set_state(engine_draw_rng_);
+        return next(logits_row, step);
+    }
+    *step = GenerationStep{};
+    DSV4_RETURN_IF_ERROR(check_can_sample());
+    step->sample = drawn;
+    return accept_sample(step);
+}
+
+// The token in step->sample is the sequence's next: timings, history, end token, text, limits.
+Status Generation::accept_sample(GenerationStep* step) {
     const auto now = Clock::now();
     if (generated_.empty()) first_token_ = now;
     last_token_ = now;
@@ -251,15 +286,25 @@ Status run_generation(Session& session, Generation& gen, const std::function<boo
                                 " tokens but the generation expects " + std::to_string(gen.state_tokens()) +
                                 " (its cached prefix)");
     GenerationStep step;
+    EngineSample request;
+    SampleResult drawn;
+    bool engine_draw = false;
     while (!gen.finished()) {
         const std::span<const int32_t> in = gen.pending();
         if (!in.empty()) {
             const size_t n = chunk > 0 ? std::min(in.size(), size_t(chunk)) : in.size();
-            DSV4_RETURN_IF_ERROR(session.feed(in.first(n), &logits, LogitRows::kLast));
+            // the feed that empties pending() asks the engine to draw the next token where it can
+            engine_draw = n == in.size() && gen.prepare_engine_sample(&request, &drawn);
+            DSV4_RETURN_IF_ERROR(
+                session.feed(in.first(n), &logits, LogitRows::kLast, engine_draw ? &request : nullptr));
             DSV4_RETURN_IF_ERROR(gen.fed(n));
             continue;
         }
-        DSV4_RETURN_IF_ERROR(gen.next(last_logits_row(logits), &step));
+        if (engine_draw) {
+            DSV4_RETURN_IF_ERROR(gen.next_from_engine(drawn, last_logits_row(logits), &step));
+        } else {
+            DSV4_RETURN_IF_ERROR(gen.next(last_logits_row(logits), &step));
+        }
         if (!on_step(step) && !gen.finished()) {
             gen.cancel(&step);
             on_step(step);

@@ -3,6 +3,8 @@
 #include <span>
 #include <vector>
 
+#include "dsv4/sampling.h"
+
 namespace dsv4::server {
 namespace {
 
@@ -21,12 +23,12 @@ public:
     }
     void reset() override { session_->reset(); }
     // The session and the (folded) tokens for a batched step; `tokens` must stay alive until the step ran.
-    StepItem step_item(std::span<const int32_t> tokens, Logits* out) {
-        if (!fold_) return {session_.get(), tokens, out, LogitRows::kLast};
+    StepItem step_item(std::span<const int32_t> tokens, Logits* out, EngineSample* sample) {
+        if (!fold_) return {session_.get(), tokens, out, LogitRows::kLast, sample};
         folded_.assign(tokens.begin(), tokens.end());
         for (int32_t& t : folded_)
             if (t >= vocab_) t %= vocab_;
-        return {session_.get(), folded_, out, LogitRows::kLast};
+        return {session_.get(), folded_, out, LogitRows::kLast, sample};
     }
 
 private:
@@ -57,15 +59,20 @@ Result<std::unique_ptr<SequenceRunner>> EngineModelBackend::create_runner(int64_
 
 void EngineModelBackend::feed_batch(std::span<RunnerFeed> feeds) {
     items_.clear();
-    for (RunnerFeed& f : feeds) items_.push_back(static_cast<EngineRunner*>(f.runner)->step_item(f.tokens, f.out));
+    for (RunnerFeed& f : feeds)
+        items_.push_back(static_cast<EngineRunner*>(f.runner)->step_item(f.tokens, f.out, f.sample));
     const Status st = engine_->step(items_);
     if (st.is_ok()) {
         for (RunnerFeed& f : feeds) f.status = Status::ok();
         return;
     }
-    // A refused step changed no session: feed alone for per-item errors. A step that failed while running left
-    // its sessions needing a reset; their feeds then report it.
-    for (RunnerFeed& f : feeds) f.status = f.runner->feed(f.tokens, f.out);
+    // A refused step changed no session: feed alone for per-item errors (the draws left to the host: the refusal
+    // may have come before a request was marked). A step that failed while running left its sessions needing a
+    // reset; their feeds then report it.
+    for (RunnerFeed& f : feeds) {
+        if (f.sample && f.sample->result) f.sample->result->token = -1;
+        f.status = f.runner->feed(f.tokens, f.out);
+    }
 }
 
 }  // namespace dsv4::server

@@ -28,6 +28,9 @@ struct RunnerFeed {
     SequenceRunner* runner = nullptr;
     std::span<const int32_t> tokens;
     Logits* out = nullptr;
+    // a draw of the next token by the model (engine.h EngineSample), where the backend can; the others leave its
+    // result's token at -1 and fill `out`
+    EngineSample* sample = nullptr;
     Status status;
 };
 

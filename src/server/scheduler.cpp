@@ -72,6 +72,9 @@ struct Scheduler::Slot {
     engine::GenerationStep step;  // reused across tokens
     Status drawn;                 // what the last Generation::next returned (sample_all)
     Logits logits;             // reused across steps
+    EngineSample draw_request;  // the queued feed's draw by the model (Generation::prepare_engine_sample)
+    SampleResult engine_drawn;
+    bool engine_draw = false;     // the queued feed carries draw_request
     bool feeding_decode = false;  // the queued feed is a decode token (else a prefill chunk)
     uint64_t admitted = 0;     // admission order (prefill goes oldest first)
     uint64_t last_used = 0;    // for least-recently-used slot choice
@@ -259,6 +262,10 @@ void Scheduler::add_feed(Slot& slot, size_t n, bool decode) {
     f.runner = slot.runner.get();
     f.tokens = slot.generation->pending().first(n);
     f.out = &slot.logits;
+    // the feed that empties pending() asks the model to draw the next token where it can
+    slot.engine_draw = n == slot.generation->pending().size() &&
+                       slot.generation->prepare_engine_sample(&slot.draw_request, &slot.engine_drawn);
+    f.sample = slot.engine_draw ? &slot.draw_request : nullptr;
     feeds_.push_back(f);
     feeding_.push_back(&slot);
 }
@@ -309,7 +316,9 @@ void Scheduler::sample_all() {
     sample_pool_->parallel_for(int64_t(sampling_.size()), 1, [this](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             Slot& slot = *sampling_[size_t(i)];
-            slot.drawn = slot.generation->next(engine::last_logits_row(slot.logits), &slot.step);
+            slot.drawn = slot.engine_draw ? slot.generation->next_from_engine(
+                                                slot.engine_drawn, engine::last_logits_row(slot.logits), &slot.step)
+                                          : slot.generation->next(engine::last_logits_row(slot.logits), &slot.step);
         }
     });
     for (Slot* slot : sampling_) emit(*slot);

@@ -8,11 +8,14 @@
 // Without a GPU every test skips with the reason, except the one that checks the error a CUDA load gives there.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "backend/cuda/device.h"
 #include "dsv4/engine.h"
+#include "dsv4/sampling.h"
 #include "dsv4/session.h"
 #include "model/model_test_util.h"
 #include "ops/gpu_testing.h"
@@ -258,6 +261,69 @@ TEST(GpuDecodeGraphs, ReplayedStepsEqualQueuedStepsBitForBit) {
     EXPECT_GT(with.graph_programmatic_edges * 2, with.graph_nodes) << with.graph_programmatic_edges << " of "
                                                                    << with.graph_nodes;
     EXPECT_EQ(without.graph_replays, 0);
+}
+
+// Draws by the engine (EngineSample) in decode steps, alone and batched: every draw the GPU makes is the host
+// sampler's over the same step's logits with the same uniform (token and alternatives; log-probabilities within
+// 1e-6), for greedy, unfiltered, top-p, top-k and min-p sampling; a prefill pass leaves the draw to the host.
+TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
+    DSV4_REQUIRE_GPU();
+    const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
+    const auto prompt = read_token_file(dir / "tokens.txt");
+    auto engine = load_gpu_engine(dir / "official", EnginePrecision::kReference);
+    ASSERT_NE(engine, nullptr);
+    const int32_t vocab = int32_t(engine->info().vocab_size);
+    std::vector<SamplingParams> sets(5);
+    sets[0].temperature = 0, sets[0].top_logprobs = 3;
+    sets[1].temperature = 1;
+    sets[2].temperature = 0.8f, sets[2].top_p = 0.9f, sets[2].top_logprobs = 2;
+    sets[3].temperature = 0.7f, sets[3].top_k = 20, sets[3].min_p = 0.05f;
+    sets[4].temperature = 1.2f, sets[4].min_p = 0.1f;
+    int drawn_on_gpu = 0, steps = 0;
+    for (size_t k = 0; k < sets.size(); ++k) {
+        SamplingParams& p = sets[k];
+        p.seed = 100 + k;
+        SCOPED_TRACE("parameter set " + std::to_string(k));
+        // a and b step together with draws; c is the host's copy of a (same tokens, plain logits)
+        auto a = engine->create_session({.max_context = 64}), b = engine->create_session({.max_context = 64}),
+             c = engine->create_session({.max_context = 64});
+        ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
+        Sampler host(vocab, p);
+        Rng stream(p.seed);
+        Logits la, lb, lc;
+        SampleResult ra, rb, want;
+        const std::span<const int32_t> first(prompt.data(), std::min<size_t>(prompt.size(), 8));
+        EngineSample request{&p, p.temperature > 0 ? stream.uniform() : 0.0, &ra};
+        ASSERT_TRUE((*a)->feed(first, &la, LogitRows::kLast, &request).is_ok());
+        EXPECT_EQ(ra.token, -1) << "a prefill pass leaves the draw to the host";
+        ASSERT_TRUE((*b)->feed(first, &lb, LogitRows::kLast).is_ok());
+        ASSERT_TRUE((*c)->feed(first, &lc, LogitRows::kLast).is_ok());
+        ASSERT_TRUE(host.sample(lc.values, {}, want).is_ok());
+        int32_t next = want.token;
+        for (int step = 0; step < 12; ++step) {
+            const double u = p.temperature > 0 ? stream.uniform() : 0.0;
+            EngineSample qa{&p, u, &ra}, qb{&p, u, &rb};
+            const std::vector<StepItem> items = {{a->get(), {&next, 1}, &la, LogitRows::kLast, &qa},
+                                                 {b->get(), {&next, 1}, &lb, LogitRows::kLast, &qb}};
+            const Status st = engine->step(items);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            ASSERT_TRUE((*c)->feed({&next, 1}, &lc, LogitRows::kLast).is_ok());
+            ASSERT_TRUE(host.sample(lc.values, {}, want).is_ok());
+            ++steps;
+            for (const SampleResult* r : {&ra, &rb}) {
+                if (r->token < 0) continue;  // declined: its logits row was filled instead
+                ++drawn_on_gpu;
+                EXPECT_EQ(r->token, want.token) << "step " << step;
+                EXPECT_NEAR(r->logprob, want.logprob, 1e-6 * std::max(1.0f, std::fabs(want.logprob)));
+                ASSERT_EQ(r->num_top, want.num_top);
+                for (int i = 0; i < want.num_top; ++i) EXPECT_EQ(r->top[size_t(i)].token, want.top[size_t(i)].token);
+            }
+            if (ra.token < 0) EXPECT_TRUE(testing::bytes_equal(la.values, lc.values));
+            next = want.token;
+        }
+    }
+    std::printf("%d of %d draws made on the GPU, the rest declined to the host\n", drawn_on_gpu, 2 * steps);
+    EXPECT_GT(drawn_on_gpu, steps);  // greedy and the unfiltered draws never decline
 }
 
 // The load's warm-up (EngineOptions::cuda_warmup) runs its passes on a scratch session and changes no later result:

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "dsv4/sampling.h"
 #include "model_test_util.h"
 #include "testing/testing.h"
 
@@ -209,14 +210,23 @@ TEST_P(BatchedStep, BadItemsChangeNoSession) {
     Logits la, lb;
     ASSERT_TRUE(a->feed(std::span<const int32_t>(t.data(), 3), &la).is_ok());
     const std::span<const int32_t> ok(t.data(), 4), empty;
+    SamplingParams params, wide;
+    wide.top_logprobs = kMaxTopLogprobs + 1;
+    SampleResult drawn;
+    EngineSample all_rows_draw{&params, 0.5, &drawn}, wide_draw{&wide, 0.5, &drawn}, uniform_one{&params, 1.0, &drawn},
+        no_result{&params, 0.5, nullptr};
     const std::vector<std::vector<StepItem>> bad = {
-        {{a.get(), ok, &la}, {a.get(), ok, &lb}},                              // twice
-        {{a.get(), ok, &la}, {foreign.get(), ok, &lb}},                        // another engine's
-        {{a.get(), ok, &la}, {b.get(), empty, &lb}},                           // no tokens
+        {{a.get(), ok, &la}, {a.get(), ok, &lb}},                                    // twice
+        {{a.get(), ok, &la}, {foreign.get(), ok, &lb}},                              // another engine's
+        {{a.get(), ok, &la}, {b.get(), empty, &lb}},                                 // no tokens
         {{a.get(), ok, &la}, {b.get(), std::span<const int32_t>(&bad_id, 1), &lb}},  // id out of range
-        {{a.get(), ok, &la}, {nullptr, ok, &lb}},                              // no session
-        {{a.get(), ok, nullptr}},                                              // no output
-        {{a.get(), std::span<const int32_t>(base_.data(), 318), &la}},        // past max_context 320
+        {{a.get(), ok, &la}, {nullptr, ok, &lb}},                                    // no session
+        {{a.get(), ok, nullptr}},                                                    // no output
+        {{a.get(), std::span<const int32_t>(base_.data(), 318), &la}},               // past max_context 320
+        {{a.get(), ok, &la, LogitRows::kAll, &all_rows_draw}},                       // a draw without kLast
+        {{a.get(), ok, &la, LogitRows::kLast, &wide_draw}},                          // 21 alternatives
+        {{a.get(), ok, &la, LogitRows::kLast, &uniform_one}},                        // uniform outside [0, 1)
+        {{a.get(), ok, &la, LogitRows::kLast, &no_result}},                          // nowhere to put the draw
     };
     for (size_t i = 0; i < bad.size(); ++i) {
         Status st = engine->step(bad[i]);
@@ -231,6 +241,29 @@ TEST_P(BatchedStep, BadItemsChangeNoSession) {
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     EXPECT_EQ(a->position(), 7);
     EXPECT_EQ(b->position(), 4);
+}
+
+// A draw asked of the CPU backend is declined (token -1) and the feed's last row is filled as without it.
+TEST_P(BatchedStep, CpuBackendLeavesTheDrawToTheCaller) {
+    auto engine = load(512);
+    ASSERT_NE(engine, nullptr);
+    auto a = session(*engine), b = session(*engine);
+    ASSERT_TRUE(a && b);
+    const std::vector<int32_t> t = sequence_tokens(base_, 1, 9);
+    SamplingParams params;
+    params.top_logprobs = 3;
+    SampleResult drawn;
+    drawn.token = 12345;
+    EngineSample request{&params, 0.25, &drawn};
+    Logits with, without;
+    const std::vector<StepItem> items = {{a.get(), t, &with, LogitRows::kLast, &request}};
+    ASSERT_TRUE(engine->step(items).is_ok());
+    ASSERT_TRUE(b->feed(t, &without, LogitRows::kLast).is_ok());
+    EXPECT_EQ(drawn.token, -1);
+    EXPECT_TRUE(testing::bytes_equal(with.values, without.values));
+    drawn.token = 7;
+    ASSERT_TRUE(a->feed(std::span<const int32_t>(t.data(), 1), &with, LogitRows::kLast, &request).is_ok());
+    EXPECT_EQ(drawn.token, -1);
 }
 
 // Eight sequences decoding: one step of eight rows against eight feeds of one row (informational; the weights are

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "core/thread_pool.h"
 #include "dsv4/bench.h"
+#include "dsv4/sampling.h"
 #include "engine/cuda/gpu_internal.h"
 #include "engine/cuda/gpu_synthetic.h"
 #include "model/config.h"
@@ -182,19 +184,39 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
     std::vector<float> logits(size_t(p.batch * vocab));
     std::vector<int32_t> tokens(size_t(p.batch));
     std::vector<engine::GpuBatchSeq> pass(size_t(p.batch));
+    // each row's draw (the API's default parameters: temperature 1, no filter), on the GPU or by a host sampler per
+    // row; rows the GPU declines are drawn on the host too, as generation does
+    const SamplingParams draw;
+    std::vector<SampleResult> drawn(size_t(p.batch));
+    std::vector<EngineSample> requests(size_t(p.batch));
+    std::vector<std::unique_ptr<Sampler>> samplers;
+    for (int64_t b = 0; b < p.batch; ++b) {
+        requests[size_t(b)] = {&draw, 0.5, &drawn[size_t(b)]};
+        samplers.push_back(std::make_unique<Sampler>(int32_t(vocab), draw));
+    }
     DSV4_ASSIGN_OR_RETURN(cuda::EventTimer timer, cuda::EventTimer::create());
     std::vector<double> ms;
     for (int it = 0; it < o.warmup + o.steps; ++it) {
         for (int64_t b = 0; b < p.batch; ++b) {
             tokens[size_t(b)] = int32_t((b * 7919 + it * 104729) % vocab);
-            pass[size_t(b)] = {.seq = seqs[size_t(b)].get(), .tokens = &tokens[size_t(b)], .n = 1,
-                               .logits = logits.data() + b * vocab};
+            pass[size_t(b)] = {.seq = seqs[size_t(b)].get(),
+                               .tokens = &tokens[size_t(b)],
+                               .n = 1,
+                               .logits = logits.data() + b * vocab,
+                               .sample = o.draw_on_host ? nullptr : &requests[size_t(b)]};
         }
         // one named range per decode step: a profiler selects the step's kernels by it (scripts/profile-decode)
         // and skips the model's load, whose in-place expert repack Nsight Compute's kernel replay fails on
         nvtxRangePushA("dsv4_decode_step");
         DSV4_RETURN_IF_ERROR(timer.start(m.stream.handle()));
-        const Status step = engine::gpu_forward_batch(m, pass);
+        Status step = engine::gpu_forward_batch(m, pass);
+        if (step)  // the host's draws, in parallel as the server makes them
+            parallel_for(m.host_pool, p.batch, 1, [&](int64_t b0, int64_t b1) {
+                for (int64_t b = b0; b < b1; ++b)
+                    if (o.draw_on_host || drawn[size_t(b)].token < 0)
+                        (void)samplers[size_t(b)]->sample({logits.data() + b * vocab, size_t(vocab)}, {},
+                                                          drawn[size_t(b)]);
+            });
         nvtxRangePop();
         DSV4_RETURN_IF_ERROR(step);
         DSV4_RETURN_IF_ERROR(timer.stop(m.stream.handle()));
@@ -244,10 +266,12 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
     std::fprintf(out, "routed experts in the decode kernel's repacked MXFP4 layout: %lld of %zu layers\n",
                  static_cast<long long>(repacked), m->layers.size());
     std::fprintf(out,
-                 "shared expert inside the decode kernel's launches (passes of up to %lld rows): %lld of %zu layers\n\n",
+                 "shared expert inside the decode kernel's launches (passes of up to %lld rows): %lld of %zu layers\n",
                  static_cast<long long>(engine::kFusedSharedExpertMaxRows), static_cast<long long>(shared_fused),
                  m->layers.size());
 
+    std::fprintf(out, "each decode row's next token (temperature 1) drawn %s\n\n",
+                 o.draw_on_host ? "on the host from its logits (--draw-on-host)" : "on the GPU");
     std::fprintf(out, "| batch | context | step ms | per layer us | tok/s | GB moved | TB/s | %% of copy |\n");
     std::fprintf(out, "|---|---|---|---|---|---|---|---|\n");
     for (int64_t ctx : o.contexts) {

@@ -14,6 +14,7 @@
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 #include "backend/cuda/kernels/router/router.h"
 #include "core/thread_pool.h"
+#include "dsv4/sampling.h"
 #include "engine/cuda/gpu_internal.h"
 
 namespace dsv4::engine {
@@ -338,6 +339,44 @@ Status land_logits(GpuModel& m) {
     return Status::ok();
 }
 
+// The pass's draws (pass.draws, their parameters in draw_params_host) and its logits rows (pass.logits_rows) to the
+// host: the draws' kernel and the copies of its results queued before the rows' landing, then each draw's result
+// into its request, and the rows of declined draws landed after them.
+Status land_with_draws(GpuModel& m) {
+    GpuPass& s = m.pass;
+    const size_t n = s.draws.size();
+    const cuda::StreamHandle st = m.stream.handle();
+    if (n > 0) {
+        DSV4_RETURN_IF_ERROR(
+            cuda::copy_async(s.draw_params.data(), s.draw_params_host.data(), n * sizeof(cuda::SampleRowParams), st));
+        DSV4_RETURN_IF_ERROR(cuda::sm90_sample_rows({.logits = s.logits.as<float>(),
+                                                     .vocab = m.cfg.vocab_size,
+                                                     .params = s.draw_params.as<cuda::SampleRowParams>(),
+                                                     .out = s.draw_out.as<cuda::SampleRowOut>(),
+                                                     .n = int64_t(n)},
+                                                    st));
+        DSV4_RETURN_IF_ERROR(
+            cuda::copy_async(s.draw_out_host.data(), s.draw_out.data(), n * sizeof(cuda::SampleRowOut), st));
+    }
+    DSV4_RETURN_IF_ERROR(land_logits(m));
+    if (n == 0) return Status::ok();
+    DSV4_RETURN_IF_ERROR(m.stream.synchronize());
+    s.logits_rows.clear();
+    const auto* out = s.draw_out_host.as<cuda::SampleRowOut>();
+    for (size_t i = 0; i < n; ++i) {
+        if (out[i].status != cuda::kSampleOk) {  // declined or not finite: the caller's sampler takes the row
+            s.logits_rows.push_back(s.draws[i].row);
+            continue;
+        }
+        SampleResult& r = *s.draws[i].request->result;
+        r.token = out[i].token;
+        r.logprob = out[i].logprob;
+        r.num_top = out[i].num_top;
+        for (int k = 0; k < r.num_top; ++k) r.top[size_t(k)] = {out[i].top_token[k], out[i].top_logprob[k]};
+    }
+    return land_logits(m);
+}
+
 // The logits of the rows the shares want, after head_forward without `logits`: those rows of pass.normed (all of
 // them, or each share's from its logits_from gathered into pass.hc_x, free after the norm), then the head GEMM
 // kHeadChunkRows rows at a time through pass.logits, each chunk landed in the host buffers of the shares it covers
@@ -491,10 +530,25 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     }
     if (logits_in_pass) {
         s.logits_rows.clear();
-        for (const GpuBatchSeq& q : seqs)
+        s.draws.clear();
+        auto* params = s.draw_params_host.as<cuda::SampleRowParams>();
+        for (const GpuBatchSeq& q : seqs) {
+            if (q.sample && q.logits_from == q.n - 1) {  // the share's one logits row, drawn on the device
+                const SamplingParams& p = *q.sample->params;
+                params[s.draws.size()] = {.row = q.row0 + q.n - 1,
+                                          .uniform = q.sample->uniform,
+                                          .temperature = p.temperature,
+                                          .top_k = p.top_k,
+                                          .top_p = p.top_p,
+                                          .min_p = p.min_p,
+                                          .top_logprobs = p.top_logprobs};
+                s.draws.push_back({q.sample, {q.logits, q.row0 + q.n - 1}});
+                continue;
+            }
             for (int64_t r = q.logits_from; r < q.n; ++r)
                 s.logits_rows.push_back({q.logits + (r - q.logits_from) * c.vocab_size, q.row0 + r});
-        DSV4_RETURN_IF_ERROR(land_logits(m));
+        }
+        DSV4_RETURN_IF_ERROR(land_with_draws(m));
     } else {
         DSV4_RETURN_IF_ERROR(head_logits(m, seqs));
     }

@@ -17,6 +17,7 @@
 #include "backend/cuda/kernels/experts/experts.h"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/sampling/sampling.h"
 #include "engine/cuda/gpu_model.h"
 
 namespace dsv4::engine {
@@ -99,6 +100,14 @@ struct GpuPass {
         int64_t src_row;  // the row of pass.logits (and of logits_host) it comes from
     };
     std::vector<LogitsRow> logits_rows;  // the rows one landing brings (reserved for a full pass.logits)
+    // draws of the next token on the device (GpuBatchSeq::sample), one per share, up to a full pass.logits
+    struct Draw {
+        EngineSample* request;
+        LogitsRow row;  // where the row goes if the draw is declined
+    };
+    std::vector<Draw> draws;
+    DeviceBuffer draw_params, draw_out;  // cuda::SampleRowParams / SampleRowOut [min(R, kHeadChunkRows)]
+    cuda::PinnedBuffer draw_params_host, draw_out_host;
     DeviceBuffer bad_token;          // int32, the embedding's out-of-range report
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
     DeviceBuffer attn_branch_workspace;  // the linears on m.attn_branch (decode steps' window K=V and compressor)

@@ -428,7 +428,16 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_ASSIGN_OR_RETURN(
         s.logits_host,
         cuda::PinnedBuffer::allocate(size_t(std::min(R, kHeadChunkRows) * c.vocab_size * 4), "logits landing buffer"));
-    s.logits_rows.reserve(size_t(std::min(R, kHeadChunkRows)));
+    const int64_t head_rows = std::min(R, kHeadChunkRows);
+    s.logits_rows.reserve(size_t(head_rows));
+    s.draws.reserve(size_t(head_rows));
+    DSV4_RETURN_IF_ERROR(alloc(s.draw_params, head_rows * int64_t(sizeof(cuda::SampleRowParams)), "draw parameters"));
+    DSV4_RETURN_IF_ERROR(alloc(s.draw_out, head_rows * int64_t(sizeof(cuda::SampleRowOut)), "draws"));
+    DSV4_ASSIGN_OR_RETURN(
+        s.draw_params_host,
+        cuda::PinnedBuffer::allocate(size_t(head_rows) * sizeof(cuda::SampleRowParams), "draw parameters"));
+    DSV4_ASSIGN_OR_RETURN(s.draw_out_host,
+                          cuda::PinnedBuffer::allocate(size_t(head_rows) * sizeof(cuda::SampleRowOut), "draws"));
     DSV4_RETURN_IF_ERROR(alloc(s.bad_token, 4, "token check"));
     DSV4_RETURN_IF_ERROR(alloc(s.workspace, int64_t(workspace_bytes(m, R)), "op workspace"));
     DSV4_RETURN_IF_ERROR(

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "dsv4/engine.h"
 #include "dsv4/status.h"
 #include "engine/weight_views.h"
 #include "model/config.h"
@@ -81,6 +82,9 @@ struct GpuBatchSeq {
     // the share's rows logits_from .. n-1 get logits (n: none); the head runs on no other row of a pass that is not
     // a decode step
     int64_t logits_from = 0;
+    // a draw of the next token from the share's last row, on the device where that row's logits are in the pass's
+    // logits buffer (decode steps); result->token stays -1 and the row is copied to `logits` otherwise
+    EngineSample* sample = nullptr;
     int64_t row0 = 0;  // filled by gpu_forward_batch
 };
 

@@ -5,12 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "dsv4/chat.h"
+#include "dsv4/engine.h"
 #include "dsv4/tokenizer.h"
 #include "testing/testing.h"
 
@@ -271,6 +274,74 @@ std::vector<int32_t> sample_run(uint64_t seed, int steps) {
         EXPECT_TRUE(g->next(row, &step).is_ok());
     }
     return g->generated();
+}
+
+// The same random rows as sample_run, each draw asked of an engine first (prepare_engine_sample): `engine` plays
+// the engine — it returns a token, or -1 to leave the draw to the host sampler.
+std::vector<int32_t> engine_run(uint64_t seed, int steps, const std::function<int32_t(int step, double u)>& engine) {
+    GenerationOptions o;
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = seed;
+    o.max_tokens = steps;
+    o.max_context = 4096;
+    o.ignore_eos = true;
+    auto g = make(kPrompt, o);
+    std::mt19937 gen(1234);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> row(static_cast<size_t>(vocab()));
+    GenerationStep step;
+    EngineSample request;
+    SampleResult drawn;
+    int n = 0;
+    while (!g->finished()) {
+        if (!g->pending().empty()) {
+            EXPECT_TRUE(g->prepare_engine_sample(&request, &drawn));
+            EXPECT_EQ(request.result, &drawn);
+            EXPECT_EQ(drawn.token, -1);
+            EXPECT_TRUE(g->fed(g->pending().size()).is_ok());
+            continue;
+        }
+        for (float& x : row) x = normal(gen);
+        drawn.token = engine(n++, request.uniform);
+        EXPECT_TRUE(g->next_from_engine(drawn, row, &step).is_ok());
+        EXPECT_EQ(step.sample.token, g->generated().back());
+    }
+    return g->generated();
+}
+
+// A draw the engine declines leaves the random stream where the host sampler alone would have it, and one it makes
+// consumes exactly the host's one uniform: the tokens after it are the host's.
+TEST(Generation, EngineDrawsKeepTheRandomStream) {
+    const auto host = sample_run(42, 12);
+    Rng first(42);
+    const double u0 = first.uniform();
+    const auto declined = engine_run(42, 12, [&](int step, double u) {
+        if (step == 0) EXPECT_EQ(u, u0);  // the sampler's own first draw
+        return -1;
+    });
+    EXPECT_EQ(declined, host);
+    const auto first_drawn = engine_run(42, 12, [](int step, double) { return step == 0 ? 7 : -1; });
+    ASSERT_EQ(first_drawn.size(), host.size());
+    EXPECT_EQ(first_drawn[0], 7);
+    EXPECT_TRUE(std::equal(first_drawn.begin() + 1, first_drawn.end(), host.begin() + 1));
+}
+
+// Penalties need the history, which only the host sampler applies: no engine draw once there is one.
+TEST(Generation, PenaltiesKeepTheDrawOnTheHost) {
+    GenerationOptions o = greedy(4);
+    o.sampling.repetition_penalty = 1.3f;
+    auto g = make(kPrompt, o);
+    EngineSample request;
+    SampleResult drawn;
+    EXPECT_TRUE(g->prepare_engine_sample(&request, &drawn));  // no history yet
+    EXPECT_EQ(request.uniform, 0.0);                          // greedy: no uniform drawn
+    ASSERT_TRUE(g->fed(g->pending().size()).is_ok());
+    std::vector<float> row(static_cast<size_t>(vocab()), 0.0f);
+    row[100] = 9.0f;
+    GenerationStep step;
+    ASSERT_TRUE(g->next_from_engine(drawn, row, &step).is_ok());
+    EXPECT_EQ(step.sample.token, 100);
+    EXPECT_FALSE(g->prepare_engine_sample(&request, &drawn));
 }
 
 TEST(Generation, SameSeedSameTokensOtherSeedOtherTokens) {
