@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "backend/cuda/device.h"
 #include "dsv4/engine.h"
@@ -29,11 +30,14 @@ bool gpu_present() {
     return n.is_ok() && *n > 0;
 }
 
-std::unique_ptr<Engine> load_gpu_engine(const std::filesystem::path& dir, EnginePrecision precision) {
+// `adjust` sets the options a test is about.
+std::unique_ptr<Engine> load_gpu_engine(const std::filesystem::path& dir, EnginePrecision precision,
+                                        const std::function<void(EngineOptions&)>& adjust = {}) {
     EngineOptions o;
     o.precision = precision;
     o.backend = EngineBackend::kCuda;
     o.threads = kTestThreads;
+    if (adjust) adjust(o);
     auto e = Engine::load(dir, o);
     EXPECT_TRUE(e.is_ok()) << dir << ": " << e.status().to_string();
     if (!e.is_ok()) return nullptr;
@@ -234,15 +238,13 @@ TEST(GpuDecodeGraphs, ReplayedStepsEqualQueuedStepsBitForBit) {
     const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
     const auto tokens = read_token_file(dir / "tokens.txt");
     auto run = [&](bool graphs, EngineStats* stats) {
-        EngineOptions o;
-        o.backend = EngineBackend::kCuda;
-        o.cuda_graphs = graphs;
-        o.cuda_warmup = false;  // the counts below are the steps' own
-        auto e = Engine::load(dir / "official", o);
-        EXPECT_TRUE(e.is_ok()) << e.status().to_string();
-        if (!e.is_ok()) return std::vector<float>{};
-        auto logits = run_logits(**e, tokens, 1);  // a first token, then single-token decode steps
-        *stats = (*e)->stats();
+        auto e = load_gpu_engine(dir / "official", EnginePrecision::kReference, [&](EngineOptions& o) {
+            o.cuda_graphs = graphs;
+            o.cuda_warmup = false;  // the counts below are the steps' own
+        });
+        if (!e) return std::vector<float>{};
+        auto logits = run_logits(*e, tokens, 1);  // a first token, then single-token decode steps
+        *stats = e->stats();
         return logits;
     };
     EngineStats with, without;
@@ -335,16 +337,12 @@ TEST(GpuWarmup, LeavesEveryLaterResultBitIdentical) {
     const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
     const auto tokens = read_token_file(dir / "tokens.txt");
     auto run = [&](bool warmup, EngineStats* at_load) {
-        EngineOptions o;
-        o.backend = EngineBackend::kCuda;
-        o.threads = kTestThreads;
-        o.cuda_warmup = warmup;
-        auto e = Engine::load(dir / "official", o);
-        EXPECT_TRUE(e.is_ok()) << e.status().to_string();
-        if (!e.is_ok()) return std::vector<float>{};
-        *at_load = (*e)->stats();
-        auto prompt = run_logits(**e, tokens, int64_t(tokens.size()));
-        const auto steps = run_logits(**e, tokens, 1);
+        auto e = load_gpu_engine(dir / "official", EnginePrecision::kReference,
+                                 [&](EngineOptions& o) { o.cuda_warmup = warmup; });
+        if (!e) return std::vector<float>{};
+        *at_load = e->stats();
+        auto prompt = run_logits(*e, tokens, int64_t(tokens.size()));
+        const auto steps = run_logits(*e, tokens, 1);
         prompt.insert(prompt.end(), steps.begin(), steps.end());
         return prompt;
     };

@@ -252,59 +252,47 @@ TEST(Generation, PendingFedProtocol) {
     EXPECT_GE(t.prompt_seconds, 0.0);
 }
 
-// Random logits per step (the same for every run): the sampler must make the choice.
-std::vector<int32_t> sample_run(uint64_t seed, int steps) {
-    GenerationOptions o;
-    o.sampling.temperature = 1.0f;
-    o.sampling.seed = seed;
-    o.max_tokens = steps;
-    o.max_context = 4096;
-    o.ignore_eos = true;
-    auto g = make(kPrompt, o);
-    std::mt19937 gen(1234);
-    std::normal_distribution<float> normal(0.0f, 3.0f);
-    std::vector<float> row(static_cast<size_t>(vocab()));
-    GenerationStep step;
-    while (!g->finished()) {
-        if (!g->pending().empty()) {
-            EXPECT_TRUE(g->fed(g->pending().size()).is_ok());
-            continue;
-        }
-        for (float& x : row) x = normal(gen);
-        EXPECT_TRUE(g->next(row, &step).is_ok());
-    }
-    return g->generated();
-}
-
-// The same random rows as sample_run, each draw asked of an engine first (prepare_engine_sample): `engine` plays
-// the engine — it returns a token, or -1 to leave the draw to the host sampler.
-std::vector<int32_t> engine_run(uint64_t seed, int steps, const std::function<int32_t(int step, double u)>& engine) {
-    GenerationOptions o;
-    o.sampling.temperature = 1.0f;
-    o.sampling.seed = seed;
-    o.max_tokens = steps;
-    o.max_context = 4096;
-    o.ignore_eos = true;
-    auto g = make(kPrompt, o);
-    std::mt19937 gen(1234);
-    std::normal_distribution<float> normal(0.0f, 3.0f);
-    std::vector<float> row(static_cast<size_t>(vocab()));
-    GenerationStep step;
+// Plays the engine of Generation::prepare_engine_sample / next_from_engine in random_rows_run: `engine` returns
+// each step's token, or -1 to leave the draw to the host sampler.
+struct EngineDraws {
+    std::function<int32_t(int step, double uniform)> engine;
     EngineSample request;
     SampleResult drawn;
-    int n = 0;
+    int steps = 0;
+};
+
+// Random logits per step (the same for every run): the sampler must make the choice. Each draw by next(), or with
+// `draws` asked of the (played) engine first.
+std::vector<int32_t> random_rows_run(uint64_t seed, int steps, EngineDraws* draws = nullptr) {
+    GenerationOptions o;
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = seed;
+    o.max_tokens = steps;
+    o.max_context = 4096;
+    o.ignore_eos = true;
+    auto g = make(kPrompt, o);
+    std::mt19937 gen(1234);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> row(static_cast<size_t>(vocab()));
+    GenerationStep step;
     while (!g->finished()) {
         if (!g->pending().empty()) {
-            EXPECT_TRUE(g->prepare_engine_sample(&request, &drawn));
-            EXPECT_EQ(request.result, &drawn);
-            EXPECT_EQ(drawn.token, -1);
+            if (draws) {
+                EXPECT_TRUE(g->prepare_engine_sample(&draws->request, &draws->drawn));
+                EXPECT_EQ(draws->request.result, &draws->drawn);
+                EXPECT_EQ(draws->drawn.token, -1);
+            }
             EXPECT_TRUE(g->fed(g->pending().size()).is_ok());
             continue;
         }
         for (float& x : row) x = normal(gen);
-        drawn.token = engine(n++, request.uniform);
-        EXPECT_TRUE(g->next_from_engine(drawn, row, &step).is_ok());
-        EXPECT_EQ(step.sample.token, g->generated().back());
+        if (draws) {
+            draws->drawn.token = draws->engine(draws->steps++, draws->request.uniform);
+            EXPECT_TRUE(g->next_from_engine(draws->drawn, row, &step).is_ok());
+            EXPECT_EQ(step.sample.token, g->generated().back());
+        } else {
+            EXPECT_TRUE(g->next(row, &step).is_ok());
+        }
     }
     return g->generated();
 }
@@ -312,15 +300,16 @@ std::vector<int32_t> engine_run(uint64_t seed, int steps, const std::function<in
 // A draw the engine declines leaves the random stream where the host sampler alone would have it, and one it makes
 // consumes exactly the host's one uniform: the tokens after it are the host's.
 TEST(Generation, EngineDrawsKeepTheRandomStream) {
-    const auto host = sample_run(42, 12);
+    const auto host = random_rows_run(42, 12);
     Rng first(42);
     const double u0 = first.uniform();
-    const auto declined = engine_run(42, 12, [&](int step, double u) {
+    EngineDraws declining{[&](int step, double u) {
         if (step == 0) EXPECT_EQ(u, u0);  // the sampler's own first draw
         return -1;
-    });
-    EXPECT_EQ(declined, host);
-    const auto first_drawn = engine_run(42, 12, [](int step, double) { return step == 0 ? 7 : -1; });
+    }};
+    EXPECT_EQ(random_rows_run(42, 12, &declining), host);
+    EngineDraws first_only{[](int step, double) { return step == 0 ? 7 : -1; }};
+    const auto first_drawn = random_rows_run(42, 12, &first_only);
     ASSERT_EQ(first_drawn.size(), host.size());
     EXPECT_EQ(first_drawn[0], 7);
     EXPECT_TRUE(std::equal(first_drawn.begin() + 1, first_drawn.end(), host.begin() + 1));
@@ -345,10 +334,10 @@ TEST(Generation, PenaltiesKeepTheDrawOnTheHost) {
 }
 
 TEST(Generation, SameSeedSameTokensOtherSeedOtherTokens) {
-    const auto a = sample_run(42, 16);
+    const auto a = random_rows_run(42, 16);
     EXPECT_EQ(a.size(), 16u);
-    EXPECT_EQ(sample_run(42, 16), a);
-    EXPECT_NE(sample_run(43, 16), a);
+    EXPECT_EQ(random_rows_run(42, 16), a);
+    EXPECT_NE(random_rows_run(43, 16), a);
 }
 
 TEST(Generation, ReasoningAndContentSplit) {
