@@ -78,6 +78,9 @@ std::string Metrics::render() const {
     scalar(out, "dsv4_prompt_tokens_cached_total", "Prompt tokens reused from a slot's cache.", "counter",
            cached_prompt_tokens_total);
     scalar(out, "dsv4_generated_tokens_total", "Tokens generated.", "counter", generated_tokens_total);
+    scalar(out, "dsv4_generated_tokens_drawn_by_engine_total",
+           "Generated tokens drawn on the GPU beside the logits (the rest by the host sampler).", "counter",
+           engine_drawn_tokens_total);
     header(out, "dsv4_prompt_seconds_total", "Scheduler time spent on prefill chunks.", "counter");
     out += "dsv4_prompt_seconds_total " + number(double(prompt_microseconds_total.load()) * 1e-6) + '\n';
     header(out, "dsv4_generation_seconds_total", "Scheduler time spent on decode steps.", "counter");

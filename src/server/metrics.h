@@ -34,6 +34,8 @@ struct Metrics {
     std::atomic<uint64_t> prompt_tokens_total{0};      // prompt tokens run through the model (cache hits excluded)
     std::atomic<uint64_t> cached_prompt_tokens_total{0};
     std::atomic<uint64_t> generated_tokens_total{0};
+    // of those, drawn by the model beside its logits (the CUDA backend's decode steps); the rest by the host sampler
+    std::atomic<uint64_t> engine_drawn_tokens_total{0};
     std::atomic<uint64_t> prompt_microseconds_total{0};    // loop time spent on prefill chunks
     std::atomic<uint64_t> generation_microseconds_total{0};  // loop time spent on decode steps
     // Gauges.

@@ -335,6 +335,7 @@ void Scheduler::emit(Slot& slot) {
         metrics_.inter_token_latency.observe(std::chrono::duration<double>(now - slot.last_token_time).count());
     slot.last_token_time = now;
     metrics_.generated_tokens_total++;
+    if (slot.engine_draw && slot.engine_drawn.token >= 0) metrics_.engine_drawn_tokens_total++;
 
     TokenOutput out;
     out.token = step.sample.token;

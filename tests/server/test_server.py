@@ -294,6 +294,7 @@ class RealModel(unittest.TestCase):
         fams = {f.name: f for f in text_string_to_metric_families(body.decode())}
         for name, kind in [("dsv4_requests_running", "gauge"), ("dsv4_requests_waiting", "gauge"),
                            ("dsv4_prompt_tokens", "counter"), ("dsv4_generated_tokens", "counter"),
+                           ("dsv4_generated_tokens_drawn_by_engine", "counter"),
                            ("dsv4_prompt_seconds", "counter"), ("dsv4_generation_seconds", "counter"),
                            ("dsv4_time_to_first_token_seconds", "histogram"),
                            ("dsv4_inter_token_latency_seconds", "histogram"),
@@ -303,6 +304,8 @@ class RealModel(unittest.TestCase):
         m = metrics(REAL.port)
         self.assertGreater(m["dsv4_time_to_first_token_seconds_count"], 0)
         self.assertGreater(m["dsv4_generated_tokens_total"], 0)
+        # the CPU backend draws nothing beside its logits: every token came from the host sampler
+        self.assertEqual(m["dsv4_generated_tokens_drawn_by_engine_total"], 0)
         self.assertEqual(m["dsv4_slots_total"], 4)
         self.assertEqual(m["dsv4_kv_cache_tokens_capacity"], 4 * CTX)
 
