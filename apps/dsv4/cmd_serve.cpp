@@ -1,13 +1,14 @@
 // dsv4 serve: the OpenAI-compatible HTTP server (src/server/, docs/server.md). Compiled to a real command only where
 // the server library was built (cpp-httplib present); elsewhere `dsv4 serve` explains what is missing.
+#include <pthread.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <pthread.h>
 
 #include "command_registry.h"
 
@@ -28,6 +29,7 @@ int run_serve(const server::ServerOptions& o) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
     server::ServerOptions opts = o;
+    const auto t0 = std::chrono::steady_clock::now();
     auto srv = server::Server::start(opts, [opts] { return server::load_engine_model(opts); });
     if (!srv.is_ok()) return report_error(srv.status());
     std::fprintf(stderr, "dsv4 serve: listening on http://%s:%d (model %s, %d slots x %lld tokens); loading...\n",
@@ -41,7 +43,13 @@ int run_serve(const server::ServerOptions& o) {
         raw->stop();
     });
     waiter.detach();
+    std::thread announcer([raw, t0] {  // joined below: it returns once the model is up, or on stop / failure
+        if (raw->wait_ready())
+            std::fprintf(stderr, "dsv4 serve: ready, model loaded in %.1f s\n",
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    });
     Status st = (*srv)->wait();
+    announcer.join();
     srv->reset();
     if (!st) return report_error(st);
     std::fprintf(stderr, "dsv4 serve: stopped\n");

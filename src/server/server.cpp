@@ -417,6 +417,12 @@ Status Server::wait() {
     return impl_->load_failed ? impl_->load_status : Status::ok();
 }
 
+bool Server::wait_ready() {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    impl_->cv.wait(lock, [&] { return impl_->ready.load() || impl_->stopped || impl_->load_failed; });
+    return impl_->ready.load();
+}
+
 void Server::stop() {
     {
         std::lock_guard<std::mutex> lock(impl_->mu);

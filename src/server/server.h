@@ -57,6 +57,8 @@ public:
     int port() const;
     // Blocks until stop() is called or the model failed to load (its Status is returned then).
     Status wait();
+    // Blocks until the model is loaded and requests are served (true), or the load failed or stop() came (false).
+    bool wait_ready();
     void stop();
 
     struct Impl;
