@@ -88,8 +88,10 @@ struct GpuBatchSeq {
     int64_t row0 = 0;  // filled by gpu_forward_batch
 };
 
-// Runs every share in one pass (sum of n <= gpu_max_rows), copies each share's logits to its host buffer and
-// advances each sequence by its n. Waits for the GPU once, at the end (to hand back the logits). A full cache is
+// Runs every share in one pass (sum of n <= gpu_max_rows), copies each share's logits to its host buffer (or draws
+// its next token on the device: GpuBatchSeq::sample) and advances each sequence by its n. Waits for the GPU at the
+// end, to hand back the logits and draws (once more for the rows of declined draws; a long pass's head once per
+// kHeadChunkRows chunk). A full cache is
 // kResourceExhausted before any work (the sequences unchanged, though pages taken for earlier shares stay theirs);
 // after another error the sequences are unusable until reset.
 // A pass whose shares are all single tokens past position 0 (a decode step) is captured as a CUDA graph the first
