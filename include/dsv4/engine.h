@@ -103,7 +103,7 @@ struct EngineOptions {
     bool cuda_warmup = true;
 };
 
-// Counters of the CUDA backend's decode graphs (all zero on the CPU backend).
+// Counters of the CUDA backend's decode graphs (all zero on the CPU backend), the load's warm-up included.
 struct EngineStats {
     int64_t graph_captures = 0;  // decode steps captured (one per new set of sequences stepping together)
     int64_t graph_replays = 0;   // decode steps run from a captured graph
