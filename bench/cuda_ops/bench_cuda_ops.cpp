@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_check.h"
 #include "backend/cuda/common/buffer.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/common/weights.h"
@@ -21,8 +22,8 @@
 #include "backend/cuda/kernels/mhc/mhc.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 #include "backend/cuda/kernels/router/router.h"
+#include "backend/cuda/kernels/sampling/sampling.h"
 #include "core/formats.h"
-#include "../bench_check.h"
 
 namespace {
 
@@ -369,8 +370,57 @@ void bench_bf16_gemms(StreamHandle s, int64_t T) {
     }
 }
 
+// The next-token draw on the GPU (sm90_sample_rows) over V4's 129,280-token vocabulary for `rows` rows: logits like a
+// language model's (N(0, 1) background, 40 tokens 6-16 above it), the request kinds a chat or an API sends, each on
+// the row-count default cluster and on one CTA per row. Bytes: the logits read once.
+void bench_sampling(StreamHandle s, std::mt19937_64& rng, int64_t rows) {
+    constexpr int64_t kVocab = 129280;
+    std::vector<float> logits(size_t(rows * kVocab));
+    std::normal_distribution<float> bg(0.0f, 1.0f);
+    std::uniform_int_distribution<int64_t> id(0, kVocab - 1);
+    std::uniform_real_distribution<float> head(6.0f, 16.0f);
+    for (float& x : logits) x = bg(rng);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int i = 0; i < 40; ++i) logits[size_t(r * kVocab + id(rng))] = head(rng);
+    DeviceBuffer dl = device_copy(logits);
+    DeviceBuffer out = zeros(size_t(rows) * sizeof(SampleRowOut));
+    struct Kind {
+        const char* name;
+        float temperature, top_p;
+        int32_t top_k, logprobs;
+    };
+    for (const Kind k : {Kind{"greedy", 0.0f, 1.0f, 0, 0}, Kind{"t 1 (id order)", 1.0f, 1.0f, 0, 0},
+                         Kind{"t 0.6 top_p 0.95", 0.6f, 0.95f, 0, 0}, Kind{"t 0.7 top_k 50 5 lp", 0.7f, 1.0f, 50, 5}}) {
+        std::vector<SampleRowParams> params(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r)
+            params[size_t(r)] = {.row = r,
+                                 .uniform = double(r + 1) / double(rows + 2),
+                                 .temperature = k.temperature,
+                                 .top_k = k.top_k,
+                                 .top_p = k.top_p,
+                                 .min_p = 0.0f,
+                                 .top_logprobs = k.logprobs};
+        DeviceBuffer dp = device_copy(params);
+        for (const int cluster : {0, 1}) {
+            const int ctas = cluster == 0 ? sample_cluster_ctas(rows) : 1;
+            const double us = time_us(s, 8, [&](int) {
+                return sm90_sample_rows({.logits = dl.as<float>(),
+                                         .vocab = kVocab,
+                                         .params = dp.as<SampleRowParams>(),
+                                         .out = out.as<SampleRowOut>(),
+                                         .n = rows,
+                                         .cluster = cluster},
+                                        s);
+            });
+            const std::string shape = std::string(k.name) + ", " + std::to_string(ctas) + " CTA/row";
+            row("sm90_sample_rows", shape.c_str(), rows, us, double(rows * kVocab) * 4, 0);
+        }
+    }
+}
+
 }  // namespace
 
+// `dsv4_bench_cuda_ops sample` times only the GPU draw (sm90_sample_rows) at 1, 8, 32 and 64 rows;
 // `dsv4_bench_cuda_ops forward` times only the forward ops past the GEMMs; `dsv4_bench_cuda_ops mhc` only the mHC
 // kernels at V4-Flash (D 4096) and V4-Pro (D 7168) hidden sizes; `dsv4_bench_cuda_ops gemm` only the FP8 GEMMs, at
 // the decode token counts on both sides of the register-streaming kernel's limit (kFp8GemvMaxTokens, 16) and a
@@ -381,6 +431,7 @@ int main(int argc, char** argv) {
     const bool mhc_only = argc > 1 && std::string(argv[1]) == "mhc";
     const bool gemm_only = argc > 1 && std::string(argv[1]) == "gemm";
     const bool bf16_only = argc > 1 && std::string(argv[1]) == "bf16";
+    const bool sample_only = argc > 1 && std::string(argv[1]) == "sample";
     auto stream_r = Stream::create();
     CHECK(stream_r.status());
     const StreamHandle s = stream_r->handle();
@@ -397,6 +448,10 @@ int main(int argc, char** argv) {
     CHECK(norm_w.status());
     const auto freqs = backend::rope_freqs(160000, 16, 65536, 32, 1);
 
+    if (sample_only) {
+        for (const int64_t rows : {1, 8, 32, 64}) bench_sampling(s, rng, rows);
+        return 0;
+    }
     if (bf16_only) {
         for (const int64_t T : {1, 2, 4, 8, 9}) bench_bf16_gemms(s, T);
         return 0;

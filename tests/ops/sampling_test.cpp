@@ -1,6 +1,7 @@
 // sm90_sample_rows against dsv4::Sampler (the host sampler, src/sampling) on fresh random logits: for every row the
 // kernel finishes, the same token, the same alternatives, log-probabilities within f64 rounding; rows it declines
-// are exactly those its rule names (the candidates the draw needs past 1,024 tokens or 64 nats).
+// are exactly those its rule names (the candidates the draw needs past 1,024 tokens or 64 nats). Every row runs on
+// clusters of 1, 2 and 8 CTAs (the row split across SMs).
 #include "backend/cuda/kernels/sampling/sampling.h"
 
 #include <gtest/gtest.h>
@@ -92,40 +93,50 @@ void expect_matches_host(const std::vector<Row>& rows, int64_t vocab, int* decli
     }
     auto dl = to_device(all);
     auto dp = to_device(params);
-    auto dout = poisoned<SampleRowOut>(rows.size());
-    ASSERT_TRUE(dl.is_ok() && dp.is_ok() && dout.is_ok());
-    DSV4_ASSERT_OK(sm90_sample_rows({.logits = dl->as<float>(),
-                                     .vocab = vocab,
-                                     .params = dp->as<SampleRowParams>(),
-                                     .out = dout->as<SampleRowOut>(),
-                                     .n = int64_t(rows.size())},
-                                    nullptr));
-    const auto got = to_host<SampleRowOut>(*dout, rows.size());
+    ASSERT_TRUE(dl.is_ok() && dp.is_ok());
+    std::vector<std::vector<SampleRowOut>> got_by_cluster;
+    const int clusters[] = {1, 2, 8};
+    for (const int cluster : clusters) {
+        auto dout = poisoned<SampleRowOut>(rows.size());
+        ASSERT_TRUE(dout.is_ok());
+        DSV4_ASSERT_OK(sm90_sample_rows({.logits = dl->as<float>(),
+                                         .vocab = vocab,
+                                         .params = dp->as<SampleRowParams>(),
+                                         .out = dout->as<SampleRowOut>(),
+                                         .n = int64_t(rows.size()),
+                                         .cluster = cluster},
+                                        nullptr));
+        got_by_cluster.push_back(to_host<SampleRowOut>(*dout, rows.size()));
+    }
     for (size_t r = 0; r < rows.size(); ++r) {
         SCOPED_TRACE(rows[r].what);
         Sampler host(int32_t(vocab), rows[r].params);
         SampleResult want;
         const Status st = host.sample(rows[r].logits, {}, want);
-        if (!st.is_ok()) {
-            EXPECT_TRUE(got[r].status == kSampleNoFiniteLogit || got[r].status == kSampleInfiniteLogit)
-                << st.to_string() << " vs status " << got[r].status;
-            continue;
-        }
-        const Decline rule = expected_decline(host, rows[r].params, vocab);
-        if (got[r].status == kSampleDeclined) {
-            EXPECT_NE(rule, Decline::kNo) << "declined a row whose candidates fit";
-            ++*declined;
-            continue;
-        }
-        ASSERT_EQ(got[r].status, kSampleOk);
-        EXPECT_NE(rule, Decline::kYes) << "finished a row whose candidates do not fit";
-        EXPECT_EQ(got[r].token, want.token);
-        EXPECT_NEAR(got[r].logprob, want.logprob, 1e-6 * std::max(1.0f, std::fabs(want.logprob)));
-        ASSERT_EQ(got[r].num_top, want.num_top);
-        for (int i = 0; i < want.num_top; ++i) {
-            EXPECT_EQ(got[r].top_token[i], want.top[size_t(i)].token) << "alternative " << i;
-            EXPECT_NEAR(got[r].top_logprob[i], want.top[size_t(i)].logprob,
-                        1e-6 * std::max(1.0f, std::fabs(want.top[size_t(i)].logprob)));
+        const Decline rule = st.is_ok() ? expected_decline(host, rows[r].params, vocab) : Decline::kEither;
+        for (size_t c = 0; c < got_by_cluster.size(); ++c) {
+            SCOPED_TRACE("cluster of " + std::to_string(clusters[c]) + " CTAs");
+            const SampleRowOut& got = got_by_cluster[c][r];
+            if (!st.is_ok()) {
+                EXPECT_TRUE(got.status == kSampleNoFiniteLogit || got.status == kSampleInfiniteLogit)
+                    << st.to_string() << " vs status " << got.status;
+                continue;
+            }
+            if (got.status == kSampleDeclined) {
+                EXPECT_NE(rule, Decline::kNo) << "declined a row whose candidates fit";
+                if (c == 0) ++*declined;
+                continue;
+            }
+            ASSERT_EQ(got.status, kSampleOk);
+            EXPECT_NE(rule, Decline::kYes) << "finished a row whose candidates do not fit";
+            EXPECT_EQ(got.token, want.token);
+            EXPECT_NEAR(got.logprob, want.logprob, 1e-6 * std::max(1.0f, std::fabs(want.logprob)));
+            ASSERT_EQ(got.num_top, want.num_top);
+            for (int i = 0; i < want.num_top; ++i) {
+                EXPECT_EQ(got.top_token[i], want.top[size_t(i)].token) << "alternative " << i;
+                EXPECT_NEAR(got.top_logprob[i], want.top[size_t(i)].logprob,
+                            1e-6 * std::max(1.0f, std::fabs(want.top[size_t(i)].logprob)));
+            }
         }
     }
 }
@@ -209,6 +220,25 @@ TEST(CudaSampleRows, TiesNansAndErrors) {
     rows.push_back({plus_inf, greedy, "+inf logit"});
     int declined = 0;
     expect_matches_host(rows, vocab, &declined);
+}
+
+TEST(CudaSampleRows, RefusesAClusterSizeItDoesNotRun) {
+    DSV4_REQUIRE_GPU();
+    auto dl = to_device(std::vector<float>(64, 0.0f));
+    auto dp = to_device(std::vector<SampleRowParams>(1));
+    auto dout = poisoned<SampleRowOut>(1);
+    ASSERT_TRUE(dl.is_ok() && dp.is_ok() && dout.is_ok());
+    for (const int cluster : {-1, 3, 16}) {
+        const Status s = sm90_sample_rows({.logits = dl->as<float>(),
+                                           .vocab = 64,
+                                           .params = dp->as<SampleRowParams>(),
+                                           .out = dout->as<SampleRowOut>(),
+                                           .n = 1,
+                                           .cluster = cluster},
+                                          nullptr);
+        EXPECT_FALSE(s.is_ok()) << cluster;
+        EXPECT_NE(s.to_string().find("cluster"), std::string::npos) << s.to_string();
+    }
 }
 
 }  // namespace

@@ -1,9 +1,14 @@
-// sm90_sample_rows (sampling.h): one block of 1,024 threads per row. Passes over the row (it stays in L2):
-// max and argmax; the exps, their f64 sum and the mass and count within 8 / 16 / 32 / 64 nats of the max; when the
-// draw or the log-probabilities need the candidate order (higher processed logit first, then lower id), the tokens
-// within the smallest sufficient gap gathered and bitonic-sorted in shared memory; the draw by inverse CDF, over the
-// sorted candidates on one thread (the host's loops, in the host's order) or over every token in id order on all
-// threads (contiguous ranges, a block prefix of their sums, the first token whose running sum passes the target).
+// sm90_sample_rows (sampling.h): a cluster of C CTAs of 1,024 threads per row (C = 1..8: few rows spread over more
+// SMs; CTA r takes the r-th 1/C of the row, and after each pass the CTAs' results are combined in rank order through
+// distributed shared memory, so every CTA holds the same values and the result does not depend on timing). Passes
+// over the row (it stays in L2): max and argmax; the exps, their f64 sum and, when the draw or the alternatives need
+// the candidate order, the mass and count within 8 / 16 / 32 / 64 nats of the max; then the tokens within the
+// smallest sufficient gap gathered into CTA 0 and bitonic-sorted there (higher processed logit first, then lower id);
+// the draw by inverse CDF, over the sorted candidates on one thread of CTA 0 (the host's loops, in the host's order)
+// or over every token in id order on all threads of the cluster (contiguous ranges, a prefix of their sums, the
+// first token whose running sum passes the target).
+#include <cooperative_groups.h>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -16,6 +21,7 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 1024, kWarps = kThreads / 32;
+constexpr int kMaxCluster = 8;  // CTAs per row at most (the portable cluster size)
 static_assert(kSampleMaxCandidates == kThreads, "the sort gives each thread one candidate");
 constexpr int kGaps = 4;
 __constant__ float kGap[kGaps] = {8.0f, 16.0f, 32.0f, 64.0f};  // the host's kPrefixGaps before infinity
@@ -56,6 +62,36 @@ __device__ __forceinline__ int32_t key_id(uint64_t key) { return int32_t(~uint32
 __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// f(i, x) for the raw logits x = row[i], i = lo .. hi - 1 in order, 8 loads in flight (two 16-byte loads where
+// `vec`: row + lo 16-byte aligned): a thread's range is read in a few round trips to L2 instead of one per logit,
+// which is what bounded a pass over a row (the loads, not the arithmetic; 16 in flight spill at 64 registers).
+constexpr int kVecLoads = 2;  // 16-byte loads in flight per thread
+template <typename F>
+__device__ __forceinline__ void each_logit(const float* row, int64_t lo, int64_t hi, bool vec, F&& f) {
+    int64_t i = lo;
+    if (vec)
+        for (; i + 4 * kVecLoads <= hi; i += 4 * kVecLoads) {
+            float4 v[kVecLoads];
+#pragma unroll
+            for (int j = 0; j < kVecLoads; ++j) v[j] = *reinterpret_cast<const float4*>(row + i + 4 * j);
+#pragma unroll
+            for (int j = 0; j < kVecLoads; ++j) {
+                f(i + 4 * j, v[j].x);
+                f(i + 4 * j + 1, v[j].y);
+                f(i + 4 * j + 2, v[j].z);
+                f(i + 4 * j + 3, v[j].w);
+            }
+        }
+    for (; i < hi; i += 4 * kVecLoads) {
+        float v[4 * kVecLoads];
+#pragma unroll
+        for (int j = 0; j < 4 * kVecLoads; ++j) v[j] = i + j < hi ? row[i + j] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4 * kVecLoads; ++j)
+            if (i + j < hi) f(i + j, v[j]);
+    }
+}
+
 // Σ v over the block, the same value on every thread (warp sums, then the warps' sums in warp order).
 template <typename T>
 __device__ T block_sum(T v, T* red) {
@@ -79,14 +115,26 @@ __device__ T block_min(T v, T* red) {
     return t;
 }
 
+// What a CTA publishes to the cluster after each pass (one field per pass, so a CTA that runs ahead never
+// overwrites a value another is still reading).
+struct Published {
+    float max_v;
+    int32_t max_i;
+    double z, mass[kGaps];
+    int64_t count[kGaps];
+    double part;  // the CTA's ranges' sum (id-order draw)
+    int32_t found, last;
+};
+
 struct Shared {
-    uint64_t keys[kSampleMaxCandidates];
-    float probs[kSampleMaxCandidates];  // of the sorted candidates
+    uint64_t keys[kSampleMaxCandidates];  // CTA 0's: the gathered candidates, then sorted
+    float probs[kSampleMaxCandidates];    // of the sorted candidates
     double red_f64[kWarps];
     int64_t red_i64[kWarps];
     float red_v[kWarps];
     int32_t red_i[kWarps];
-    int32_t candidates;
+    Published pub;
+    int32_t candidates;  // CTA 0's: the gather's next slot
     int32_t token;
     int32_t status;
 };
@@ -95,26 +143,42 @@ __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const float* logits, int64_t vocab, const SampleRowParams* params, SampleRowOut* outs) {
     pdl_enter();
     __shared__ Shared sh;
-    const SampleRowParams p = params[blockIdx.x];
-    SampleRowOut* out = outs + blockIdx.x;
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    const int ctas = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+    const auto pub_of = [&](int r) { return cluster.map_shared_rank(&sh.pub, r); };
+    Shared* const sh0 = cluster.map_shared_rank(&sh, 0);  // CTA 0's: the candidates and the result
+    const int64_t row_index = blockIdx.x / unsigned(ctas);
+    const SampleRowParams p = params[row_index];
+    SampleRowOut* out = outs + row_index;
     const float* row = logits + p.row * vocab;
     const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+    // each thread of the cluster one contiguous range of `span` logits (a multiple of 4), in id order over the cluster
+    const int64_t span = ((vocab + int64_t(ctas) * kThreads - 1) / (int64_t(ctas) * kThreads) + 3) / 4 * 4;
+    const int64_t lo = imin(vocab, (int64_t(rank) * kThreads + tid) * span), hi = imin(vocab, lo + span);
+    const bool vec = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
     const bool greedy = p.temperature <= 0.0f;
     const bool scaled = !greedy && p.temperature != 1.0f;
     const float inv_t = scaled ? __fdiv_rn(1.0f, p.temperature) : 1.0f;
-    auto work = [&](int64_t i) {  // the processed logit (NaN -> -inf, then the temperature)
-        const float l = row[i];
+    const bool top_k_on = !greedy && p.top_k > 0 && p.top_k < vocab;
+    const bool top_p_on = !greedy && p.top_p < 1.0f;
+    const int32_t n_top = int32_t(imin(p.top_logprobs, vocab));
+    const bool need_order = top_k_on || top_p_on || n_top > 0;  // the sorted candidates (and the gaps' sums)
+    const auto process = [&](float l) {  // the processed logit (NaN -> -inf, then the temperature)
         const float w = isnan(l) ? -INFINITY : l;
         return scaled ? __fmul_rn(w, inv_t) : w;
     };
+    const auto work = [&](int64_t i) { return process(row[i]); };
+    if (tid == 0) sh.candidates = 0;  // before the first cluster barrier, so before any CTA gathers into CTA 0
+    sh.keys[tid] = 0;
 
     // max, lowest id on ties
     float best_v = -INFINITY;
     int32_t best_i = INT32_MAX;
-    for (int64_t i = tid; i < vocab; i += kThreads) {
-        const float w = work(i);
-        if (w > best_v || (w == best_v && int32_t(i) < best_i)) best_v = w, best_i = int32_t(i);
-    }
+    each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
+        const float w = process(x);
+        if (w > best_v) best_v = w, best_i = int32_t(i);  // in id order: the first of equals stays
+    });
     for (int o = 16; o > 0; o >>= 1) {
         const float v = __shfl_xor_sync(0xffffffffu, best_v, o);
         const int32_t i = __shfl_xor_sync(0xffffffffu, best_i, o);
@@ -122,60 +186,89 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (lane == 0) sh.red_v[warp] = best_v, sh.red_i[warp] = best_i;
     __syncthreads();
-    best_v = sh.red_v[0], best_i = sh.red_i[0];
-    for (int w = 1; w < kWarps; ++w)
-        if (sh.red_v[w] > best_v || (sh.red_v[w] == best_v && sh.red_i[w] < best_i))
-            best_v = sh.red_v[w], best_i = sh.red_i[w];
+    if (tid == 0) {
+        best_v = sh.red_v[0], best_i = sh.red_i[0];
+        for (int w = 1; w < kWarps; ++w)
+            if (sh.red_v[w] > best_v || (sh.red_v[w] == best_v && sh.red_i[w] < best_i))
+                best_v = sh.red_v[w], best_i = sh.red_i[w];
+        sh.pub.max_v = best_v, sh.pub.max_i = best_i;
+    }
+    cluster.sync();  // every CTA's max is published
+    best_v = -INFINITY, best_i = INT32_MAX;
+    for (int r = 0; r < ctas; ++r) {
+        const Published* q = pub_of(r);
+        if (q->max_v > best_v || (q->max_v == best_v && q->max_i < best_i)) best_v = q->max_v, best_i = q->max_i;
+    }
     const float max_logit = best_v;
     const int32_t best = best_i;
-    if (max_logit == -INFINITY || max_logit == INFINITY) {
-        if (tid == 0) out->status = max_logit == INFINITY ? kSampleInfiniteLogit : kSampleNoFiniteLogit;
+    if (max_logit == -INFINITY || max_logit == INFINITY) {  // the same in every CTA
+        if (rank == 0 && tid == 0) out->status = max_logit == INFINITY ? kSampleInfiniteLogit : kSampleNoFiniteLogit;
+        cluster.sync();  // no CTA leaves while another reads its published max
         return;
     }
 
-    // the partition function and each gap's candidates
+    // the partition function, where the order is needed each gap's candidates, and for the draw in id order this
+    // range's sum of the kept exps (min-p: those at or above it) and its last kept token
     float floor_of[kGaps];
     for (int g = 0; g < kGaps; ++g) floor_of[g] = __fsub_rn(max_logit, kGap[g]);
-    double z = 0, mass[kGaps] = {0, 0, 0, 0};
+    const bool id_order = !(greedy || top_k_on || top_p_on);
+    const double min_p = double(p.min_p);
+    double z = 0, mass[kGaps] = {0, 0, 0, 0}, part = 0;
     int64_t count[kGaps] = {0, 0, 0, 0};
-    for (int64_t i = tid; i < vocab; i += kThreads) {
-        const float w = work(i);
+    int32_t last_kept = -1;
+    each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
+        const float w = process(x);
         const float e = exp_below(w, max_logit);
         z += e;
-        for (int g = 0; g < kGaps; ++g)
-            if (w >= floor_of[g]) mass[g] += e, ++count[g];
-    }
+        if (need_order)
+            for (int g = 0; g < kGaps; ++g)
+                if (w >= floor_of[g]) mass[g] += e, ++count[g];
+        if (id_order && (p.min_p <= 0.0f || e >= min_p)) part += e, last_kept = int32_t(i);
+    });
     z = block_sum(z, sh.red_f64);
-    for (int g = 0; g < kGaps; ++g) {
-        mass[g] = block_sum(mass[g], sh.red_f64);
-        count[g] = block_sum(count[g], sh.red_i64);
+    if (need_order)
+        for (int g = 0; g < kGaps; ++g) {
+            mass[g] = block_sum(mass[g], sh.red_f64);
+            count[g] = block_sum(count[g], sh.red_i64);
+        }
+    if (tid == 0) {
+        sh.pub.z = z;
+        for (int g = 0; g < kGaps; ++g) sh.pub.mass[g] = mass[g], sh.pub.count[g] = count[g];
+    }
+    cluster.sync();  // every CTA's sums are published
+    z = 0;
+    for (int g = 0; g < kGaps; ++g) mass[g] = 0, count[g] = 0;
+    for (int r = 0; r < ctas; ++r) {  // in rank order: the same sums in every CTA
+        const Published* q = pub_of(r);
+        z += q->z;
+        for (int g = 0; g < kGaps; ++g) mass[g] += q->mass[g], count[g] += q->count[g];
     }
     const double log_z = double(max_logit) + log(z);
 
     // which candidate set the draw and the alternatives need: the smallest gap that holds them (as the host's
     // widening finds), else decline
-    const bool top_k_on = !greedy && p.top_k > 0 && p.top_k < vocab;
-    const bool top_p_on = !greedy && p.top_p < 1.0f;
-    const int32_t n_top = int32_t(imin(p.top_logprobs, vocab));
     int g_sel = -1;
-    if (top_k_on || top_p_on || n_top > 0) {
+    if (need_order) {
         const int64_t need = imax(top_k_on ? p.top_k : 0, n_top);
         const bool need_mass = top_p_on && !top_k_on;
         for (int g = 0; g < kGaps && g_sel < 0; ++g)
             if (count[g] >= need && (!need_mass || mass[g] >= double(p.top_p) * z)) g_sel = g;
-        if (g_sel < 0 || count[g_sel] > kSampleMaxCandidates) {
-            if (tid == 0) out->status = kSampleDeclined;
+        if (g_sel < 0 || count[g_sel] > kSampleMaxCandidates) {  // the same in every CTA
+            if (rank == 0 && tid == 0) out->status = kSampleDeclined;
+            cluster.sync();  // no CTA leaves while another reads its published sums
             return;
         }
-        sh.keys[tid] = 0;
-        if (tid == 0) sh.candidates = 0;
-        __syncthreads();
-        for (int64_t i = tid; i < vocab; i += kThreads) {
-            const float w = work(i);
-            if (w >= floor_of[g_sel]) sh.keys[atomicAdd(&sh.candidates, 1)] = candidate_key(w, int32_t(i));
-        }
-        __syncthreads();
-        for (int k = 2; k <= kSampleMaxCandidates; k <<= 1)  // bitonic, descending
+        each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
+            const float w = process(x);
+            if (w >= floor_of[g_sel]) sh0->keys[atomicAdd(&sh0->candidates, 1)] = candidate_key(w, int32_t(i));
+        });
+    }
+    cluster.sync();  // every candidate is in CTA 0; no CTA reads another's sums after this
+    if (rank != 0 && !id_order) return;
+    if (need_order && rank == 0) {
+        int n_sort = 2;  // the empty slots (key 0) sort last, so the power of two that holds the candidates will do
+        while (n_sort < sh.candidates) n_sort <<= 1;
+        for (int k = 2; k <= n_sort; k <<= 1)  // bitonic, descending
             for (int j = k >> 1; j > 0; j >>= 1) {
                 const int partner = tid ^ j;
                 if (partner > tid) {
@@ -188,7 +281,7 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
     }
 
-    if (greedy || top_k_on || top_p_on) {
+    if (!id_order) {     // CTA 0 alone
         if (tid == 0) {  // the host's loops over the sorted candidates, in its order
             int32_t status = kSampleOk, token = best;
             if (!greedy) {
@@ -209,7 +302,7 @@ __global__ void __launch_bounds__(kThreads)
                     n = keep;
                 }
                 if (p.min_p > 0.0f) {
-                    const double threshold = double(p.min_p);  // × the top token's e^0 = 1
+                    const double threshold = min_p;  // × the top token's e^0 = 1
                     while (n > 1 && sh.probs[n - 1] < threshold) --n;
                 }
                 double total = 0;
@@ -229,19 +322,9 @@ __global__ void __launch_bounds__(kThreads)
             sh.token = token;
         }
         __syncthreads();
-    } else {  // every token in id order (min-p: those at or above it), each thread a contiguous range
-        const double threshold = double(p.min_p);
-        const int64_t span = (vocab + kThreads - 1) / kThreads, lo = imin(vocab, tid * span),
-                      hi = imin(vocab, lo + span);
-        double part = 0;
-        int32_t last_kept = -1;
-        for (int64_t i = lo; i < hi; ++i) {
-            const float e = exp_below(work(i), max_logit);
-            if (p.min_p > 0.0f && e < threshold) continue;
-            part += e;
-            last_kept = int32_t(i);
-        }
-        // exclusive prefix of the ranges' sums: within the warp, then the earlier warps' totals in order
+    } else {  // every token in id order (min-p: those at or above it) over the threads' ranges (sums from above)
+        // exclusive prefix of the ranges' sums: within the warp, the earlier warps' totals in order, the earlier
+        // CTAs' totals in rank order
         double incl = part;
         for (int o = 1; o < 32; o <<= 1) {
             const double v = __shfl_up_sync(0xffffffffu, incl, o);
@@ -249,23 +332,46 @@ __global__ void __launch_bounds__(kThreads)
         }
         if (lane == 31) sh.red_f64[warp] = incl;
         __syncthreads();
+        if (tid == 0) {
+            double cta_total = 0;
+            for (int w = 0; w < kWarps; ++w) cta_total += sh.red_f64[w];
+            sh.pub.part = cta_total;
+        }
+        cluster.sync();  // every CTA's total is published
+        double base = 0, all = 0;
+        for (int r = 0; r < ctas; ++r) {
+            const double t = pub_of(r)->part;
+            if (r < rank) base += t;
+            all += t;
+        }
         double prefix = incl - part;
         for (int w = 0; w < warp; ++w) prefix += sh.red_f64[w];
-        __syncthreads();
-        const double total = p.min_p > 0.0f ? block_sum(part, sh.red_f64) : z;  // the host's totals
+        prefix += base;
+        const double total = p.min_p > 0.0f ? all : z;  // the host's totals
         const double target = p.uniform * total;
         int32_t found = INT32_MAX;
         double cum = prefix;
-        for (int64_t i = lo; i < hi && found == INT32_MAX; ++i) {
-            const float e = exp_below(work(i), max_logit);
-            if (p.min_p > 0.0f && e < threshold) continue;
-            cum += e;
-            if (target < cum) found = int32_t(i);
-        }
+        // only ranges not wholly below the target (with a margin far above the sums' rounding) look at their tokens
+        if (prefix + part >= target - 1e-9 * total)
+            each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
+                if (found != INT32_MAX) return;
+                const float e = exp_below(process(x), max_logit);
+                if (p.min_p > 0.0f && e < min_p) return;
+                cum += e;
+                if (target < cum) found = int32_t(i);
+            });
         found = block_min(found, sh.red_i);
         // past every running sum (rounding at the top edge): the last kept token, as the host
         const int32_t last = -block_min(-last_kept, sh.red_i);
-        if (tid == 0) sh.status = kSampleOk, sh.token = found != INT32_MAX ? found : last;
+        if (tid == 0) sh.pub.found = found, sh.pub.last = last;
+        cluster.sync();  // every CTA's search is published (and no CTA reads a total after this)
+        if (rank == 0 && tid == 0) {
+            int32_t f = INT32_MAX, l = -1;
+            for (int r = 0; r < ctas; ++r) f = min(f, pub_of(r)->found), l = max(l, pub_of(r)->last);
+            sh.status = kSampleOk, sh.token = f != INT32_MAX ? f : l;
+        }
+        cluster.sync();  // CTA 0 has read every search; the other CTAs may leave
+        if (rank != 0) return;
         __syncthreads();
     }
 
@@ -283,13 +389,35 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+int sample_cluster_ctas(int64_t rows) {
+    int c = kMaxCluster;
+    while (c > 1 && rows * c > int64_t(current_sm_count())) c /= 2;
+    return c;
+}
+
 Status sm90_sample_rows(const SampleRowsArgs& a, StreamHandle stream) {
     const char* op = "sm90_sample_rows";
     if (!a.logits || !a.params || !a.out || a.vocab <= 0 || a.vocab > INT32_MAX || a.n < 0)
         return invalid_argument(std::string(op) + ": null pointer or bad shape");
+    if (a.cluster != 0 && a.cluster != 1 && a.cluster != 2 && a.cluster != 4 && a.cluster != kMaxCluster)
+        return invalid_argument(std::string(op) + ": cluster must be 0 (by row count), 1, 2, 4 or 8, got " +
+                                std::to_string(a.cluster));
     if (a.n == 0) return Status::ok();
     if (a.n > 65535) return invalid_argument(std::string(op) + ": more than 65,535 rows in one call");
-    sample_rows_kernel<<<unsigned(a.n), kThreads, 0, stream>>>(a.logits, a.vocab, a.params, a.out);
+    const int ctas = a.cluster != 0 ? a.cluster : sample_cluster_ctas(a.n);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(a.n * ctas));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(ctas);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sample_rows_kernel, a.logits, a.vocab, a.params, a.out),
+                  std::string(op) + ": launch");
     return launch_status(op);
 }
 

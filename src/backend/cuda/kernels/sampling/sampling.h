@@ -53,9 +53,14 @@ struct SampleRowsArgs {
     const SampleRowParams* params = nullptr;  // [n], device memory
     SampleRowOut* out = nullptr;              // [n], device memory
     int64_t n = 0;
+    int cluster = 0;  // CTAs per row: 0 = by the row count (sample_cluster_ctas); 1, 2, 4 or 8 (tests)
 };
 
-// One block of 1,024 threads per row.
+// CTAs per row when SampleRowsArgs::cluster is 0: 8, halved while rows x CTAs would pass the GPU's SM count (one
+// row's passes are latency chains over 129 K logits; few rows spread over more SMs).
+int sample_cluster_ctas(int64_t rows);
+
+// A cluster of 1-8 blocks of 1,024 threads per row.
 Status sm90_sample_rows(const SampleRowsArgs& a, StreamHandle stream);
 
 }  // namespace dsv4::cuda
