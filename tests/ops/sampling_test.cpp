@@ -1,6 +1,6 @@
 // sm90_sample_rows against dsv4::Sampler (the host sampler, src/sampling) on fresh random logits: for every row the
 // kernel finishes, the same token, the same alternatives, log-probabilities within f64 rounding; rows it declines
-// are exactly those its rule names (the candidates the draw needs past 1,024 tokens or 64 nats). Every row runs on
+// are exactly those its rule names (the candidates the draw needs past 4,096 tokens or 64 nats). Every row runs on
 // clusters of 1, 2 and 8 CTAs (the row split across SMs).
 #include "backend/cuda/kernels/sampling/sampling.h"
 
@@ -45,8 +45,8 @@ struct Row {
 enum class Decline { kNo, kYes, kEither };
 
 // Whether the kernel must decline the row, by its rule on the host's processed logits: the draw or the alternatives
-// need the sorted candidates and no gap of 8 / 16 / 32 / 64 nats holds them in at most 1,024 tokens. kEither where
-// the gap's mass is within rounding of top_p's limit (the sums' order decides).
+// need the sorted candidates and the smallest gap (sample_gap) that holds them has more than kSampleMaxCandidates.
+// kEither where the gap's mass is within rounding of top_p's limit (the sums' order decides).
 Decline expected_decline(const Sampler& host, const SamplingParams& s, int64_t vocab) {
     const bool greedy = s.temperature <= 0.0f;
     const bool top_k_on = !greedy && s.top_k > 0 && s.top_k < vocab, top_p_on = !greedy && s.top_p < 1.0f;
@@ -59,8 +59,8 @@ Decline expected_decline(const Sampler& host, const SamplingParams& s, int64_t v
     for (float v : w) z += std::exp(double(v) - double(max_w));
     const int64_t need = std::max<int64_t>(top_k_on ? s.top_k : 0, n_top);
     const bool need_mass = top_p_on && !top_k_on;
-    for (const float gap : {8.0f, 16.0f, 32.0f, 64.0f}) {
-        const float floor = max_w - gap;
+    for (int g = 0; g < kSampleGaps; ++g) {
+        const float floor = max_w - sample_gap(g);
         int64_t count = 0;
         double mass = 0;
         for (float v : w)

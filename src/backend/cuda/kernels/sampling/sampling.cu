@@ -2,11 +2,11 @@
 // SMs; CTA r takes the r-th 1/C of the row, and after each pass the CTAs' results are combined in rank order through
 // distributed shared memory, so every CTA holds the same values and the result does not depend on timing). Passes
 // over the row (it stays in L2): max and argmax; the exps, their f64 sum and, when the draw or the alternatives need
-// the candidate order, the mass and count within 8 / 16 / 32 / 64 nats of the max; then the tokens within the
-// smallest sufficient gap gathered into CTA 0 and bitonic-sorted there (higher processed logit first, then lower id);
-// the draw by inverse CDF, over the sorted candidates on one thread of CTA 0 (the host's loops, in the host's order)
-// or over every token in id order on all threads of the cluster (contiguous ranges, a prefix of their sums, the
-// first token whose running sum passes the target).
+// the candidate order, the mass and count within each gap of the max (sample_gap: 2, 4, ..., 64 nats); then the
+// tokens within the smallest sufficient gap (at most 4,096) gathered into CTA 0 and bitonic-sorted there (higher
+// processed logit first, then lower id); the draw by inverse CDF, over the sorted candidates on one thread of CTA 0
+// (the host's loops, in the host's order) or over every token in id order on all threads of the cluster (contiguous
+// ranges, a prefix of their sums, the first token whose running sum passes the target).
 #include <cooperative_groups.h>
 
 #include <cmath>
@@ -22,9 +22,7 @@ namespace {
 
 constexpr int kThreads = 1024, kWarps = kThreads / 32;
 constexpr int kMaxCluster = 8;  // CTAs per row at most (the portable cluster size)
-static_assert(kSampleMaxCandidates == kThreads, "the sort gives each thread one candidate");
-constexpr int kGaps = 4;
-__constant__ float kGap[kGaps] = {8.0f, 16.0f, 32.0f, 64.0f};  // the host's kPrefixGaps before infinity
+constexpr int kGaps = kSampleGaps;
 
 // e^(l - max) by the host's exp_below_max, operation for operation; the explicit roundings forbid the contraction
 // into FMAs that the host's x86-64 build does not do either.
@@ -121,16 +119,14 @@ struct Published {
     float max_v;
     int32_t max_i;
     double z, mass[kGaps];
-    int64_t count[kGaps];
+    int32_t count[kGaps];
     double part;  // the CTA's ranges' sum (id-order draw)
     int32_t found, last;
 };
 
 struct Shared {
-    uint64_t keys[kSampleMaxCandidates];  // CTA 0's: the gathered candidates, then sorted
-    float probs[kSampleMaxCandidates];    // of the sorted candidates
     double red_f64[kWarps];
-    int64_t red_i64[kWarps];
+    int32_t red_i32[kWarps];
     float red_v[kWarps];
     int32_t red_i[kWarps];
     Published pub;
@@ -139,15 +135,24 @@ struct Shared {
     int32_t status;
 };
 
+// Dynamic shared memory: CTA 0's gathered candidates (then sorted) and their probabilities.
+struct Candidates {
+    uint64_t keys[kSampleMaxCandidates];
+    float probs[kSampleMaxCandidates];
+};
+
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const float* logits, int64_t vocab, const SampleRowParams* params, SampleRowOut* outs) {
     pdl_enter();
     __shared__ Shared sh;
+    extern __shared__ __align__(16) unsigned char sample_rows_smem[];
+    Candidates& cand = *reinterpret_cast<Candidates*>(sample_rows_smem);
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
     const int ctas = int(cluster.num_blocks()), rank = int(cluster.block_rank());
     const auto pub_of = [&](int r) { return cluster.map_shared_rank(&sh.pub, r); };
-    Shared* const sh0 = cluster.map_shared_rank(&sh, 0);  // CTA 0's: the candidates and the result
+    Shared* const sh0 = cluster.map_shared_rank(&sh, 0);          // CTA 0's gather counter
+    Candidates* const cand0 = cluster.map_shared_rank(&cand, 0);  // CTA 0's candidates
     const int64_t row_index = blockIdx.x / unsigned(ctas);
     const SampleRowParams p = params[row_index];
     SampleRowOut* out = outs + row_index;
@@ -170,7 +175,7 @@ __global__ void __launch_bounds__(kThreads)
     };
     const auto work = [&](int64_t i) { return process(row[i]); };
     if (tid == 0) sh.candidates = 0;  // before the first cluster barrier, so before any CTA gathers into CTA 0
-    sh.keys[tid] = 0;
+    for (int j = tid; j < kSampleMaxCandidates; j += kThreads) cand.keys[j] = 0;
 
     // max, lowest id on ties
     float best_v = -INFINITY;
@@ -210,11 +215,12 @@ __global__ void __launch_bounds__(kThreads)
     // the partition function, where the order is needed each gap's candidates, and for the draw in id order this
     // range's sum of the kept exps (min-p: those at or above it) and its last kept token
     float floor_of[kGaps];
-    for (int g = 0; g < kGaps; ++g) floor_of[g] = __fsub_rn(max_logit, kGap[g]);
+#pragma unroll
+    for (int g = 0; g < kGaps; ++g) floor_of[g] = __fsub_rn(max_logit, sample_gap(g));
     const bool id_order = !(greedy || top_k_on || top_p_on);
     const double min_p = double(p.min_p);
-    double z = 0, mass[kGaps] = {0, 0, 0, 0}, part = 0;
-    int64_t count[kGaps] = {0, 0, 0, 0};
+    double z = 0, mass[kGaps] = {}, part = 0;
+    int32_t count[kGaps] = {};  // <= vocab < 2^31
     int32_t last_kept = -1;
     each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
         const float w = process(x);
@@ -229,7 +235,7 @@ __global__ void __launch_bounds__(kThreads)
     if (need_order)
         for (int g = 0; g < kGaps; ++g) {
             mass[g] = block_sum(mass[g], sh.red_f64);
-            count[g] = block_sum(count[g], sh.red_i64);
+            count[g] = block_sum(count[g], sh.red_i32);
         }
     if (tid == 0) {
         sh.pub.z = z;
@@ -260,7 +266,7 @@ __global__ void __launch_bounds__(kThreads)
         }
         each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
             const float w = process(x);
-            if (w >= floor_of[g_sel]) sh0->keys[atomicAdd(&sh0->candidates, 1)] = candidate_key(w, int32_t(i));
+            if (w >= floor_of[g_sel]) cand0->keys[atomicAdd(&sh0->candidates, 1)] = candidate_key(w, int32_t(i));
         });
     }
     cluster.sync();  // every candidate is in CTA 0; no CTA reads another's sums after this
@@ -268,16 +274,17 @@ __global__ void __launch_bounds__(kThreads)
     if (need_order && rank == 0) {
         int n_sort = 2;  // the empty slots (key 0) sort last, so the power of two that holds the candidates will do
         while (n_sort < sh.candidates) n_sort <<= 1;
-        for (int k = 2; k <= n_sort; k <<= 1)  // bitonic, descending
+        for (int k = 2; k <= n_sort; k <<= 1)  // bitonic, descending; n_sort / 2 pairs per step over the threads
             for (int j = k >> 1; j > 0; j >>= 1) {
-                const int partner = tid ^ j;
-                if (partner > tid) {
-                    const uint64_t a = sh.keys[tid], b = sh.keys[partner];
-                    if ((tid & k) == 0 ? a < b : a > b) sh.keys[tid] = b, sh.keys[partner] = a;
+                for (int t = tid; t < n_sort / 2; t += kThreads) {
+                    const int a_i = 2 * j * (t / j) + t % j, b_i = a_i + j;  // a_i: bit j clear
+                    const uint64_t a = cand.keys[a_i], b = cand.keys[b_i];
+                    if ((a_i & k) == 0 ? a < b : a > b) cand.keys[a_i] = b, cand.keys[b_i] = a;
                 }
                 __syncthreads();
             }
-        if (tid < sh.candidates) sh.probs[tid] = exp_below(key_logit(sh.keys[tid]), max_logit);
+        for (int t = tid; t < sh.candidates; t += kThreads)
+            cand.probs[t] = exp_below(key_logit(cand.keys[t]), max_logit);
         __syncthreads();
     }
 
@@ -290,30 +297,30 @@ __global__ void __launch_bounds__(kThreads)
                 if (top_k_on) {
                     n = p.top_k;
                     kept_mass = 0;
-                    for (int64_t i = 0; i < n; ++i) kept_mass += sh.probs[i];
+                    for (int64_t i = 0; i < n; ++i) kept_mass += cand.probs[i];
                 }
                 if (top_p_on) {
                     const double limit = double(p.top_p) * kept_mass;
                     double cum = 0;
                     int64_t keep = 0;
-                    while (keep < n && (keep == 0 || cum < limit)) cum += sh.probs[keep++];
+                    while (keep < n && (keep == 0 || cum < limit)) cum += cand.probs[keep++];
                     // the host would have widened past this gap (its sums rounded the other way): decline
                     if (!top_k_on && keep == n && cum < limit) status = kSampleDeclined;
                     n = keep;
                 }
                 if (p.min_p > 0.0f) {
                     const double threshold = min_p;  // × the top token's e^0 = 1
-                    while (n > 1 && sh.probs[n - 1] < threshold) --n;
+                    while (n > 1 && cand.probs[n - 1] < threshold) --n;
                 }
                 double total = 0;
-                for (int64_t i = 0; i < n; ++i) total += sh.probs[i];
+                for (int64_t i = 0; i < n; ++i) total += cand.probs[i];
                 const double target = p.uniform * total;
                 double cum = 0;
-                token = key_id(sh.keys[n - 1]);
+                token = key_id(cand.keys[n - 1]);
                 for (int64_t i = 0; i < n; ++i) {
-                    cum += sh.probs[i];
+                    cum += cand.probs[i];
                     if (target < cum) {
-                        token = key_id(sh.keys[i]);
+                        token = key_id(cand.keys[i]);
                         break;
                     }
                 }
@@ -381,8 +388,8 @@ __global__ void __launch_bounds__(kThreads)
         out->logprob = float(double(work(sh.token)) - log_z);
         out->num_top = sh.status == kSampleOk ? n_top : 0;
         for (int i = 0; i < n_top; ++i) {
-            out->top_token[i] = key_id(sh.keys[i]);
-            out->top_logprob[i] = float(double(key_logit(sh.keys[i])) - log_z);
+            out->top_token[i] = key_id(cand.keys[i]);
+            out->top_logprob[i] = float(double(key_logit(cand.keys[i])) - log_z);
         }
     }
 }
@@ -405,9 +412,13 @@ Status sm90_sample_rows(const SampleRowsArgs& a, StreamHandle stream) {
     if (a.n == 0) return Status::ok();
     if (a.n > 65535) return invalid_argument(std::string(op) + ": more than 65,535 rows in one call");
     const int ctas = a.cluster != 0 ? a.cluster : sample_cluster_ctas(a.n);
+    DSV4_CUDA_TRY(
+        cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Candidates))),
+        std::string(op) + ": shared memory opt-in");
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(unsigned(a.n * ctas));
     cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = sizeof(Candidates);
     cfg.stream = stream;
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;

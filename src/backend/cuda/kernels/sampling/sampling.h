@@ -8,7 +8,8 @@
 // boundary between two tokens may pick the neighbour (probability ~1e-16 per draw), and log-probabilities may differ
 // in the last bit. Rows the kernel cannot finish exactly decline (kSampleDeclined) and the caller samples on the
 // host: penalties (not passed here), and top-k / top-p / top-n log-probabilities whose candidates are not all
-// within 64 nats of the top or are more than kSampleMaxCandidates.
+// within 64 nats of the top or are more than kSampleMaxCandidates within the smallest gap (sample_gap) that holds
+// them.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,13 @@
 
 namespace dsv4::cuda {
 
-inline constexpr int kSampleMaxCandidates = 1024;  // tokens a row's sorted candidate set may hold
+inline constexpr int kSampleMaxCandidates = 4096;  // tokens a row's sorted candidate set may hold
+
+// The candidate sets the kernel can sort: the tokens within sample_gap(g) nats of the top (2, 4, ..., 64). The draw
+// and the alternatives take the smallest that holds what they need (top-k's k tokens, top-n's n, top-p's mass); the
+// result does not depend on which, only whether one holds at most kSampleMaxCandidates.
+inline constexpr int kSampleGaps = 6;
+constexpr float sample_gap(int g) { return float(2 << g); }
 inline constexpr int kSampleMaxTopLogprobs = 20;   // dsv4::kMaxTopLogprobs
 
 enum SampleRowStatus : int32_t {
