@@ -388,25 +388,41 @@ void bench_sampling(StreamHandle s, std::mt19937_64& rng, int64_t rows) {
         const char* name;
         float temperature, top_p;
         int32_t top_k, logprobs;
+        float repetition_penalty;  // over 1,000 generated tokens (random ids) when not 1
     };
-    for (const Kind k : {Kind{"greedy", 0.0f, 1.0f, 0, 0}, Kind{"t 1 (id order)", 1.0f, 1.0f, 0, 0},
-                         Kind{"t 0.6 top_p 0.95", 0.6f, 0.95f, 0, 0}, Kind{"t 0.7 top_k 50 5 lp", 0.7f, 1.0f, 50, 5}}) {
+    for (const Kind k : {Kind{"greedy", 0.0f, 1.0f, 0, 0, 1.0f}, Kind{"t 1 (id order)", 1.0f, 1.0f, 0, 0, 1.0f},
+                         Kind{"t 0.6 top_p 0.95", 0.6f, 0.95f, 0, 0, 1.0f},
+                         Kind{"t 0.7 top_k 50 5 lp", 0.7f, 1.0f, 50, 5, 1.0f},
+                         Kind{"t 1, repetition 1.1", 1.0f, 1.0f, 0, 0, 1.1f}}) {
         std::vector<SampleRowParams> params(static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r)
+        std::vector<SamplePenalty> penalties;
+        std::vector<int32_t> counts(size_t(kVocab), 0), history(1000);
+        SamplingParams sp;
+        sp.repetition_penalty = k.repetition_penalty;
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int32_t& t : history) t = int32_t(id(rng));
+            const size_t first = penalties.size();
+            sample_penalty_list(history, sp, int32_t(kVocab), counts, penalties);
             params[size_t(r)] = {.row = r,
                                  .uniform = double(r + 1) / double(rows + 2),
                                  .temperature = k.temperature,
                                  .top_k = k.top_k,
                                  .top_p = k.top_p,
                                  .min_p = 0.0f,
-                                 .top_logprobs = k.logprobs};
-        DeviceBuffer dp = device_copy(params);
+                                 .top_logprobs = k.logprobs,
+                                 .repetition_penalty = k.repetition_penalty,
+                                 .penalty_first = int32_t(first),
+                                 .penalty_count = int32_t(penalties.size() - first)};
+        }
+        penalties.push_back({0, 0});  // never empty
+        DeviceBuffer dp = device_copy(params), dpen = device_copy(penalties);
         for (const int cluster : {0, 1}) {
             const int ctas = cluster == 0 ? sample_cluster_ctas(rows) : 1;
             const double us = time_us(s, 8, [&](int) {
                 return sm90_sample_rows({.logits = dl.as<float>(),
                                          .vocab = kVocab,
                                          .params = dp.as<SampleRowParams>(),
+                                         .penalties = dpen.as<SamplePenalty>(),
                                          .out = out.as<SampleRowOut>(),
                                          .n = rows,
                                          .cluster = cluster},

@@ -44,12 +44,14 @@ enum class LogitRows : uint8_t { kAll, kLast };
 // as its one random number; its sums run in another order, so a draw within f64 rounding of the boundary between
 // two tokens may take the other one, and log-probabilities may differ in the last bit (docs/generation.md).
 struct EngineSample {
-    const SamplingParams* params = nullptr;  // valid (dsv4::validate); penalties are not applied
+    const SamplingParams* params = nullptr;  // valid (dsv4::validate)
     double uniform = 0;                      // in [0, 1): the caller's Rng::uniform(); unused when greedy
     // Filled by the step: token, logprob, alternatives. token = -1 where the engine did not draw (the CPU backend,
     // prefill passes, a row whose candidates pass the device's limits, non-finite logits): then the feed's logits are
     // filled as without the request, for the caller's Sampler. Where token >= 0 the logits row is left unfilled.
     SampleResult* result = nullptr;
+    // The history the penalties count (Sampler::sample's `history`); read during the feed only.
+    std::span<const int32_t> history;
 };
 
 // One sequence's work in a batched step: run `tokens` on `session` (as Session::feed would) and fill `out`.

@@ -95,8 +95,8 @@ public:
     // and events, and decides whether the sequence ends. On the finishing step the held text is flushed.
     Status next(std::span<const float> logits_row, GenerationStep* step);
     // A draw of the next token by the engine (EngineSample, engine.h), asked with the feed that empties pending():
-    // fills `request` (this generation's sampling parameters, a uniform from its random stream, `result`) and returns
-    // true; false where the draw needs the penalty history, which only the host sampler applies (then next()).
+    // fills `request` (this generation's sampling parameters, a uniform from its random stream, the penalties'
+    // history, `result`) and returns true; false once the sequence has finished.
     bool prepare_engine_sample(EngineSample* request, SampleResult* result);
     // next() with that draw: `drawn` is the request's result after the feed. Where the engine did not draw (token
     // -1) the sampler runs on `logits_row` with the same uniform, so the random stream is the same either way.

@@ -157,13 +157,12 @@ Status Generation::next(std::span<const float> logits_row, GenerationStep* step)
 
 bool Generation::prepare_engine_sample(EngineSample* request, SampleResult* result) {
     const SamplingParams& p = sampler_.params();
-    const bool penalties = p.penalty_last_n != 0 && !generated_.empty() &&
-                           (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
-    if (finished() || penalties) return false;
+    if (finished()) return false;
     engine_draw_rng_ = sampler_.rng().state();
     request->params = &p;
     request->uniform = p.temperature > 0.0f ? sampler_.rng().uniform() : 0.0;  // Sampler::sample's one draw
     request->result = result;
+    request->history = generated_;  // the penalties' history, as next() passes it to the sampler
     result->token = -1;
     return true;
 }

@@ -267,7 +267,8 @@ TEST(GpuDecodeGraphs, ReplayedStepsEqualQueuedStepsBitForBit) {
 
 // Draws by the engine (EngineSample) in decode steps, alone and batched: every draw the GPU makes is the host
 // sampler's over the same step's logits with the same uniform (token and alternatives; log-probabilities within
-// 1e-6), for greedy, unfiltered, top-p, top-k and min-p sampling; a prefill pass leaves the draw to the host.
+// 1e-6), for greedy, unfiltered, top-p, top-k and min-p sampling and penalties over the generated history; a
+// prefill pass leaves the draw to the host.
 TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
     DSV4_REQUIRE_GPU();
     const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
@@ -275,12 +276,14 @@ TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
     auto engine = load_gpu_engine(dir / "official", EnginePrecision::kReference);
     ASSERT_NE(engine, nullptr);
     const int32_t vocab = int32_t(engine->info().vocab_size);
-    std::vector<SamplingParams> sets(5);
+    std::vector<SamplingParams> sets(7);
     sets[0].temperature = 0, sets[0].top_logprobs = 3;
     sets[1].temperature = 1;
     sets[2].temperature = 0.8f, sets[2].top_p = 0.9f, sets[2].top_logprobs = 2;
     sets[3].temperature = 0.7f, sets[3].top_k = 20, sets[3].min_p = 0.05f;
     sets[4].temperature = 1.2f, sets[4].min_p = 0.1f;
+    sets[5].temperature = 0, sets[5].repetition_penalty = 1.5f, sets[5].presence_penalty = 0.5f;
+    sets[6].temperature = 0.9f, sets[6].frequency_penalty = 0.8f, sets[6].penalty_last_n = 4, sets[6].top_p = 0.95f;
     int drawn_on_gpu = 0, steps = 0;
     for (size_t k = 0; k < sets.size(); ++k) {
         SamplingParams& p = sets[k];
@@ -302,15 +305,16 @@ TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
         ASSERT_TRUE((*c)->feed(first, &lc, LogitRows::kLast).is_ok());
         ASSERT_TRUE(host.sample(lc.values, {}, want).is_ok());
         int32_t next = want.token;
+        std::vector<int32_t> history = {next};  // the generated tokens: the penalties' history
         for (int step = 0; step < 12; ++step) {
             const double u = p.temperature > 0 ? stream.uniform() : 0.0;
-            EngineSample qa{&p, u, &ra}, qb{&p, u, &rb};
+            EngineSample qa{&p, u, &ra, history}, qb{&p, u, &rb, history};
             const std::vector<StepItem> items = {{a->get(), {&next, 1}, &la, LogitRows::kLast, &qa},
                                                  {b->get(), {&next, 1}, &lb, LogitRows::kLast, &qb}};
             const Status st = engine->step(items);
             ASSERT_TRUE(st.is_ok()) << st.to_string();
             ASSERT_TRUE((*c)->feed({&next, 1}, &lc, LogitRows::kLast).is_ok());
-            ASSERT_TRUE(host.sample(lc.values, {}, want).is_ok());
+            ASSERT_TRUE(host.sample(lc.values, history, want).is_ok());
             ++steps;
             for (const SampleResult* r : {&ra, &rb}) {
                 if (r->token < 0) continue;  // declined: its logits row was filled instead
@@ -322,6 +326,7 @@ TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
             }
             if (ra.token < 0) EXPECT_TRUE(testing::bytes_equal(la.values, lc.values));
             next = want.token;
+            history.push_back(next);
         }
     }
     std::printf("%d of %d draws made on the GPU, the rest declined to the host\n", drawn_on_gpu, 2 * steps);

@@ -1,11 +1,12 @@
 // sm90_sample_rows against dsv4::Sampler (the host sampler, src/sampling) on fresh random logits: for every row the
 // kernel finishes, the same token, the same alternatives, log-probabilities within f64 rounding; rows it declines
 // are exactly those its rule names (the candidates the draw needs past 4,096 tokens or 64 nats). Every row runs on
-// clusters of 1, 2 and 8 CTAs (the row split across SMs).
+// clusters of 1, 2 and 8 CTAs (the row split across SMs), with and without penalties over a generated history.
 #include "backend/cuda/kernels/sampling/sampling.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -40,6 +41,7 @@ struct Row {
     std::vector<float> logits;
     SamplingParams params;
     std::string what;
+    std::vector<int32_t> history;  // the penalties' history
 };
 
 enum class Decline { kNo, kYes, kEither };
@@ -79,9 +81,13 @@ Decline expected_decline(const Sampler& host, const SamplingParams& s, int64_t v
 void expect_matches_host(const std::vector<Row>& rows, int64_t vocab, int* declined) {
     std::vector<float> all;
     std::vector<SampleRowParams> params;
+    std::vector<SamplePenalty> penalties;
+    std::vector<int32_t> counts(static_cast<size_t>(vocab), 0);
     for (size_t r = 0; r < rows.size(); ++r) {
         all.insert(all.end(), rows[r].logits.begin(), rows[r].logits.end());
         const SamplingParams& s = rows[r].params;
+        const size_t first = penalties.size();
+        sample_penalty_list(rows[r].history, s, int32_t(vocab), counts, penalties);
         Rng rng(s.seed);
         params.push_back({.row = int64_t(r),
                           .uniform = rng.uniform(),
@@ -89,11 +95,18 @@ void expect_matches_host(const std::vector<Row>& rows, int64_t vocab, int* decli
                           .top_k = s.top_k,
                           .top_p = s.top_p,
                           .min_p = s.min_p,
-                          .top_logprobs = s.top_logprobs});
+                          .top_logprobs = s.top_logprobs,
+                          .repetition_penalty = s.repetition_penalty,
+                          .presence_penalty = s.presence_penalty,
+                          .frequency_penalty = s.frequency_penalty,
+                          .penalty_first = int32_t(first),
+                          .penalty_count = int32_t(penalties.size() - first)});
     }
+    penalties.push_back({0, 0});  // never empty
     auto dl = to_device(all);
     auto dp = to_device(params);
-    ASSERT_TRUE(dl.is_ok() && dp.is_ok());
+    auto dpen = to_device(penalties);
+    ASSERT_TRUE(dl.is_ok() && dp.is_ok() && dpen.is_ok());
     std::vector<std::vector<SampleRowOut>> got_by_cluster;
     const int clusters[] = {1, 2, 8};
     for (const int cluster : clusters) {
@@ -102,6 +115,7 @@ void expect_matches_host(const std::vector<Row>& rows, int64_t vocab, int* decli
         DSV4_ASSERT_OK(sm90_sample_rows({.logits = dl->as<float>(),
                                          .vocab = vocab,
                                          .params = dp->as<SampleRowParams>(),
+                                         .penalties = dpen->as<SamplePenalty>(),
                                          .out = dout->as<SampleRowOut>(),
                                          .n = int64_t(rows.size()),
                                          .cluster = cluster},
@@ -112,7 +126,7 @@ void expect_matches_host(const std::vector<Row>& rows, int64_t vocab, int* decli
         SCOPED_TRACE(rows[r].what);
         Sampler host(int32_t(vocab), rows[r].params);
         SampleResult want;
-        const Status st = host.sample(rows[r].logits, {}, want);
+        const Status st = host.sample(rows[r].logits, rows[r].history, want);
         const Decline rule = st.is_ok() ? expected_decline(host, rows[r].params, vocab) : Decline::kEither;
         for (size_t c = 0; c < got_by_cluster.size(); ++c) {
             SCOPED_TRACE("cluster of " + std::to_string(clusters[c]) + " CTAs");
@@ -160,7 +174,32 @@ std::vector<SamplingParams> parameter_sets(std::mt19937_64& rng) {
     add(0.7f, 50, 0.9f, 0.02f, 20);  // all of them
     add(1.3f, 0, 0.99f, 0.0f, 0);    // hot
     add(1.0f, 1, 1.0f, 0.0f, 1);     // top-k of 1
+    add(0.8f, 0, 1.0f, 0.0f, 0);     // repetition penalty (below), id order
+    sets.back().repetition_penalty = 1.3f;
+    add(0.0f, 0, 1.0f, 0.0f, 3);  // greedy with presence and frequency penalties
+    sets.back().presence_penalty = 0.7f, sets.back().frequency_penalty = 0.4f;
+    add(0.7f, 40, 0.9f, 0.0f, 2);  // every penalty over the last 64 tokens, top-k and top-p
+    sets.back().repetition_penalty = 1.1f, sets.back().presence_penalty = -0.5f, sets.back().frequency_penalty = 0.3f;
+    sets.back().penalty_last_n = 64;
     return sets;
+}
+
+// A generated history for a row: its ten highest tokens several times each (so the penalties move the top), 200
+// random tokens, and ids outside the vocabulary (skipped by the penalties).
+std::vector<int32_t> make_history(std::mt19937_64& rng, const std::vector<float>& logits) {
+    const int32_t vocab = int32_t(logits.size());
+    std::vector<int32_t> ids(logits.size());
+    for (int32_t i = 0; i < vocab; ++i) ids[size_t(i)] = i;
+    const size_t top = std::min<size_t>(10, ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(top), ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    std::uniform_int_distribution<int32_t> any(0, vocab - 1);
+    std::vector<int32_t> h = {-1, vocab + 5};
+    for (size_t i = 0; i < top; ++i)
+        for (size_t k = 0; k <= i % 3; ++k) h.push_back(ids[i]);
+    for (int i = 0; i < 200; ++i) h.push_back(any(rng));
+    std::shuffle(h.begin(), h.end(), rng);
+    return h;
 }
 
 TEST(CudaSampleRows, MatchesTheHostSampler) {
@@ -183,7 +222,9 @@ TEST(CudaSampleRows, MatchesTheHostSampler) {
                                     std::string(f.name) + " vocab " + std::to_string(vocab) + " t " +
                                         std::to_string(s.temperature) + " k " + std::to_string(s.top_k) + " p " +
                                         std::to_string(s.top_p) + " min_p " + std::to_string(s.min_p) + " n " +
-                                        std::to_string(s.top_logprobs)});
+                                        std::to_string(s.top_logprobs) + " rep " +
+                                        std::to_string(s.repetition_penalty)});
+                    rows.back().history = make_history(rng, rows.back().logits);
                 }
             }
             rows_total += int(rows.size());
@@ -206,6 +247,7 @@ TEST(CudaSampleRows, TiesNansAndErrors) {
         auto tied = make_logits(rng, vocab, 20, 1.0f);
         tied[777] = tied[90000] = tied[5] = 20.0f;  // three tokens share the top
         rows.push_back({tied, s, "tied top"});
+        rows.push_back({tied, s, "tied top, two of them penalised", {777, 5, 5}});
         auto holes = make_logits(rng, vocab, 20, 1.0f);
         for (int64_t i = 0; i < vocab; i += 7) holes[size_t(i)] = nan;
         for (int64_t i = 3; i < vocab; i += 11) holes[size_t(i)] = -inf;
@@ -239,6 +281,35 @@ TEST(CudaSampleRows, RefusesAClusterSizeItDoesNotRun) {
         EXPECT_FALSE(s.is_ok()) << cluster;
         EXPECT_NE(s.to_string().find("cluster"), std::string::npos) << s.to_string();
     }
+}
+
+// A row whose penalty list is longer than the kernel stages is declined (the engine sends such rows to the host).
+TEST(CudaSampleRows, DeclinesAPenaltyListLongerThanItStages) {
+    DSV4_REQUIRE_GPU();
+    const int64_t vocab = 2 * kSampleMaxPenalties;
+    std::vector<SamplePenalty> list;
+    for (int32_t i = 0; i <= kSampleMaxPenalties; ++i) list.push_back({2 * i, 1});
+    std::vector<SampleRowParams> params(2);
+    params[0].temperature = params[1].temperature = 0.0f;
+    params[0].repetition_penalty = params[1].repetition_penalty = 1.5f;
+    params[0].penalty_count = kSampleMaxPenalties + 1;  // declined
+    params[1].row = 1, params[1].penalty_count = kSampleMaxPenalties;
+    auto dl = to_device(std::vector<float>(size_t(2 * vocab), 1.0f));
+    auto dp = to_device(params);
+    auto dpen = to_device(list);
+    auto dout = poisoned<SampleRowOut>(2);
+    ASSERT_TRUE(dl.is_ok() && dp.is_ok() && dpen.is_ok() && dout.is_ok());
+    DSV4_ASSERT_OK(sm90_sample_rows({.logits = dl->as<float>(),
+                                     .vocab = vocab,
+                                     .params = dp->as<SampleRowParams>(),
+                                     .penalties = dpen->as<SamplePenalty>(),
+                                     .out = dout->as<SampleRowOut>(),
+                                     .n = 2},
+                                    nullptr));
+    const auto got = to_host<SampleRowOut>(*dout, 2);
+    EXPECT_EQ(got[0].status, kSampleDeclined);
+    ASSERT_EQ(got[1].status, kSampleOk);
+    EXPECT_EQ(got[1].token, 1);  // every even token up to 8,190 penalised (1 -> 1/1.5): the first odd one wins
 }
 
 }  // namespace

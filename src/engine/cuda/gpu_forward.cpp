@@ -339,6 +339,21 @@ Status land_logits(GpuModel& m) {
     return Status::ok();
 }
 
+// Appends a draw's penalty list (the tokens its penalties change, from its history) to pass.penalty_list: {first,
+// count} into it. False, with nothing appended, where the list passes the kernel's or the pass's capacity: that draw
+// goes to the host.
+bool add_penalty_list(GpuPass& s, const EngineSample& d, int32_t vocab, int32_t& first, int32_t& count) {
+    const size_t before = s.penalty_list.size();
+    cuda::sample_penalty_list(d.history, *d.params, vocab, s.penalty_counts, s.penalty_list);
+    const size_t n = s.penalty_list.size() - before;
+    if (n > size_t(cuda::kSampleMaxPenalties) || s.penalty_list.size() > size_t(GpuPass::kDrawPenalties)) {
+        s.penalty_list.resize(before);
+        return false;
+    }
+    first = int32_t(before), count = int32_t(n);
+    return true;
+}
+
 // The pass's draws (pass.draws, their parameters in draw_params_host) and its logits rows (pass.logits_rows) to the
 // host: the draws' kernel and the copies of its results queued before the rows' landing, then each draw's result
 // into its request, and the rows of declined draws landed after them.
@@ -349,9 +364,16 @@ Status land_with_draws(GpuModel& m) {
     if (n > 0) {
         DSV4_RETURN_IF_ERROR(
             cuda::copy_async(s.draw_params.data(), s.draw_params_host.data(), n * sizeof(cuda::SampleRowParams), st));
+        const size_t penalties = s.penalty_list.size();
+        if (penalties > 0) {
+            std::memcpy(s.draw_penalties_host.data(), s.penalty_list.data(), penalties * sizeof(cuda::SamplePenalty));
+            DSV4_RETURN_IF_ERROR(cuda::copy_async(s.draw_penalties.data(), s.draw_penalties_host.data(),
+                                                  penalties * sizeof(cuda::SamplePenalty), st));
+        }
         DSV4_RETURN_IF_ERROR(cuda::sm90_sample_rows({.logits = s.logits.as<float>(),
                                                      .vocab = m.cfg.vocab_size,
                                                      .params = s.draw_params.as<cuda::SampleRowParams>(),
+                                                     .penalties = s.draw_penalties.as<cuda::SamplePenalty>(),
                                                      .out = s.draw_out.as<cuda::SampleRowOut>(),
                                                      .n = int64_t(n)},
                                                     st));
@@ -531,9 +553,13 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     if (logits_in_pass) {
         s.logits_rows.clear();
         s.draws.clear();
+        s.penalty_list.clear();
         auto* params = s.draw_params_host.as<cuda::SampleRowParams>();
         for (const GpuBatchSeq& q : seqs) {
-            if (q.sample && q.logits_from == q.n - 1) {  // the share's one logits row, drawn on the device
+            // the share's one logits row, drawn on the device where its penalty list fits
+            int32_t pen_first = 0, pen_count = 0;
+            if (q.sample && q.logits_from == q.n - 1 &&
+                add_penalty_list(s, *q.sample, int32_t(c.vocab_size), pen_first, pen_count)) {
                 const SamplingParams& p = *q.sample->params;
                 params[s.draws.size()] = {.row = q.row0 + q.n - 1,
                                           .uniform = q.sample->uniform,
@@ -541,7 +567,12 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
                                           .top_k = p.top_k,
                                           .top_p = p.top_p,
                                           .min_p = p.min_p,
-                                          .top_logprobs = p.top_logprobs};
+                                          .top_logprobs = p.top_logprobs,
+                                          .repetition_penalty = p.repetition_penalty,
+                                          .presence_penalty = p.presence_penalty,
+                                          .frequency_penalty = p.frequency_penalty,
+                                          .penalty_first = pen_first,
+                                          .penalty_count = pen_count};
                 s.draws.push_back({q.sample, {q.logits, q.row0 + q.n - 1}});
                 continue;
             }

@@ -108,6 +108,13 @@ struct GpuPass {
     std::vector<Draw> draws;
     DeviceBuffer draw_params, draw_out;  // cuda::SampleRowParams / SampleRowOut [min(R, kHeadChunkRows)]
     cuda::PinnedBuffer draw_params_host, draw_out_host;
+    // the draws' penalty lists (cuda::SamplePenalty [kDrawPenalties]; a draw whose list does not fit goes to the
+    // host), built on the host from each request's history with penalty_counts ([vocab] zeros) as scratch
+    static constexpr int64_t kDrawPenalties = 65536;
+    DeviceBuffer draw_penalties;
+    cuda::PinnedBuffer draw_penalties_host;
+    std::vector<int32_t> penalty_counts;
+    std::vector<cuda::SamplePenalty> penalty_list;
     DeviceBuffer bad_token;          // int32, the embedding's out-of-range report
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
     DeviceBuffer attn_branch_workspace;  // the linears on m.attn_branch (decode steps' window K=V and compressor)

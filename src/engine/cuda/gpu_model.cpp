@@ -438,6 +438,13 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
         cuda::PinnedBuffer::allocate(size_t(head_rows) * sizeof(cuda::SampleRowParams), "draw parameters"));
     DSV4_ASSIGN_OR_RETURN(s.draw_out_host,
                           cuda::PinnedBuffer::allocate(size_t(head_rows) * sizeof(cuda::SampleRowOut), "draws"));
+    DSV4_RETURN_IF_ERROR(
+        alloc(s.draw_penalties, GpuPass::kDrawPenalties * int64_t(sizeof(cuda::SamplePenalty)), "draw penalty lists"));
+    DSV4_ASSIGN_OR_RETURN(s.draw_penalties_host,
+                          cuda::PinnedBuffer::allocate(size_t(GpuPass::kDrawPenalties) * sizeof(cuda::SamplePenalty),
+                                                       "draw penalty lists"));
+    s.penalty_counts.assign(size_t(c.vocab_size), 0);
+    s.penalty_list.reserve(size_t(GpuPass::kDrawPenalties));
     DSV4_RETURN_IF_ERROR(alloc(s.bad_token, 4, "token check"));
     DSV4_RETURN_IF_ERROR(alloc(s.workspace, int64_t(workspace_bytes(m, R)), "op workspace"));
     DSV4_RETURN_IF_ERROR(

@@ -315,22 +315,26 @@ TEST(Generation, EngineDrawsKeepTheRandomStream) {
     EXPECT_TRUE(std::equal(first_drawn.begin() + 1, first_drawn.end(), host.begin() + 1));
 }
 
-// Penalties need the history, which only the host sampler applies: no engine draw once there is one.
-TEST(Generation, PenaltiesKeepTheDrawOnTheHost) {
+// Penalties go to the engine with the history they count: the generated tokens, as next() gives the sampler.
+TEST(Generation, PenaltiesGoToTheEngineWithTheirHistory) {
     GenerationOptions o = greedy(4);
     o.sampling.repetition_penalty = 1.3f;
     auto g = make(kPrompt, o);
     EngineSample request;
     SampleResult drawn;
-    EXPECT_TRUE(g->prepare_engine_sample(&request, &drawn));  // no history yet
-    EXPECT_EQ(request.uniform, 0.0);                          // greedy: no uniform drawn
+    EXPECT_TRUE(g->prepare_engine_sample(&request, &drawn));
+    EXPECT_TRUE(request.history.empty());  // nothing generated yet
+    EXPECT_EQ(request.uniform, 0.0);       // greedy: no uniform drawn
     ASSERT_TRUE(g->fed(g->pending().size()).is_ok());
     std::vector<float> row(static_cast<size_t>(vocab()), 0.0f);
     row[100] = 9.0f;
     GenerationStep step;
     ASSERT_TRUE(g->next_from_engine(drawn, row, &step).is_ok());
     EXPECT_EQ(step.sample.token, 100);
-    EXPECT_FALSE(g->prepare_engine_sample(&request, &drawn));
+    ASSERT_TRUE(g->prepare_engine_sample(&request, &drawn));
+    ASSERT_EQ(request.history.size(), 1u);
+    EXPECT_EQ(request.history[0], 100);
+    EXPECT_EQ(request.params->repetition_penalty, 1.3f);
 }
 
 TEST(Generation, SameSeedSameTokensOtherSeedOtherTokens) {

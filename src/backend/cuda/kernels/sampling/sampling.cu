@@ -135,14 +135,30 @@ struct Shared {
     int32_t status;
 };
 
-// Dynamic shared memory: CTA 0's gathered candidates (then sorted) and their probabilities.
+// Dynamic shared memory: CTA 0's gathered candidates (then sorted) and their probabilities; every CTA's copy of the
+// row's penalty list.
 struct Candidates {
     uint64_t keys[kSampleMaxCandidates];
     float probs[kSampleMaxCandidates];
+    SamplePenalty penalties[kSampleMaxPenalties];
 };
 
+// The first of list[0..n) (ascending tokens) whose token is >= t.
+__device__ __forceinline__ int first_at_or_after(const SamplePenalty* list, int n, int64_t t) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (list[mid].token < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 __global__ void __launch_bounds__(kThreads)
-    sample_rows_kernel(const float* logits, int64_t vocab, const SampleRowParams* params, SampleRowOut* outs) {
+    sample_rows_kernel(const float* logits, int64_t vocab, const SampleRowParams* params,
+                       const SamplePenalty* penalties, SampleRowOut* outs) {
     pdl_enter();
     __shared__ Shared sh;
     extern __shared__ __align__(16) unsigned char sample_rows_smem[];
@@ -169,19 +185,53 @@ __global__ void __launch_bounds__(kThreads)
     const bool top_p_on = !greedy && p.top_p < 1.0f;
     const int32_t n_top = int32_t(imin(p.top_logprobs, vocab));
     const bool need_order = top_k_on || top_p_on || n_top > 0;  // the sorted candidates (and the gaps' sums)
-    const auto process = [&](float l) {  // the processed logit (NaN -> -inf, then the temperature)
-        const float w = isnan(l) ? -INFINITY : l;
+    // The penalties as Sampler::apply_penalties computes them, on the logit after NaN -> -inf (no contraction).
+    const int n_pen = p.penalty_count;
+    if (n_pen > kSampleMaxPenalties) {  // the same in every CTA, before any cluster barrier
+        if (rank == 0 && tid == 0) out->status = kSampleDeclined;
+        return;
+    }
+    const auto penalize = [&](float l, int32_t count) {
+        if (p.repetition_penalty != 1.0f)
+            l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
+        return __fsub_rn(l, __fadd_rn(__fmul_rn(p.frequency_penalty, float(count)), p.presence_penalty));
+    };
+    // A pass walks this thread's range in id order beside the penalty list (cursor pen_at; pen_next its token).
+    int pen_start = 0, pen_at = 0;
+    int64_t pen_next = INT64_MAX;
+    const auto begin_pass = [&] {
+        pen_at = pen_start;
+        pen_next = pen_at < n_pen ? cand.penalties[pen_at].token : INT64_MAX;
+    };
+    const auto process = [&](int64_t i, float l) {  // the processed logit: NaN -> -inf, penalties, temperature
+        float w = isnan(l) ? -INFINITY : l;
+        if (i == pen_next) {
+            w = penalize(w, cand.penalties[pen_at].count);
+            ++pen_at;
+            pen_next = pen_at < n_pen ? cand.penalties[pen_at].token : INT64_MAX;
+        }
         return scaled ? __fmul_rn(w, inv_t) : w;
     };
-    const auto work = [&](int64_t i) { return process(row[i]); };
+    const auto work = [&](int64_t i) {  // the processed logit of any one token
+        float w = isnan(row[i]) ? -INFINITY : row[i];
+        const int at = first_at_or_after(cand.penalties, n_pen, i);
+        if (at < n_pen && cand.penalties[at].token == i) w = penalize(w, cand.penalties[at].count);
+        return scaled ? __fmul_rn(w, inv_t) : w;
+    };
+    if (n_pen > 0) {  // the same in every CTA
+        for (int j = tid; j < n_pen; j += kThreads) cand.penalties[j] = penalties[p.penalty_first + j];
+        __syncthreads();
+        pen_start = first_at_or_after(cand.penalties, n_pen, lo);
+    }
     if (tid == 0) sh.candidates = 0;  // before the first cluster barrier, so before any CTA gathers into CTA 0
     for (int j = tid; j < kSampleMaxCandidates; j += kThreads) cand.keys[j] = 0;
 
     // max, lowest id on ties
     float best_v = -INFINITY;
     int32_t best_i = INT32_MAX;
+    begin_pass();
     each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
-        const float w = process(x);
+        const float w = process(i, x);
         if (w > best_v) best_v = w, best_i = int32_t(i);  // in id order: the first of equals stays
     });
     for (int o = 16; o > 0; o >>= 1) {
@@ -222,8 +272,9 @@ __global__ void __launch_bounds__(kThreads)
     double z = 0, mass[kGaps] = {}, part = 0;
     int32_t count[kGaps] = {};  // <= vocab < 2^31
     int32_t last_kept = -1;
+    begin_pass();
     each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
-        const float w = process(x);
+        const float w = process(i, x);
         const float e = exp_below(w, max_logit);
         z += e;
         if (need_order)
@@ -264,8 +315,9 @@ __global__ void __launch_bounds__(kThreads)
             cluster.sync();  // no CTA leaves while another reads its published sums
             return;
         }
+        begin_pass();
         each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
-            const float w = process(x);
+            const float w = process(i, x);
             if (w >= floor_of[g_sel]) cand0->keys[atomicAdd(&sh0->candidates, 1)] = candidate_key(w, int32_t(i));
         });
     }
@@ -359,14 +411,16 @@ __global__ void __launch_bounds__(kThreads)
         int32_t found = INT32_MAX;
         double cum = prefix;
         // only ranges not wholly below the target (with a margin far above the sums' rounding) look at their tokens
-        if (prefix + part >= target - 1e-9 * total)
+        if (prefix + part >= target - 1e-9 * total) {
+            begin_pass();
             each_logit(row, lo, hi, vec, [&](int64_t i, float x) {
-                if (found != INT32_MAX) return;
-                const float e = exp_below(process(x), max_logit);
+                if (found != INT32_MAX) return;  // the later tokens' values are not needed
+                const float e = exp_below(process(i, x), max_logit);
                 if (p.min_p > 0.0f && e < min_p) return;
                 cum += e;
                 if (target < cum) found = int32_t(i);
             });
+        }
         found = block_min(found, sh.red_i);
         // past every running sum (rounding at the top edge): the last kept token, as the host
         const int32_t last = -block_min(-last_kept, sh.red_i);
@@ -427,7 +481,7 @@ Status sm90_sample_rows(const SampleRowsArgs& a, StreamHandle stream) {
     attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sample_rows_kernel, a.logits, a.vocab, a.params, a.out),
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sample_rows_kernel, a.logits, a.vocab, a.params, a.penalties, a.out),
                   std::string(op) + ": launch");
     return launch_status(op);
 }
