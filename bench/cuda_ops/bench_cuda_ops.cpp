@@ -422,7 +422,7 @@ void bench_sampling(StreamHandle s, std::mt19937_64& rng, int64_t rows) {
                 return sm90_sample_rows({.logits = dl.as<float>(),
                                          .vocab = kVocab,
                                          .params = dp.as<SampleRowParams>(),
-                                         .penalties = dpen.as<SamplePenalty>(),
+                                         .penalties = k.repetition_penalty != 1.0f ? dpen.as<SamplePenalty>() : nullptr,
                                          .out = out.as<SampleRowOut>(),
                                          .n = rows,
                                          .cluster = cluster},

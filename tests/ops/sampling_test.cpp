@@ -107,18 +107,24 @@ void expect_matches_host(const std::vector<Row>& rows, int64_t vocab, int* decli
     auto dp = to_device(params);
     auto dpen = to_device(penalties);
     ASSERT_TRUE(dl.is_ok() && dp.is_ok() && dpen.is_ok());
+    // clusters of 1, 2 and 8 CTAs with the lists, and of 8 without them (the kernel without the penalty cursor: rows
+    // that have a list must come back declined)
+    struct Launch {
+        int cluster;
+        bool lists;
+    };
+    const Launch launches[] = {{1, true}, {2, true}, {8, true}, {8, false}};
     std::vector<std::vector<SampleRowOut>> got_by_cluster;
-    const int clusters[] = {1, 2, 8};
-    for (const int cluster : clusters) {
+    for (const Launch& l : launches) {
         auto dout = poisoned<SampleRowOut>(rows.size());
         ASSERT_TRUE(dout.is_ok());
         DSV4_ASSERT_OK(sm90_sample_rows({.logits = dl->as<float>(),
                                          .vocab = vocab,
                                          .params = dp->as<SampleRowParams>(),
-                                         .penalties = dpen->as<SamplePenalty>(),
+                                         .penalties = l.lists ? dpen->as<SamplePenalty>() : nullptr,
                                          .out = dout->as<SampleRowOut>(),
                                          .n = int64_t(rows.size()),
-                                         .cluster = cluster},
+                                         .cluster = l.cluster},
                                         nullptr));
         got_by_cluster.push_back(to_host<SampleRowOut>(*dout, rows.size()));
     }
@@ -129,8 +135,13 @@ void expect_matches_host(const std::vector<Row>& rows, int64_t vocab, int* decli
         const Status st = host.sample(rows[r].logits, rows[r].history, want);
         const Decline rule = st.is_ok() ? expected_decline(host, rows[r].params, vocab) : Decline::kEither;
         for (size_t c = 0; c < got_by_cluster.size(); ++c) {
-            SCOPED_TRACE("cluster of " + std::to_string(clusters[c]) + " CTAs");
+            SCOPED_TRACE("cluster of " + std::to_string(launches[c].cluster) + " CTAs" +
+                         (launches[c].lists ? "" : ", no penalty lists"));
             const SampleRowOut& got = got_by_cluster[c][r];
+            if (!launches[c].lists && params[r].penalty_count > 0) {
+                EXPECT_EQ(got.status, kSampleDeclined) << "a penalty list the launch did not pass";
+                continue;
+            }
             if (!st.is_ok()) {
                 EXPECT_TRUE(got.status == kSampleNoFiniteLogit || got.status == kSampleInfiniteLogit)
                     << st.to_string() << " vs status " << got.status;

@@ -370,13 +370,14 @@ Status land_with_draws(GpuModel& m) {
             DSV4_RETURN_IF_ERROR(cuda::copy_async(s.draw_penalties.data(), s.draw_penalties_host.data(),
                                                   penalties * sizeof(cuda::SamplePenalty), st));
         }
-        DSV4_RETURN_IF_ERROR(cuda::sm90_sample_rows({.logits = s.logits.as<float>(),
-                                                     .vocab = m.cfg.vocab_size,
-                                                     .params = s.draw_params.as<cuda::SampleRowParams>(),
-                                                     .penalties = s.draw_penalties.as<cuda::SamplePenalty>(),
-                                                     .out = s.draw_out.as<cuda::SampleRowOut>(),
-                                                     .n = int64_t(n)},
-                                                    st));
+        DSV4_RETURN_IF_ERROR(
+            cuda::sm90_sample_rows({.logits = s.logits.as<float>(),
+                                    .vocab = m.cfg.vocab_size,
+                                    .params = s.draw_params.as<cuda::SampleRowParams>(),
+                                    .penalties = penalties > 0 ? s.draw_penalties.as<cuda::SamplePenalty>() : nullptr,
+                                    .out = s.draw_out.as<cuda::SampleRowOut>(),
+                                    .n = int64_t(n)},
+                                   st));
         DSV4_RETURN_IF_ERROR(
             cuda::copy_async(s.draw_out_host.data(), s.draw_out.data(), n * sizeof(cuda::SampleRowOut), st));
     }

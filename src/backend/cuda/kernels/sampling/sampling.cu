@@ -156,6 +156,9 @@ __device__ __forceinline__ int first_at_or_after(const SamplePenalty* list, int 
     return lo;
 }
 
+// kPenalties: some row of the call has a penalty list (SampleRowsArgs::penalties); without, the passes skip the
+// list's cursor, and a row that has one anyway is declined.
+template <bool kPenalties>
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const float* logits, int64_t vocab, const SampleRowParams* params,
                        const SamplePenalty* penalties, SampleRowOut* outs) {
@@ -187,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
     const bool need_order = top_k_on || top_p_on || n_top > 0;  // the sorted candidates (and the gaps' sums)
     // The penalties as Sampler::apply_penalties computes them, on the logit after NaN -> -inf (no contraction).
     const int n_pen = p.penalty_count;
-    if (n_pen > kSampleMaxPenalties) {  // the same in every CTA, before any cluster barrier
+    if (n_pen > (kPenalties ? kSampleMaxPenalties : 0)) {  // the same in every CTA, before any cluster barrier
         if (rank == 0 && tid == 0) out->status = kSampleDeclined;
         return;
     }
@@ -205,7 +208,7 @@ __global__ void __launch_bounds__(kThreads)
     };
     const auto process = [&](int64_t i, float l) {  // the processed logit: NaN -> -inf, penalties, temperature
         float w = isnan(l) ? -INFINITY : l;
-        if (i == pen_next) {
+        if (kPenalties && i == pen_next) {
             w = penalize(w, cand.penalties[pen_at].count);
             ++pen_at;
             pen_next = pen_at < n_pen ? cand.penalties[pen_at].token : INT64_MAX;
@@ -214,11 +217,13 @@ __global__ void __launch_bounds__(kThreads)
     };
     const auto work = [&](int64_t i) {  // the processed logit of any one token
         float w = isnan(row[i]) ? -INFINITY : row[i];
-        const int at = first_at_or_after(cand.penalties, n_pen, i);
-        if (at < n_pen && cand.penalties[at].token == i) w = penalize(w, cand.penalties[at].count);
+        if constexpr (kPenalties) {
+            const int at = first_at_or_after(cand.penalties, n_pen, i);
+            if (at < n_pen && cand.penalties[at].token == i) w = penalize(w, cand.penalties[at].count);
+        }
         return scaled ? __fmul_rn(w, inv_t) : w;
     };
-    if (n_pen > 0) {  // the same in every CTA
+    if (kPenalties && n_pen > 0) {  // the same in every CTA
         for (int j = tid; j < n_pen; j += kThreads) cand.penalties[j] = penalties[p.penalty_first + j];
         __syncthreads();
         pen_start = first_at_or_after(cand.penalties, n_pen, lo);
@@ -466,9 +471,9 @@ Status sm90_sample_rows(const SampleRowsArgs& a, StreamHandle stream) {
     if (a.n == 0) return Status::ok();
     if (a.n > 65535) return invalid_argument(std::string(op) + ": more than 65,535 rows in one call");
     const int ctas = a.cluster != 0 ? a.cluster : sample_cluster_ctas(a.n);
-    DSV4_CUDA_TRY(
-        cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Candidates))),
-        std::string(op) + ": shared memory opt-in");
+    auto* kernel = a.penalties ? sample_rows_kernel<true> : sample_rows_kernel<false>;
+    DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Candidates))),
+                  std::string(op) + ": shared memory opt-in");
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(unsigned(a.n * ctas));
     cfg.blockDim = dim3(kThreads);
@@ -481,7 +486,7 @@ Status sm90_sample_rows(const SampleRowsArgs& a, StreamHandle stream) {
     attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sample_rows_kernel, a.logits, a.vocab, a.params, a.penalties, a.out),
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, a.logits, a.vocab, a.params, a.penalties, a.out),
                   std::string(op) + ": launch");
     return launch_status(op);
 }

@@ -82,7 +82,9 @@ struct SampleRowsArgs {
     const float* logits = nullptr;  // f32 [*, vocab]
     int64_t vocab = 0;
     const SampleRowParams* params = nullptr;  // [n], device memory
-    const SamplePenalty* penalties = nullptr;  // the rows' penalty lists, device memory (null: no row has one)
+    // the rows' penalty lists, device memory; null where no row has one (a row with penalty_count > 0 is then
+    // declined)
+    const SamplePenalty* penalties = nullptr;
     SampleRowOut* out = nullptr;              // [n], device memory
     int64_t n = 0;
     int cluster = 0;  // CTAs per row: 0 = by the row count (sample_cluster_ctas); 1, 2, 4 or 8 (tests)
