@@ -4,6 +4,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "backend/cuda/common/cluster_launch.h"
 #include "backend/cuda/common/cluster_occupancy.h"
 
 namespace dsv4::cuda {
@@ -19,19 +20,9 @@ int max_active_clusters(const void* kernel, int threads, size_t smem, int size) 
     const std::lock_guard<std::mutex> lock(mu);
     const auto key = std::make_tuple(dev, kernel, threads, smem, size);
     if (const auto it = known.find(key); it != known.end()) return it->second;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(size), 1, 1);
-    cfg.blockDim = dim3(unsigned(threads));
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(size);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const ClusterLaunch launch(dim3(unsigned(size)), dim3(unsigned(threads)), smem, nullptr, dim3(unsigned(size)));
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) {
         (void)cudaGetLastError();
         n = 0;
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/common/cluster_launch.h"
 #include "backend/cuda/common/cluster_occupancy.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/stream.h"
@@ -114,20 +115,11 @@ Status launch_pass(const SplitAttnParams& sp, int64_t grid_x, int64_t tiles, int
         kPass == kSplitBlockMax ? "sm90_sparse_attn_split (block maxima)" : "sm90_sparse_attn_split (partials)";
     DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                   "sm90_sparse_attn_split: shared memory opt-in");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(grid_x), unsigned(tiles), unsigned(tokens));
-    cfg.blockDim = dim3(Cfg::kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = unsigned(
+    const unsigned cluster_y = unsigned(
         split_cluster_size(reinterpret_cast<const void*>(kernel), smem, kPacked, tiles, grid_x * tiles * tokens));
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, sp), std::string(what) + ": cluster launch");
+    const ClusterLaunch launch(dim3(unsigned(grid_x), unsigned(tiles), unsigned(tokens)), dim3(Cfg::kThreads), smem, s,
+                               dim3(1, cluster_y, 1));
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, kernel, sp), std::string(what) + ": cluster launch");
     return launch_status(what);
 }
 

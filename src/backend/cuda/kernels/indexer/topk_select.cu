@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/common/cluster_launch.h"
 #include "backend/cuda/common/cluster_occupancy.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/workspace.h"
@@ -125,21 +126,11 @@ Status launch_cluster(const TopKArgs& a, StreamHandle stream, const std::string&
     const ClusterShape c = cluster_for<ScoreT>(a.n);
     if (c.ctas == 0) return invalid_argument(op + ": this device cannot hold the cluster path's thread-block cluster");
     if (a.rows * c.ctas > 0x7fffffff) return invalid_argument(op + ": too many rows for one launch");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(a.rows * c.ctas));
-    cfg.blockDim = dim3(Cfg::kThreads);
-    cfg.dynamicSmemBytes = cluster_smem<ScoreT>(c.share);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(c.ctas);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const ClusterLaunch launch(dim3(unsigned(a.rows * c.ctas)), dim3(Cfg::kThreads), cluster_smem<ScoreT>(c.share),
+                               stream, dim3(unsigned(c.ctas)));
     DSV4_CUDA_TRY(
-        cudaLaunchKernelEx(&cfg, sm90_topk_select_cluster_kernel<ScoreT>, static_cast<const ScoreT*>(a.scores), a.n,
-                           int(a.k), a.positions, a.ratio, int(std::min<int64_t>(c.share, Cfg::kShortMax)), a.idx),
+        cudaLaunchKernelEx(&launch.cfg, sm90_topk_select_cluster_kernel<ScoreT>, static_cast<const ScoreT*>(a.scores),
+                           a.n, int(a.k), a.positions, a.ratio, int(std::min<int64_t>(c.share, Cfg::kShortMax)), a.idx),
         op + ": cluster launch");
     return launch_status((op + " (cluster)").c_str());
 }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/common/cluster_launch.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/kernels/mhc/mhc.cuh"
@@ -62,22 +63,12 @@ Status launch_collapse(const char* op, void* x, int64_t tokens, int64_t dim, con
             pre, post, comb, static_cast<ActT*>(y), post_in);
         return launch_status(op);
     }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(tokens * cluster));
-    cfg.blockDim = dim3(MhcConfig::kThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = s;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(cluster);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sm90_hc_collapse_kernel<ActT, kMix, true, kPostFirst>,
+    const ClusterLaunch launch(dim3(unsigned(tokens * cluster)), dim3(MhcConfig::kThreads), 0, s,
+                               dim3(unsigned(cluster)));
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, sm90_hc_collapse_kernel<ActT, kMix, true, kPostFirst>,
                                      static_cast<ActT*>(x), int(dim), static_cast<const float*>(fn.data),
-                                     static_cast<const float*>(scale.data), static_cast<const float*>(base.data),
-                                     iters, hc_eps, norm_eps, mixes, pre, post, comb, static_cast<ActT*>(y), post_in),
+                                     static_cast<const float*>(scale.data), static_cast<const float*>(base.data), iters,
+                                     hc_eps, norm_eps, mixes, pre, post, comb, static_cast<ActT*>(y), post_in),
                   std::string(op) + ": cluster launch");
     return launch_status(op);
 }

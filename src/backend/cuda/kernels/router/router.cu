@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "backend/cuda/common/cluster_launch.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/numerics.cuh"
@@ -162,21 +163,11 @@ Status sm90_router_gate_select(const RouterGateArgs& g, const RouterSelectArgs& 
     static const cudaError_t attr =
         cudaFuncSetAttribute(sm90_router_gate_select_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     DSV4_CUDA_TRY(attr, op + ": cluster size attribute");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(a.tokens * kGateCtas));
-    cfg.blockDim = dim3(kGateThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kGateCtas;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cfg.attrs = &cluster;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, sm90_router_gate_select_kernel, static_cast<const __nv_bfloat16*>(g.x),
-                                     int(g.dim), static_cast<const __nv_bfloat16*>(g.gate.data), g.logits,
-                                     select_params(a)),
-                  op + ": cluster launch");
+    const ClusterLaunch launch(dim3(unsigned(a.tokens * kGateCtas)), dim3(kGateThreads), 0, stream, dim3(kGateCtas));
+    DSV4_CUDA_TRY(
+        cudaLaunchKernelEx(&launch.cfg, sm90_router_gate_select_kernel, static_cast<const __nv_bfloat16*>(g.x),
+                           int(g.dim), static_cast<const __nv_bfloat16*>(g.gate.data), g.logits, select_params(a)),
+        op + ": cluster launch");
     return launch_status(op.c_str());
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/common/cluster_launch.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/sampling/sampling.h"
@@ -474,19 +475,9 @@ Status sm90_sample_rows(const SampleRowsArgs& a, StreamHandle stream) {
     auto* kernel = a.penalties ? sample_rows_kernel<true> : sample_rows_kernel<false>;
     DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Candidates))),
                   std::string(op) + ": shared memory opt-in");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(a.n * ctas));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = sizeof(Candidates);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(ctas);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, a.logits, a.vocab, a.params, a.penalties, a.out),
+    const ClusterLaunch launch(dim3(unsigned(a.n * ctas)), dim3(kThreads), sizeof(Candidates), stream,
+                               dim3(unsigned(ctas)));
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, kernel, a.logits, a.vocab, a.params, a.penalties, a.out),
                   std::string(op) + ": launch");
     return launch_status(op);
 }
