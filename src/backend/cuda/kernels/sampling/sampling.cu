@@ -91,16 +91,11 @@ __device__ __forceinline__ void each_logit(const float* row, int64_t lo, int64_t
     }
 }
 
-// Σ v over the block, the same value on every thread (warp sums, then the warps' sums in warp order).
-template <typename T>
-__device__ T block_sum(T v, T* red) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    T t = 0;
-    for (int w = 0; w < kWarps; ++w) t += red[w];
-    __syncthreads();
-    return t;
+static_assert(kWarps == 32, "a warp reduces the warps' partials, one per lane");
+
+// The larger (value, lowest index on ties) of two, for the max's shuffle trees.
+__device__ __forceinline__ void max_lowest(float& v, int32_t& i, float v2, int32_t i2) {
+    if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
 }
 
 template <typename T>
@@ -116,18 +111,18 @@ __device__ T block_min(T v, T* red) {
 
 // What a CTA publishes to the cluster after each pass (one field per pass, so a CTA that runs ahead never
 // overwrites a value another is still reading).
+constexpr int kSums = 1 + 2 * kGaps;  // z, then each gap's mass, then each gap's count (exact in f64)
 struct Published {
     float max_v;
     int32_t max_i;
-    double z, mass[kGaps];
-    int32_t count[kGaps];
+    double sums[kSums];
     double part;  // the CTA's ranges' sum (id-order draw)
     int32_t found, last;
 };
 
 struct Shared {
+    double red_sums[kSums][kWarps];  // the warps' partial sums
     double red_f64[kWarps];
-    int32_t red_i32[kWarps];
     float red_v[kWarps];
     int32_t red_i[kWarps];
     Published pub;
@@ -240,26 +235,20 @@ __global__ void __launch_bounds__(kThreads)
         const float w = process(i, x);
         if (w > best_v) best_v = w, best_i = int32_t(i);  // in id order: the first of equals stays
     });
-    for (int o = 16; o > 0; o >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, best_v, o);
-        const int32_t i = __shfl_xor_sync(0xffffffffu, best_i, o);
-        if (v > best_v || (v == best_v && i < best_i)) best_v = v, best_i = i;
-    }
+    for (int o = 16; o > 0; o >>= 1)
+        max_lowest(best_v, best_i, __shfl_xor_sync(0xffffffffu, best_v, o), __shfl_xor_sync(0xffffffffu, best_i, o));
     if (lane == 0) sh.red_v[warp] = best_v, sh.red_i[warp] = best_i;
     __syncthreads();
-    if (tid == 0) {
-        best_v = sh.red_v[0], best_i = sh.red_i[0];
-        for (int w = 1; w < kWarps; ++w)
-            if (sh.red_v[w] > best_v || (sh.red_v[w] == best_v && sh.red_i[w] < best_i))
-                best_v = sh.red_v[w], best_i = sh.red_i[w];
-        sh.pub.max_v = best_v, sh.pub.max_i = best_i;
+    if (warp == 0) {  // the warps' maxima, one per lane
+        best_v = sh.red_v[lane], best_i = sh.red_i[lane];
+        for (int o = 16; o > 0; o >>= 1)
+            max_lowest(best_v, best_i, __shfl_xor_sync(0xffffffffu, best_v, o),
+                       __shfl_xor_sync(0xffffffffu, best_i, o));
+        if (lane == 0) sh.pub.max_v = best_v, sh.pub.max_i = best_i;
     }
     cluster.sync();  // every CTA's max is published
     best_v = -INFINITY, best_i = INT32_MAX;
-    for (int r = 0; r < ctas; ++r) {
-        const Published* q = pub_of(r);
-        if (q->max_v > best_v || (q->max_v == best_v && q->max_i < best_i)) best_v = q->max_v, best_i = q->max_i;
-    }
+    for (int r = 0; r < ctas; ++r) max_lowest(best_v, best_i, pub_of(r)->max_v, pub_of(r)->max_i);
     const float max_logit = best_v;
     const int32_t best = best_i;
     if (max_logit == -INFINITY || max_logit == INFINITY) {  // the same in every CTA
@@ -288,23 +277,36 @@ __global__ void __launch_bounds__(kThreads)
                 if (w >= floor_of[g]) mass[g] += e, ++count[g];
         if (id_order && (p.min_p <= 0.0f || e >= min_p)) part += e, last_kept = int32_t(i);
     });
-    z = block_sum(z, sh.red_f64);
-    if (need_order)
-        for (int g = 0; g < kGaps; ++g) {
-            mass[g] = block_sum(mass[g], sh.red_f64);
-            count[g] = block_sum(count[g], sh.red_i32);
+    // the CTA's sums (z alone unless the order is needed): each warp's by a shuffle tree, then the warps' partials
+    // of sum n by a shuffle tree in warp n, whose lane 0 publishes it; one barrier for all of them
+    const int n_sums = need_order ? kSums : 1;
+    {
+        int n = 0;
+        const auto warp_part = [&](double x) {
+            for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+            if (lane == 0) sh.red_sums[n][warp] = x;
+            ++n;
+        };
+        warp_part(z);
+        if (need_order) {
+            for (int g = 0; g < kGaps; ++g) warp_part(mass[g]);
+            for (int g = 0; g < kGaps; ++g) warp_part(double(count[g]));
         }
-    if (tid == 0) {
-        sh.pub.z = z;
-        for (int g = 0; g < kGaps; ++g) sh.pub.mass[g] = mass[g], sh.pub.count[g] = count[g];
+    }
+    __syncthreads();
+    if (warp < n_sums) {
+        double x = sh.red_sums[warp][lane];
+        for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+        if (lane == 0) sh.pub.sums[warp] = x;
     }
     cluster.sync();  // every CTA's sums are published
     z = 0;
     for (int g = 0; g < kGaps; ++g) mass[g] = 0, count[g] = 0;
     for (int r = 0; r < ctas; ++r) {  // in rank order: the same sums in every CTA
         const Published* q = pub_of(r);
-        z += q->z;
-        for (int g = 0; g < kGaps; ++g) mass[g] += q->mass[g], count[g] += q->count[g];
+        z += q->sums[0];
+        if (need_order)
+            for (int g = 0; g < kGaps; ++g) mass[g] += q->sums[1 + g], count[g] += int32_t(q->sums[1 + kGaps + g]);
     }
     const double log_z = double(max_logit) + log(z);
 
