@@ -19,6 +19,7 @@ int run_bench(BenchFlags& f) {
     f.o.precision = f.precision == "f32" ? EnginePrecision::kF32 : EnginePrecision::kReference;
     f.o.graphs = !f.no_graphs;
     std::string why;
+    if (Status st = validate(f.o.sampling); !st) return report_error(st);
     if (!cuda_backend_available(&why)) return report_error(unsupported("dsv4 bench needs a supported GPU: " + why));
     Status st = run_gpu_bench(f.o, stdout);
     if (!st) return report_error(st);
@@ -52,7 +53,16 @@ const CommandRegistration kRegistration("bench", [](CLI::App& app, int& exit_cod
                   "generation asks)");
     cmd->add_flag("--draw-on-host", f->o.draw_on_host,
                   "decode: copy each row's logits to the host and draw there (default: the draw on the GPU, as "
-                  "generation and the server do; temperature 1)");
+                  "generation and the server do)");
+    SamplingParams& s = f->o.sampling;
+    cmd->add_option("--temperature", s.temperature, "decode draws: temperature (default 1; 0 = greedy)");
+    cmd->add_option("--top-k", s.top_k, "decode draws: top-k (default 0 = off)");
+    cmd->add_option("--top-p", s.top_p, "decode draws: top-p (default 1 = off)");
+    cmd->add_option("--min-p", s.min_p, "decode draws: min-p (default 0 = off)");
+    cmd->add_option("--repetition-penalty", s.repetition_penalty,
+                    "decode draws: repetition penalty over the tokens each row was fed (default 1 = off)");
+    cmd->add_option("--presence-penalty", s.presence_penalty, "decode draws: presence penalty (default 0)");
+    cmd->add_option("--frequency-penalty", s.frequency_penalty, "decode draws: frequency penalty (default 0)");
     cmd->add_option("--precision", f->precision, "numerics: reference (default) or f32")
         ->check(CLI::IsMember({"reference", "f32"}));
     cmd->add_flag("--no-graphs", f->no_graphs, "queue decode steps op by op instead of replaying CUDA graphs");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "dsv4/sampling.h"
 #include "dsv4/status.h"
 
 namespace dsv4 {
@@ -26,8 +27,10 @@ struct GpuBenchOptions {
     // the prefill's logits: the last row's, as generation asks for them (LogitRows::kLast), or every row's copied to
     // the host (scoring a text)
     bool prefill_all_logits = false;
-    // each decode row's next token (temperature 1, no filter): drawn on the GPU (EngineSample, as generation and the
-    // server ask), or the row's logits copied to the host and drawn there by dsv4::Sampler on a thread pool
+    // each decode row's next token, drawn with `sampling` (default temperature 1, no filter; penalties count the
+    // tokens the row was fed): on the GPU (EngineSample, as generation and the server ask), or the row's logits
+    // copied to the host and drawn there by dsv4::Sampler on a thread pool
+    SamplingParams sampling;
     bool draw_on_host = false;
     EnginePrecision precision = EnginePrecision::kReference;
     bool graphs = true;            // replay decode steps as CUDA graphs

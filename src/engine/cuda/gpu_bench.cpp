@@ -184,13 +184,15 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
     std::vector<float> logits(size_t(p.batch * vocab));
     std::vector<int32_t> tokens(size_t(p.batch));
     std::vector<engine::GpuBatchSeq> pass(size_t(p.batch));
-    // each row's draw (the API's default parameters: temperature 1, no filter), on the GPU or by a host sampler per
-    // row; rows the GPU declines are drawn on the host too, as generation does
-    const SamplingParams draw;
+    // each row's draw (o.sampling; the penalties count the tokens the row was fed), on the GPU or by a host sampler
+    // per row; rows the GPU declines are drawn on the host too, as generation does
+    const SamplingParams& draw = o.sampling;
     std::vector<SampleResult> drawn(size_t(p.batch));
     std::vector<EngineSample> requests(size_t(p.batch));
+    std::vector<std::vector<int32_t>> history(size_t(p.batch));
     std::vector<std::unique_ptr<Sampler>> samplers;
     for (int64_t b = 0; b < p.batch; ++b) {
+        history[size_t(b)].reserve(size_t(o.warmup + o.steps));
         requests[size_t(b)] = {&draw, 0.5, &drawn[size_t(b)]};
         samplers.push_back(std::make_unique<Sampler>(int32_t(vocab), draw));
     }
@@ -199,6 +201,8 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
     for (int it = 0; it < o.warmup + o.steps; ++it) {
         for (int64_t b = 0; b < p.batch; ++b) {
             tokens[size_t(b)] = int32_t((b * 7919 + it * 104729) % vocab);
+            history[size_t(b)].push_back(tokens[size_t(b)]);
+            requests[size_t(b)].history = history[size_t(b)];
             pass[size_t(b)] = {.seq = seqs[size_t(b)].get(),
                                .tokens = &tokens[size_t(b)],
                                .n = 1,
@@ -214,8 +218,8 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
             parallel_for(m.host_pool, p.batch, 1, [&](int64_t b0, int64_t b1) {
                 for (int64_t b = b0; b < b1; ++b)
                     if (o.draw_on_host || drawn[size_t(b)].token < 0)
-                        (void)samplers[size_t(b)]->sample({logits.data() + b * vocab, size_t(vocab)}, {},
-                                                          drawn[size_t(b)]);
+                        (void)samplers[size_t(b)]->sample({logits.data() + b * vocab, size_t(vocab)},
+                                                          history[size_t(b)], drawn[size_t(b)]);
             });
         nvtxRangePop();
         DSV4_RETURN_IF_ERROR(step);
@@ -270,8 +274,13 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                  static_cast<long long>(engine::kFusedSharedExpertMaxRows), static_cast<long long>(shared_fused),
                  m->layers.size());
 
-    std::fprintf(out, "each decode row's next token (temperature 1) drawn %s\n\n",
-                 o.draw_on_host ? "on the host from its logits (--draw-on-host)" : "on the GPU");
+    const SamplingParams& sp = o.sampling;
+    std::fprintf(out,
+                 "each decode row's next token drawn %s: temperature %g, top-k %d, top-p %g, min-p %g, penalties "
+                 "repetition %g presence %g frequency %g\n\n",
+                 o.draw_on_host ? "on the host from its logits (--draw-on-host)" : "on the GPU", double(sp.temperature),
+                 sp.top_k, double(sp.top_p), double(sp.min_p), double(sp.repetition_penalty),
+                 double(sp.presence_penalty), double(sp.frequency_penalty));
     std::fprintf(out, "| batch | context | step ms | per layer us | tok/s | GB moved | TB/s | %% of copy |\n");
     std::fprintf(out, "|---|---|---|---|---|---|---|---|\n");
     for (int64_t ctx : o.contexts) {
