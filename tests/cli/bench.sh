@@ -14,9 +14,16 @@ set +e
 rc=$?
 set -e
 [ "$rc" -ne 0 ] || fail "an unknown preset is refused"
+set +e
+"$dsv4" bench --top-p 1.5 >/dev/null 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || fail "a top-p above 1 is refused (exit code $rc)"
+grep -q "top_p" "$tmp/err" || { cat "$tmp/err"; fail "the refusal names top_p"; }
 
 set +e
-"$dsv4" bench --layers 1 --batch 1 --context 4096 --steps 2 --warmup 1 --prefill 256 >"$tmp/out" 2>"$tmp/err"
+"$dsv4" bench --layers 1 --batch 1 --context 4096 --steps 2 --warmup 1 --prefill 256 --top-p 0.9 \
+    --repetition-penalty 1.2 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 set -e
 if [ "$rc" -eq 0 ]; then
@@ -24,6 +31,7 @@ if [ "$rc" -eq 0 ]; then
     grep -Eq "^\| 1 \| 4096 \| [0-9.]+ \|" "$tmp/out" || { cat "$tmp/out"; fail "no timed row"; }
     grep -q "^prefill 256 tokens" "$tmp/out" || { cat "$tmp/out"; fail "no prefill line"; }
     grep -q "decode graphs: 1 captured" "$tmp/out" || { cat "$tmp/out"; fail "decode steps did not replay a graph"; }
+    grep -q "top-p 0.9" "$tmp/out" || { cat "$tmp/out"; fail "the draws' parameters are not printed"; }
 else
     [ "$rc" -eq 1 ] || { cat "$tmp/err"; fail "exit code $rc (want 0 or 1)"; }
     grep -Eq "needs a supported GPU|without CUDA" "$tmp/err" || { cat "$tmp/err"; fail "message lacks the reason"; }
