@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -321,6 +322,54 @@ TEST(CudaSampleRows, DeclinesAPenaltyListLongerThanItStages) {
     EXPECT_EQ(got[0].status, kSampleDeclined);
     ASSERT_EQ(got[1].status, kSampleOk);
     EXPECT_EQ(got[1].token, 1);  // every even token up to 8,190 penalised (1 -> 1/1.5): the first odd one wins
+}
+
+// The penalty list (host code, no GPU needed) against the host sampler: applying it to the logits as the kernel does
+// gives the sampler's processed logits bit for bit, for every window; ids outside the vocabulary are skipped, the
+// list is ascending and appended, the scratch left zero, and nothing is listed when the penalties are off.
+TEST(SamplePenaltyList, IsWhatTheHostSamplerPenalises) {
+    std::mt19937_64 rng(fresh_seed());
+    const int32_t vocab = 3001;
+    const std::vector<float> logits = make_logits(rng, vocab, 20, 2.0f);
+    std::vector<int32_t> history = make_history(rng, logits);
+    history.insert(history.begin() + 3, {vocab, -7, 42, 42, 42});
+    std::vector<int32_t> counts(static_cast<size_t>(vocab), 0);
+    for (const int32_t last_n : {-1, 0, 1, 17, 100000}) {
+        SamplingParams p;
+        p.temperature = 0;
+        p.repetition_penalty = 1.25f, p.presence_penalty = 0.3f, p.frequency_penalty = -0.7f;
+        p.penalty_last_n = last_n;
+        SCOPED_TRACE("penalty_last_n " + std::to_string(last_n));
+        std::vector<SamplePenalty> list = {{-1, -1}};  // appended after what is there
+        sample_penalty_list(history, p, vocab, counts, list);
+        ASSERT_GE(list.size(), 1u);
+        EXPECT_EQ(list[0].token, -1);
+        EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](int32_t c) { return c == 0; }));
+        if (last_n == 0) {
+            EXPECT_EQ(list.size(), 1u);
+        }
+        std::vector<float> mine = logits;
+        for (size_t i = 1; i < list.size(); ++i) {
+            if (i > 1) {
+                EXPECT_LT(list[i - 1].token, list[i].token) << "ascending, distinct";
+            }
+            ASSERT_TRUE(list[i].token >= 0 && list[i].token < vocab);
+            ASSERT_GT(list[i].count, 0);
+            float& l = mine[size_t(list[i].token)];
+            l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+            l -= p.frequency_penalty * float(list[i].count) + p.presence_penalty;
+        }
+        Sampler host(vocab, p);
+        SampleResult r;
+        ASSERT_TRUE(host.sample(logits, history, r).is_ok());
+        const auto want = host.processed_logits();
+        ASSERT_EQ(want.size(), mine.size());
+        EXPECT_EQ(std::memcmp(want.data(), mine.data(), mine.size() * sizeof(float)), 0);
+    }
+    SamplingParams off;
+    std::vector<SamplePenalty> none;
+    sample_penalty_list(history, off, vocab, counts, none);
+    EXPECT_TRUE(none.empty()) << "no penalty, no list";
 }
 
 }  // namespace
