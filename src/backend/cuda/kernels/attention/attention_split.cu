@@ -220,10 +220,16 @@ Status sm90_sparse_attn_split(Precision precision, const SparseAttnArgs& a, void
                              : a.kv_packed ? launch_passes<true>(sp, plan, a.tokens, stream)
                                            : launch_passes<false>(sp, plan, a.tokens, stream));
     }
-    sm90_sparse_attn_split_combine_kernel<<<dim3(unsigned(a.heads), unsigned(a.tokens)), Cfg::kCombineThreads, 0,
-                                            stream>>>(sp.part_o, sp.part_ml, int(a.heads), int(plan.chunks), a.sink,
-                                                      a.derotate, a.positions, a.freqs,
-                                                      static_cast<__nv_bfloat16*>(a.out));
+    // the smallest one-batch instance that holds the list's chunks, else the grouped loop
+    const int64_t c = plan.chunks;
+    const auto combine = c <= 2                       ? sm90_sparse_attn_split_combine_kernel<2>
+                         : c <= 4                     ? sm90_sparse_attn_split_combine_kernel<4>
+                         : c <= 8                     ? sm90_sparse_attn_split_combine_kernel<8>
+                         : c <= Cfg::kCombineMaxBatch ? sm90_sparse_attn_split_combine_kernel<Cfg::kCombineMaxBatch>
+                                                      : sm90_sparse_attn_split_combine_kernel<0>;
+    combine<<<dim3(unsigned(a.heads), unsigned(a.tokens)), Cfg::kCombineThreads, 0, stream>>>(
+        sp.part_o, sp.part_ml, int(a.heads), int(plan.chunks), a.sink, a.derotate, a.positions, a.freqs,
+        static_cast<__nv_bfloat16*>(a.out));
     return launch_status("sm90_sparse_attn_split (combine)");
 }
 

@@ -25,14 +25,15 @@
 #include <cooperative_groups.h>
 
 // (not attention.cuh: it defines a non-template kernel, which two translation units may not both hold)
+#include "backend/cuda/common/cluster_barrier.cuh"
 #include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/mbarrier.cuh"
 #include "backend/cuda/common/mma_bf16.cuh"
 #include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/attention/attention_block.cuh"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 #include "backend/cuda/kernels/norm_rope/norm_rope.cuh"
-#include "backend/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -58,6 +59,7 @@ struct AttnSplitConfig {
     static constexpr int kMaxChunkBlocks = 256;           // bitmask of non-empty blocks: 8 words
     static constexpr int kMaskWords = kMaxChunkBlocks / 32;
     static constexpr int kCombineThreads = kDim / 4;      // 4 channels per thread
+    static constexpr int kCombineMaxBatch = 16;           // the combine's largest one-batch instance
     static constexpr int kPartialFloats = kHeads * kDim;  // o of one partial
     // shared-memory layout (bytes; every region 16-byte aligned)
     static constexpr size_t kQBytes = size_t(kHeads) * kLd * 2;               // 16,640
@@ -193,8 +195,11 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
         mbar_init(&bars[1], share);
         mbar_init_fence();
     }
-    // every CTA of the cluster has started before any writes into another's tile (and this block's init is done)
-    cluster.sync();
+    // every CTA of the cluster must have started before any writes into another's tile: arrive now, wait just before
+    // the first decode, so the index scan and the first gather do not wait for the cluster (a relaxed arrive: this
+    // CTA has written nothing another one reads)
+    cluster_arrive_relaxed();
+    bool cluster_started = false;
     const int j_begin = blk0 * Cfg::kBlock, j_end = min(p.topk, (blk0 + nblk) * Cfg::kBlock);
     for (int base = j_begin; base < j_end; base += Cfg::kThreads) {  // uniform trip count
         const int j = base + tid, rel = j - j_begin;
@@ -293,8 +298,10 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
         }
     };
 
-    if (b != 0) load_idx(b, 0);
-    __syncthreads();  // idx_s[0], the running state
+    if (b != 0) {  // (block 0's indices came with the scan, ordered by the barrier after it)
+        load_idx(b, 0);
+        __syncthreads();  // idx_s[0]
+    }
     issue_gather(0);
     asm volatile("cp.async.commit_group;\n" ::);
     uint32_t phases = 0;  // packed: bit i = parity of raw stage i's next completion
@@ -305,9 +312,9 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     while (b < nblk) {
         const int nb = next_valid_block(mask_s, b + 1, nblk);
         // idx_s[stage ^ 1] and the other stage were last read before the previous iteration's final barrier
-        if (nb < nblk) load_idx(nb, stage ^ 1);
-        __syncthreads();
         if (nb < nblk) {
+            load_idx(nb, stage ^ 1);
+            __syncthreads();  // idx_s[stage ^ 1]
             issue_gather(stage ^ 1);
             asm volatile("cp.async.commit_group;\ncp.async.wait_group 1;\n" ::);
         } else {
@@ -321,6 +328,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
         const int32_t* bi = idx_s + stage * Cfg::kBlock;
         const __nv_bfloat16* kv_s;
         if constexpr (kPacked) {
+            if (!cluster_started) cluster_wait(), cluster_started = true;
             decode_packed_block(raw_s + stage * Cfg::kRawStageBytes, bi, static_cast<const uint8_t*>(p.kv), tiles,
                                 tid, row_lo, share, cluster);
             cluster.sync();  // every CTA's share of the tile has landed in every tile
@@ -391,7 +399,9 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
                                                                              kv_s, warp);
         }
         // the stages, kv_s, l_s, p_s, idx_s and the softmax state are rewritten next; packed: other CTAs write this
-        // tile in the next decode, so the whole cluster must be done reading it
+        // tile in the next decode, so the whole cluster must be done reading it. After the last block nothing is
+        // rewritten and no CTA writes another's tile again, so the chunk's partial leaves without that wait.
+        if (nb >= nblk) break;
         if constexpr (kPacked) cluster.sync();
         else __syncthreads();
         b = nb;
@@ -418,7 +428,12 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     }
 }
 
-// grid (heads, tokens) x kCombineThreads; thread = channels 4·tid .. 4·tid + 3.
+// grid (heads, tokens) x kCombineThreads; thread = channels 4·tid .. 4·tid + 3. kBatch > 0 (at least `chunks`):
+// every chunk's (m, l, o) requested at once, one L2 round trip after the wait (batch 1 has 10 chunks at CSA, 3 at
+// HCA 8K), where the grouped loop (kBatch = 0) pays one for the maxima and one per group. The batch is the smallest
+// instance that holds the chunks: its registers grow with it, and 16 slots (109 registers against 64) made the
+// 2-chunk lists of batch 64 slower by the combine's lost occupancy.
+template <int kBatch>
 __global__ void __launch_bounds__(AttnSplitConfig::kCombineThreads)
     sm90_sparse_attn_split_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                           int heads, int chunks, const float* __restrict__ sink, bool derotate,
@@ -431,51 +446,71 @@ __global__ void __launch_bounds__(AttnSplitConfig::kCombineThreads)
     const int64_t t = blockIdx.y;
     const int n_tiles = (heads + Cfg::kHeads - 1) / Cfg::kHeads, tile = h / Cfg::kHeads, hr = h % Cfg::kHeads;
     const int64_t first = (t * n_tiles + tile) * chunks;  // the (token, tile)'s first partial
-    // loads in groups of kGroup chunks, all issued before any is used: a loop that read a chunk's o only after
-    // testing its max waited two dependent L2 round trips per chunk (~9 µs for 10 chunks at batch 1, ncu)
-    constexpr int kGroup = 8;
     const float sink_h = sink[h];  // both loaded up front, off the dependent chain
     const int64_t pos = derotate ? positions[t] : 0;
     const float* ml0 = part_ml + first * 2 * Cfg::kHeads;
-    float M = -INFINITY;
-    for (int c0 = 0; c0 < chunks; c0 += kGroup) {
-        float mc[kGroup];
+    const float* o0 = part_o + first * Cfg::kPartialFloats + hr * Cfg::kDim + ch;
+    float M = -INFINITY, den = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    bool seen = false;
+    // chunk c's share e^{m_c - M}·(l_c, o_c) added in chunk order (a chunk with no valid candidate has max -inf and
+    // an unwritten o: skipped)
+    auto take = [&](float mc, float lc, const float4& v) {
+        if (mc == -INFINITY) return;
+        const float w = exp_softmax(__fsub_rn(mc, M));  // w = 1 exactly at the max
+        const float wv[4] = {__fmul_rn(w, v.x), __fmul_rn(w, v.y), __fmul_rn(w, v.z), __fmul_rn(w, v.w)};
+        const float wl = __fmul_rn(w, lc);
+        den = seen ? __fadd_rn(den, wl) : wl;
 #pragma unroll
-        for (int i = 0; i < kGroup; ++i) mc[i] = c0 + i < chunks ? ml0[(c0 + i) * 2 * Cfg::kHeads + hr] : -INFINITY;
+        for (int e = 0; e < 4; ++e) o[e] = seen ? __fadd_rn(o[e], wv[e]) : wv[e];
+        seen = true;
+    };
+    if constexpr (kBatch > 0) {
+        float mc[kBatch], lc[kBatch];
+        float4 v[kBatch];
 #pragma unroll
-        for (int i = 0; i < kGroup; ++i) M = fmaxf(M, mc[i]);
-    }
-    float den = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (M != -INFINITY) {
-        bool seen = false;
+        for (int i = 0; i < kBatch; ++i) {
+            const bool in = i < chunks;
+            mc[i] = in ? ml0[i * 2 * Cfg::kHeads + hr] : -INFINITY;
+            lc[i] = in ? ml0[i * 2 * Cfg::kHeads + Cfg::kHeads + hr] : 0.0f;
+            v[i] = in ? *reinterpret_cast<const float4*>(o0 + i * Cfg::kPartialFloats)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) M = fmaxf(M, mc[i]);
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int i = 0; i < kBatch; ++i) take(mc[i], lc[i], v[i]);
+        }
+    } else {
+        // loads in groups of kGroup chunks, all issued before any is used: a loop that read a chunk's o only after
+        // testing its max waited two dependent L2 round trips per chunk (~9 µs for 10 chunks at batch 1, ncu)
+        constexpr int kGroup = 8;
         for (int c0 = 0; c0 < chunks; c0 += kGroup) {
-            float mc[kGroup], lc[kGroup];
-            float4 v[kGroup];
+            float mc[kGroup];
 #pragma unroll
-            for (int i = 0; i < kGroup; ++i) {  // a chunk with no valid candidate has max -inf and an unwritten o
-                const bool in = c0 + i < chunks;
-                const float* ml = ml0 + (c0 + i) * 2 * Cfg::kHeads;
-                mc[i] = in ? ml[hr] : -INFINITY;
-                lc[i] = in ? ml[Cfg::kHeads + hr] : 0.0f;
-                v[i] = in ? *reinterpret_cast<const float4*>(part_o + (first + c0 + i) * Cfg::kPartialFloats +
-                                                             hr * Cfg::kDim + ch)
-                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
+            for (int i = 0; i < kGroup; ++i) mc[i] = c0 + i < chunks ? ml0[(c0 + i) * 2 * Cfg::kHeads + hr] : -INFINITY;
 #pragma unroll
-            for (int i = 0; i < kGroup; ++i) {
-                if (mc[i] == -INFINITY) continue;
-                const float w = exp_softmax(__fsub_rn(mc[i], M));  // w = 1 exactly at the max
-                const float wv[4] = {__fmul_rn(w, v[i].x), __fmul_rn(w, v[i].y), __fmul_rn(w, v[i].z),
-                                     __fmul_rn(w, v[i].w)};
-                const float wl = __fmul_rn(w, lc[i]);
-                den = seen ? __fadd_rn(den, wl) : wl;
+            for (int i = 0; i < kGroup; ++i) M = fmaxf(M, mc[i]);
+        }
+        if (M != -INFINITY) {
+            for (int c0 = 0; c0 < chunks; c0 += kGroup) {
+                float mc[kGroup], lc[kGroup];
+                float4 v[kGroup];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) o[e] = seen ? __fadd_rn(o[e], wv[e]) : wv[e];
-                seen = true;
+                for (int i = 0; i < kGroup; ++i) {
+                    const bool in = c0 + i < chunks;
+                    const float* ml = ml0 + (c0 + i) * 2 * Cfg::kHeads;
+                    mc[i] = in ? ml[hr] : -INFINITY;
+                    lc[i] = in ? ml[Cfg::kHeads + hr] : 0.0f;
+                    v[i] = in ? *reinterpret_cast<const float4*>(o0 + (c0 + i) * Cfg::kPartialFloats)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+#pragma unroll
+                for (int i = 0; i < kGroup; ++i) take(mc[i], lc[i], v[i]);
             }
         }
-        den = __fadd_rn(den, exp_softmax(__fsub_rn(sink_h, M)));
     }
+    if (M != -INFINITY) den = __fadd_rn(den, exp_softmax(__fsub_rn(sink_h, M)));
     float a[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) a[i] = den == 0.0f ? 0.0f : round_bf16(__fdiv_rn(o[i], den));
