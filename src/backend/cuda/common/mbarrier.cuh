@@ -59,6 +59,34 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         if (!done) dog.check();
     }
 }
+// mbar_wait for a barrier that other CTAs of the cluster complete (st_async_cluster): acquire at cluster scope, so
+// their stores are visible to this thread once the phase has completed.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+    uint32_t done = 0;
+    Watchdog dog;
+    while (!done) {
+        asm volatile(
+            "{ .reg .pred p;\n"
+            "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "  selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(smem_u32(bar)), "r"(parity)
+            : "memory");
+        if (!done) dog.check();
+    }
+}
+// 16 bytes into CTA `rank` of the cluster at the offset of `dst` in this CTA's shared memory, counted (16 bytes of
+// complete_tx) on that CTA's barrier at the offset of `bar`: a remote store that needs no cluster barrier to be seen,
+// only the receiver's wait on its barrier (which its own thread armed with the bytes it expects).
+__device__ __forceinline__ void st_async_cluster(void* dst, const uint4& v, uint64_t* bar, uint32_t rank) {
+    uint32_t rdst, rbar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rdst) : "r"(smem_u32(dst)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_u32(bar)), "r"(rank));
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(rdst),
+        "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(rbar)
+        : "memory");
+}
 // Global → shared bulk copy of `bytes` (multiple of 16, both addresses 16-byte aligned), completion counted on bar.
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
     asm volatile(

@@ -56,6 +56,7 @@ struct AttnSplitConfig {
     // r · kRawPitch + (source address mod 16), so both copies keep their alignment.
     static constexpr int kRawPitch = kRawRow + 8;  // 592 = 37 granules
     static constexpr int kRawBulk = kRawRow - 8;   // 576
+    static constexpr uint32_t kTileRowBytes = kDim * 2;   // what a decode writes of a tile row (not the padding)
     static constexpr int kMaxChunkBlocks = 256;           // bitmask of non-empty blocks: 8 words
     static constexpr int kMaskWords = kMaxChunkBlocks / 32;
     static constexpr int kCombineThreads = kDim / 4;      // 4 channels per thread
@@ -70,14 +71,14 @@ struct AttnSplitConfig {
     static constexpr size_t kIdxBytes = 2 * kBlock * 4;                       // 512
     static constexpr size_t kMaskBytes = kMaskWords * 4;                      // 32
     static constexpr size_t kStateBytes = 4 * kHeads * 4;                     // 256
-    static constexpr size_t kBarBytes = 2 * 8;                                // the raw stages' mbarriers
+    static constexpr size_t kBarBytes = 3 * 8;  // the raw stages' mbarriers, the tile's (the cluster's shares)
     // packed: one decoded tile + two raw stages; unpacked: two bf16 tiles
     static constexpr size_t tiles_bytes(bool packed) { return packed ? kTileBytes + 2 * kRawStageBytes : 2 * kTileBytes; }
     static constexpr size_t smem_bytes(bool packed) {
         return kQBytes + tiles_bytes(packed) + kLBytes + kPBytes + kIdxBytes + kMaskBytes + kStateBytes + kBarBytes;
     }
 };
-static_assert(AttnSplitConfig::smem_bytes(true) == 166448 && AttnSplitConfig::smem_bytes(false) == 157232,
+static_assert(AttnSplitConfig::smem_bytes(true) == 166456 && AttnSplitConfig::smem_bytes(false) == 157240,
               "the layout the documentation quotes");
 static_assert(AttnSplitConfig::kRawRow % 16 == 8 && AttnSplitConfig::kRawPitch % 16 == 0 &&
               AttnSplitConfig::kRawBulk % 16 == 0 && AttnSplitConfig::kRawStageBytes % 16 == 0);
@@ -116,12 +117,14 @@ __device__ __forceinline__ int raw_row_shift(const uint8_t* pool, int32_t s) {
 
 // This CTA's share of a block's raw packed rows (rows row_lo .. row_lo + share − 1; row r of pool row bi[r] at
 // r · kRawPitch + raw_row_shift; -1 rows were not copied and decode to +0) decoded into the bf16 tile kv_s
-// [64][kLd] of every CTA of the cluster (DSMEM stores; the CTAs of a cluster share the token and the chunk, so
-// they need the same rows): the same values, in the same thread layout, as gather_packed_kv_block (attention.cuh)
-// produces. Thread = channel chunk tid % 64 (8 channels) of rows row_lo + tid / 64 + 4k.
+// [64][kLd] of every CTA of the cluster (the CTAs of a cluster share the token and the chunk, so they need the same
+// rows): its own by plain stores, the others' by st.async counted on their tile barrier `tile_bar`
+// (kTileShareBytes per share), so a CTA needs no cluster barrier to see the tile, only its barrier's phase. The same
+// values, in the same thread layout, as gather_packed_kv_block (attention.cuh) produces. Thread = channel chunk
+// tid % 64 (8 channels) of rows row_lo + tid / 64 + 4k.
 __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const int32_t* bi, const uint8_t* pool,
-                                                    __nv_bfloat16* kv_s, int tid, int row_lo, int share,
-                                                    const cooperative_groups::cluster_group& cluster) {
+                                                    __nv_bfloat16* kv_s, uint64_t* tile_bar, int tid, int row_lo,
+                                                    int share, int ctas, int rank) {
     using Cfg = AttnSplitConfig;
     constexpr int kChunks = Cfg::kDim / 8, kRowsPerPass = Cfg::kThreads / kChunks;  // 64, 4
     constexpr int kCodeChunks = int(kKvFp8CodeChannels) / 8;                           // 56
@@ -129,7 +132,6 @@ __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const in
     const bool codes = c < kCodeChunks;
     const int off_a = codes ? 8 * c : int(kKvFp8RopeOffset) + 16 * (c - kCodeChunks);
     const int off_s = int(kKvFp8ScaleOffset) + (codes ? c / 8 : 0);
-    const int ctas = int(cluster.num_blocks());
 #pragma unroll 4
     for (int k = 0; k < share / kRowsPerPass; ++k) {
         const int r = row_lo + r0 + kRowsPerPass * k;
@@ -145,7 +147,8 @@ __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const in
             u = make_uint4(a.x, a.y, b.x, b.y);
         }
         uint4* dst = reinterpret_cast<uint4*>(kv_s + r * Cfg::kLd + 8 * c);
-        for (int j = 0; j < ctas; ++j) *cluster.map_shared_rank(dst, j) = u;
+        *dst = u;
+        for (int j = 1; j < ctas; ++j) st_async_cluster(dst, u, tile_bar, uint32_t((rank + j) % ctas));
     }
 }
 
@@ -169,12 +172,16 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     float* mnew_s = sum_s + Cfg::kHeads;                                                    // [16] block's max
     float* resc_s = mnew_s + Cfg::kHeads;                                                   // [16] rescale
     auto* bars = reinterpret_cast<uint64_t*>(resc_s + Cfg::kHeads);                         // [2] raw stages
+    uint64_t* tile_bar = bars + 2;  // packed: the other CTAs' shares of the tile have landed
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     // packed rows: the cluster's CTAs (head tiles of one token and chunk, launched in clusters along y) each
     // gather and decode 64 / ctas rows of every block into all their tiles (unpacked: clusters of one)
     const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const int share = Cfg::kBlock / int(cluster.num_blocks()), row_lo = int(cluster.block_rank()) * share;
+    const int ctas = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+    const int share = Cfg::kBlock / ctas, row_lo = rank * share;
+    // the bytes the other CTAs' decodes store into this CTA's tile per block
+    const uint32_t remote_tile_bytes = uint32_t(ctas - 1) * uint32_t(share) * Cfg::kTileRowBytes;
     const int chunk = blockIdx.x, tile = blockIdx.y;
     const int64_t t = blockIdx.z, n_tiles = gridDim.y;
     const int h0 = tile * Cfg::kHeads;
@@ -193,6 +200,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     if (kPacked && tid == 0) {
         mbar_init(&bars[0], share);  // one arrival per row of the CTA's share (its thread, copy or not)
         mbar_init(&bars[1], share);
+        mbar_init(tile_bar, 1);  // thread 0's arrival with the remote bytes
         mbar_init_fence();
     }
     // every CTA of the cluster must have started before any writes into another's tile: arrive now, wait just before
@@ -304,7 +312,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
     }
     issue_gather(0);
     asm volatile("cp.async.commit_group;\n" ::);
-    uint32_t phases = 0;  // packed: bit i = parity of raw stage i's next completion
+    uint32_t phases = 0;  // packed: bit i = parity of raw stage i's next completion, bit 2 the tile barrier's
 
     float acc[Cfg::kChanTiles][4] = {};  // O rows g, g+8 x channels 8·kChanTiles·warp + 8·nt + 2qd (+1)
     int stage = 0;
@@ -329,9 +337,15 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
         const __nv_bfloat16* kv_s;
         if constexpr (kPacked) {
             if (!cluster_started) cluster_wait(), cluster_started = true;
+            // (the other CTAs' stores may complete before this arrival: the phase needs both)
+            if (ctas > 1 && tid == 0) mbar_arrive_expect_tx(tile_bar, remote_tile_bytes);
             decode_packed_block(raw_s + stage * Cfg::kRawStageBytes, bi, static_cast<const uint8_t*>(p.kv), tiles,
-                                tid, row_lo, share, cluster);
-            cluster.sync();  // every CTA's share of the tile has landed in every tile
+                                tile_bar, tid, row_lo, share, ctas, rank);
+            __syncthreads();  // this CTA's share
+            if (ctas > 1) {   // the others'
+                mbar_wait_cluster(tile_bar, (phases >> 2) & 1u);
+                phases ^= 4u;
+            }
             kv_s = tiles;
         } else {
             kv_s = tiles + stage * Cfg::kBlock * Cfg::kLd;
