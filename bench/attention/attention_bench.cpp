@@ -290,7 +290,7 @@ struct AttentionTimes {
 // one_sequence: the B queries are the last B positions of one sequence (a prefill pass): one pool of that sequence's
 // entries and B + 127 window rows, query b's window the 128 rows ending at its own; otherwise B sequences of ctx each.
 AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
-                               const std::function<void(const Part& split_ref)>& with_part = {},
+                               const std::function<void(const Part& split_plain)>& with_part = {},
                                bool one_sequence = false) {
     const std::string cn = ctx_name(ctx);
     const char* op = one_sequence ? (csa ? "CSA attention, one sequence's queries (packed FP8 gather)"
@@ -489,9 +489,11 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     AttentionTimes times;
     times.one_pass = tp.us;
     if (split) times.split_ref = ts_ref.us;
-    if (split && with_part)
+    if (split && with_part)  // the mode a decode step runs: plain (each chunk from its own maximum)
         with_part(Part{rotations, [&](int i) {
-                           return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, {});
+                           SparseAttnSplitOptions plain;
+                           plain.match_reference_max = false;
+                           return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, plain);
                        }});
     return times;
 }
@@ -619,6 +621,17 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     tks.us = std::max(1e-3, tsel.us - ts.us);
     std::snprintf(note, sizeof note, "sm90_topk_select, same picks; %.2fx the speed of sm90_topk", tk.us / tks.us);
     print_row(B, cn, "top-512 select (total minus scores)", tks, topk_bytes, 0, note);
+    // the same picks unsorted, as a decode step asks for them (TopKArgs::sorted; the split attention reads a set)
+    TopKArgs ua = sa;
+    ua.sorted = false;
+    Timing tun = time_op(rotations, [&](int i) {
+        DSV4_RETURN_IF_ERROR(score(i));
+        return sm90_topk_select(kRef, ua, sel_ws.data(), sel_bytes, g->s);
+    });
+    tun.us = std::max(1e-3, tun.us - ts.us);
+    std::snprintf(note, sizeof note, "the same picks unsorted, as decode takes them; %.2fx the sorted speed",
+                  tks.us / tun.us);
+    print_row(B, cn, "top-512 select, unsorted (total minus scores)", tun, topk_bytes, 0, note);
     if (entries > kTopkSelectShortMax) {  // rows the one-block path does not take: the chunked path beside the default
         TopKArgs ca = sa;
         ca.select_path = TopKSelectPath::kChunked;
@@ -638,7 +651,7 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     times.with_topk = tt.us, times.with_select = tsel.us;
     if (with_parts)
         with_parts(Part{rotations, score},
-                   Part{1, [&](int) { return sm90_topk_select(kRef, sa, sel_ws.data(), sel_bytes, g->s); }});
+                   Part{1, [&](int) { return sm90_topk_select(kRef, ua, sel_ws.data(), sel_bytes, g->s); }});
     return times;
 }
 
@@ -901,8 +914,9 @@ double bench_compressor_pair(int64_t B, const std::function<void(const Part& pai
 }
 
 // The CSA layer at batch 1, 8K context with the best kernels, as the sum of its parts timed alone and as one graph
-// of all five launches per layer (compressor pair, indexer scores, top-512 select, reference-max split attention —
-// the split's three launches count as one call) in the order a decode step runs them, with programmatic edges: the
+// of all its launches (compressor pair, indexer scores, top-512 select with unsorted picks, the plain split attention
+// — partials and combine, one call — as decode runs them) in the order a decode step runs them, with programmatic
+// edges: the
 // launch and drain of each kernel then overlap its neighbours as in `dsv4 generate`. The parts read their own
 // rotated inputs (the attention's index lists are not the select's output), so the graph has the engine's launch
 // chain, not its data flow.
@@ -929,7 +943,7 @@ void bench_layer_graph() {
                 const double sum = parts[0].us + parts[2].us + parts[3].us;
                 std::printf(
                     "\nCSA layer at batch 1, 8K context, best kernels: parts timed alone %.2f us = compressor "
-                    "pair %.2f + indexer scores %.2f + top-512 select %.2f + split attention %.2f; "
+                    "pair %.2f + indexer scores %.2f + top-512 select (unsorted) %.2f + split attention (plain) %.2f; "
                     "**one graph of the layer's launches: %.2f us** (target <= 25 us: %s)\n",
                     sum, parts[0].us, parts[1].us, select_us, parts[3].us, whole.us,
                     whole.us <= 25.0 ? "met" : "missed");

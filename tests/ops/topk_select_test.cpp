@@ -7,7 +7,8 @@
 // +inf entries, almost all -inf, masked tails; rows shorter than k; rows cut by positions / ratio; signed zeros
 // (against sm90_topk only: the CPU treats -0 == +0, the GPU keys order -0 below +0). Outputs are poisoned with a byte
 // pattern that is neither an index nor -1, with a guard past the last row; the workspace starts poisoned and is reused
-// by a second call that must give the same picks.
+// by a second call that must give the same picks. Unsorted picks (TopKArgs::sorted = false): the same picks, in index
+// order where the path skips the sort.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +284,75 @@ TEST_P(TopKSelectTest, EveryPathGivesTheSamePicks) {
             }
         }
     EXPECT_GT(picks, 0) << "no case picked a real entry";
+}
+
+// The unsorted order (TopKArgs::sorted = false) of one row's picks, from its sorted picks: the picks scored above
+// the last pick in ascending index, then the last pick's ties in ascending index.
+std::vector<int32_t> index_order(const int32_t* sorted, int64_t k, const float* row) {
+    int64_t kk = 0;
+    while (kk < k && sorted[kk] >= 0) ++kk;
+    std::vector<int32_t> out(sorted, sorted + k);
+    if (kk == 0) return out;
+    const float last = row[sorted[kk - 1]];
+    int64_t ties = kk;
+    while (ties > 0 && row[sorted[ties - 1]] == last) --ties;
+    std::sort(out.begin(), out.begin() + ties);
+    std::sort(out.begin() + ties, out.begin() + kk);
+    return out;
+}
+
+// sorted = false: the same picks, and on every path that selects a row on one CTA (the one-block path, the cluster
+// path's short rows, the chunked path) in index order without the sort; rows the cluster path splits over its CTAs
+// come sorted. Rows of continuous scores and of four values (ties across the k-th place), no specials: the order's
+// rule is stated on scores. run_select checks that a second call gives the same order.
+TEST_P(TopKSelectTest, UnsortedPicksComeInIndexOrder) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    constexpr int64_t kRatio = 4;
+    const int64_t ns[] = {300, 2048, kTopkSelectShortMax + 1, 65536, kTopkSelectClusterMax};
+    const TopKSelectPath paths[] = {TopKSelectPath::kAuto, TopKSelectPath::kCluster, TopKSelectPath::kChunked};
+    int64_t in_index_order = 0, rows_sorted = 0, case_no = 0;
+    for (int64_t n : ns)
+        for (int64_t k : {int64_t(16), int64_t(512)}) {
+            const int64_t rows = std::clamp<int64_t>((int64_t(1) << 20) / n, 2, 12);
+            const bool cut = (case_no++ % 2) == 1;
+            SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n) + " k " + std::to_string(k) +
+                         (cut ? " positions" : ""));
+            std::vector<float> s(size_t(rows * n));
+            for (int64_t r = 0; r < rows; ++r)
+                fill_row(prec, rng, r % 2 ? RowKind::kFewValues : RowKind::kContinuous, s.data() + r * n, n);
+            std::vector<int64_t> pos(static_cast<size_t>(rows));
+            std::uniform_int_distribution<int64_t> any_pos(0, kRatio * n + 100);
+            for (auto& p : pos) p = any_pos(rng);
+            auto ds = act_to_device(prec, s);
+            auto dpos = to_device(pos);
+            ASSERT_TRUE(ds.is_ok() && dpos.is_ok());
+            TopKArgs a{nullptr, rows, n, k, nullptr};
+            if (cut) a.positions = dpos->as<int64_t>(), a.ratio = kRatio;
+            for (const TopKSelectPath path : paths) {
+                a.select_path = path;
+                a.sorted = true;
+                const auto want = run_select(prec, *ds, a);
+                a.sorted = false;
+                const auto got = run_select(prec, *ds, a);
+                ASSERT_EQ(got.size(), want.size());
+                for (int64_t r = 0; r < rows; ++r) {
+                    const std::vector<int32_t> g(got.begin() + r * k, got.begin() + (r + 1) * k);
+                    const std::vector<int32_t> w(want.begin() + r * k, want.begin() + (r + 1) * k);
+                    const auto ordered = index_order(w.data(), k, s.data() + r * n);
+                    if (g == ordered) {
+                        in_index_order += ordered != w;  // (rows whose picks are already ascending count as neither)
+                    } else {
+                        EXPECT_EQ(g, w) << "row " << r << ", path " << int(path)
+                                        << ": neither the sorted picks nor the same picks in index order";
+                        rows_sorted++;
+                    }
+                }
+            }
+        }
+    EXPECT_GT(in_index_order, 0) << "no row came in index order: the unsorted output is not taken";
+    EXPECT_GT(rows_sorted, 0) << "no row of the cluster path's split rows came sorted";
 }
 
 // Signed zeros, infinities and NaN only: exactly sm90_topk's order (+0 above -0).

@@ -237,6 +237,9 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
     if (decode) {
         tp.positions = s.positions + r0;
         tp.ratio = 4;
+        // the split attention reads the picks as a set (class F, like its per-chunk maxima: decode_split_options);
+        // the sort was ~1/3 of a one-block select (docs/kernels/attention.md, "Unsorted picks at decode")
+        tp.sorted = false;
     }
     return cuda::sm90_topk_select(m.precision, tp, s.attn_workspace.data(), s.attn_workspace.bytes(), st);
 }

@@ -86,6 +86,12 @@ struct TopKArgs {
     const int64_t* positions = nullptr;                  // device [rows] or null
     int64_t ratio = 0;                                   // > 0 when positions is set
     TopKSelectPath select_path = TopKSelectPath::kAuto;  // sm90_topk_select only
+    // sm90_topk_select only. true: each row's picks by descending score, ties by ascending index (torch.topk's
+    // order, the CPU reference's). false: the same picks in an order that depends only on the scores and is the
+    // path's cheapest — rows selected on one CTA or in chunks give the keys above the k-th score in index order,
+    // then its ties in index order, without the sort (~1/3 of a one-block select); rows the cluster path splits
+    // over CTAs still come sorted. For consumers that read the picks as a set.
+    bool sorted = true;
 };
 Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
 

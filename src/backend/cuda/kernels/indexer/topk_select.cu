@@ -114,7 +114,7 @@ Status launch_short(const TopKArgs& a, StreamHandle stream, const std::string& o
     DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)),
                   op + ": shared memory opt-in");
     kernel<<<unsigned(a.rows), Cfg::kThreads, smem, stream>>>(static_cast<const ScoreT*>(a.scores), a.n, int(a.k),
-                                                              a.positions, a.ratio, a.idx);
+                                                              a.positions, a.ratio, a.sorted, a.idx);
     return launch_status(op.c_str());
 }
 
@@ -128,10 +128,10 @@ Status launch_cluster(const TopKArgs& a, StreamHandle stream, const std::string&
     if (a.rows * c.ctas > 0x7fffffff) return invalid_argument(op + ": too many rows for one launch");
     const ClusterLaunch launch(dim3(unsigned(a.rows * c.ctas)), dim3(Cfg::kThreads), cluster_smem<ScoreT>(c.share),
                                stream, dim3(unsigned(c.ctas)));
-    DSV4_CUDA_TRY(
-        cudaLaunchKernelEx(&launch.cfg, sm90_topk_select_cluster_kernel<ScoreT>, static_cast<const ScoreT*>(a.scores),
-                           a.n, int(a.k), a.positions, a.ratio, int(std::min<int64_t>(c.share, Cfg::kShortMax)), a.idx),
-        op + ": cluster launch");
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, sm90_topk_select_cluster_kernel<ScoreT>,
+                                     static_cast<const ScoreT*>(a.scores), a.n, int(a.k), a.positions, a.ratio,
+                                     int(std::min<int64_t>(c.share, Cfg::kShortMax)), a.sorted, a.idx),
+                  op + ": cluster launch");
     return launch_status((op + " (cluster)").c_str());
 }
 
@@ -154,7 +154,7 @@ Status launch_long(const TopKArgs& a, const SelectLayout& l, void* workspace, St
         DSV4_RETURN_IF_ERROR(launch_status((op + " histogram pass").c_str()));
     }
     sm90_topk_select_collect_kernel<ScoreT><<<grid, Cfg::kThreads, 0, stream>>>(
-        scores, a.n, int(a.k), a.positions, a.ratio, int(l.chunk), int(l.chunks), ws, a.idx);
+        scores, a.n, int(a.k), a.positions, a.ratio, int(l.chunk), int(l.chunks), a.sorted, ws, a.idx);
     return launch_status((op + " collect").c_str());
 }
 

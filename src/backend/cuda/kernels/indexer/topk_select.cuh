@@ -251,13 +251,15 @@ __device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64
 }
 
 // Block: sort the kk picks in buf[0..kk) (thread t reads slot t only) and write the row's k outputs. Only the warps
-// that hold picks sort; every thread < k writes.
+// that hold picks sort; every thread < k writes. sorted = false (TopKArgs::sorted) writes them in the order they
+// are in, which the callers make deterministic (the keys above the threshold in index order, then the ties).
 template <typename ScoreT, typename Code>
-__device__ __forceinline__ void block_sort_write(Code v, int kk, int k, Code* buf, int32_t* __restrict__ out) {
+__device__ __forceinline__ void block_sort_write(Code v, int kk, int k, Code* buf, int32_t* __restrict__ out,
+                                                 bool sorted) {
     int len = 1;
     while (len < kk) len <<= 1;
     const int tid = int(threadIdx.x);
-    if (tid < (len > 32 ? len : 32)) v = block_sort_desc(v, len, buf);
+    if (sorted && tid < (len > 32 ? len : 32)) v = block_sort_desc(v, len, buf);
     if (tid < k) {
         int32_t r = -1;
         if (tid < kk && PickCode<Code>::key(v) > SelectKey<ScoreT>::kNegInf) r = PickCode<Code>::index(v);
@@ -327,7 +329,7 @@ template <typename ScoreT, typename Code>
 __device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int n, int kk, int k,
                                              int32_t* __restrict__ out, ScoreT (&v)[TopKSelectConfig::kBatch],
                                              Code* buf, typename SelectKey<ScoreT>::T* keys,
-                                             BlockSelectShared<SelectKey<ScoreT>::kPasses>& sh) {
+                                             BlockSelectShared<SelectKey<ScoreT>::kPasses>& sh, bool sorted) {
     using Cfg = TopKSelectConfig;
     constexpr int kP = SelectKey<ScoreT>::kPasses;
     const int tid = int(threadIdx.x);
@@ -357,7 +359,7 @@ __device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int
     block_collect(keys, n, 0, prefix, 0u, 0u, remaining, n_above, buf, sh.counts);
     __syncthreads();
     const Code c = tid < kk ? buf[tid] : Code(0);
-    block_sort_write<ScoreT>(c, kk, k, buf, out);
+    block_sort_write<ScoreT>(c, kk, k, buf, out, sorted);
 }
 
 // Short rows: grid = rows, kThreads threads, dynamic shared memory = 2·kThreads picks + n keys (topk_select.cu).
@@ -366,7 +368,8 @@ __device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int
 template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
-                                  const int64_t* __restrict__ positions, int64_t ratio, int32_t* __restrict__ idx) {
+                                  const int64_t* __restrict__ positions, int64_t ratio, bool sorted,
+                                  int32_t* __restrict__ idx) {
     pdl_enter();
     using Cfg = TopKSelectConfig;
     using KeyT = typename SelectKey<ScoreT>::T;
@@ -388,7 +391,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         for (int j = tid; j < k; j += Cfg::kThreads) out[j] = -1;
         return;
     }
-    block_select(src, n, kk, k, out, v, buf, keys, sh);
+    block_select(src, n, kk, k, out, v, buf, keys, sh, sorted);
 }
 
 // Long rows, pass `pass`: grid = rows · chunks (block b: row b / chunks, chunk b % chunks), kThreads threads.
@@ -469,7 +472,7 @@ template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_collect_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
                                     const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks,
-                                    TopKSelectWorkspace ws, int32_t* __restrict__ idx) {
+                                    bool sorted, TopKSelectWorkspace ws, int32_t* __restrict__ idx) {
     pdl_enter();
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
@@ -537,7 +540,8 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     if (!is_last) return;
     __threadfence();
     const unsigned long long v = tid < kk ? __ldcg(row_picks + tid) : 0ull;
-    block_sort_write<ScoreT, unsigned long long>(v, kk, k, buf, idx + row * k);
+    // (the chunks placed their picks at offsets from the prefix over chunks: index order, then the ties)
+    block_sort_write<ScoreT, unsigned long long>(v, kk, k, buf, idx + row * k, sorted);
 }
 
 }  // namespace dsv4::cuda

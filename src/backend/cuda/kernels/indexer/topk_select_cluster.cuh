@@ -88,7 +88,7 @@ __device__ __forceinline__ void cluster_collect(const KeyT* keys, int count, int
 template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_cluster_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
-                                    const int64_t* __restrict__ positions, int64_t ratio, int single_max,
+                                    const int64_t* __restrict__ positions, int64_t ratio, int single_max, bool sorted,
                                     int32_t* __restrict__ idx) {
     pdl_enter();
     using Cfg = TopKSelectConfig;
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         ScoreT v[Cfg::kBatch];
         load_score_batch(v, scores + row * stride, 0, n, tid);
         auto* short_buf = reinterpret_cast<ShortCode<ScoreT>*>(topk_cluster_smem);
-        block_select(scores + row * stride, n, kk, k, idx + row * k, v, short_buf, keys, single);
+        block_select(scores + row * stride, n, kk, k, idx + row * k, v, short_buf, keys, single, sorted);
         return;
     }
     const int share = ((n + ctas - 1) / ctas + 31) & ~31;
@@ -165,7 +165,9 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     cluster.sync();  // every pick is in CTA 0's slots; no CTA reads another's memory after this
     if (rank != 0) return;
     const Code c = tid < kk ? buf[tid] : Code(0);
-    block_sort_write<ScoreT>(c, kk, k, buf, idx + row * k);
+    // sorted whatever the caller asked: the keys above the threshold took CTA 0's slots in atomic order, which is
+    // not deterministic
+    block_sort_write<ScoreT>(c, kk, k, buf, idx + row * k, true);
 }
 
 }  // namespace dsv4::cuda
