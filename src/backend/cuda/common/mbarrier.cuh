@@ -45,36 +45,33 @@ struct Watchdog {
     }
 };
 
+// kClusterScope: for a barrier that other CTAs of the cluster complete (st_async_cluster), acquire at cluster scope,
+// so their stores are visible to this thread once the phase has completed.
+template <bool kClusterScope = false>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
     uint32_t done = 0;
     Watchdog dog;
     while (!done) {
-        asm volatile(
-            "{ .reg .pred p;\n"
-            "  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "  selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(smem_u32(bar)), "r"(parity)
-            : "memory");
+        if constexpr (kClusterScope)
+            asm volatile(
+                "{ .reg .pred p;\n"
+                "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                "  selp.u32 %0, 1, 0, p; }"
+                : "=r"(done)
+                : "r"(smem_u32(bar)), "r"(parity)
+                : "memory");
+        else
+            asm volatile(
+                "{ .reg .pred p;\n"
+                "  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                "  selp.u32 %0, 1, 0, p; }"
+                : "=r"(done)
+                : "r"(smem_u32(bar)), "r"(parity)
+                : "memory");
         if (!done) dog.check();
     }
 }
-// mbar_wait for a barrier that other CTAs of the cluster complete (st_async_cluster): acquire at cluster scope, so
-// their stores are visible to this thread once the phase has completed.
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-    uint32_t done = 0;
-    Watchdog dog;
-    while (!done) {
-        asm volatile(
-            "{ .reg .pred p;\n"
-            "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-            "  selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(smem_u32(bar)), "r"(parity)
-            : "memory");
-        if (!done) dog.check();
-    }
-}
+
 // 16 bytes into CTA `rank` of the cluster at the offset of `dst` in this CTA's shared memory, counted (16 bytes of
 // complete_tx) on that CTA's barrier at the offset of `bar`: a remote store that needs no cluster barrier to be seen,
 // only the receiver's wait on its barrier (which its own thread armed with the bytes it expects).

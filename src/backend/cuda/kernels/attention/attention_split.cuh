@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
                                 tile_bar, tid, row_lo, share, ctas, rank);
             __syncthreads();  // this CTA's share
             if (ctas > 1) {   // the others'
-                mbar_wait_cluster(tile_bar, (phases >> 2) & 1u);
+                mbar_wait<true>(tile_bar, (phases >> 2) & 1u);
                 phases ^= 4u;
             }
             kv_s = tiles;
