@@ -119,7 +119,7 @@ __device__ __forceinline__ int raw_row_shift(const uint8_t* pool, int32_t s) {
 // r · kRawPitch + raw_row_shift; -1 rows were not copied and decode to +0) decoded into the bf16 tile kv_s
 // [64][kLd] of every CTA of the cluster (the CTAs of a cluster share the token and the chunk, so they need the same
 // rows): its own by plain stores, the others' by st.async counted on their tile barrier `tile_bar`
-// (kTileShareBytes per share), so a CTA needs no cluster barrier to see the tile, only its barrier's phase. The same
+// (share · kTileRowBytes bytes), so a CTA needs no cluster barrier to see the tile, only its barrier's phase. The same
 // values, in the same thread layout, as gather_packed_kv_block (attention.cuh) produces. Thread = channel chunk
 // tid % 64 (8 channels) of rows row_lo + tid / 64 + 4k.
 __device__ __forceinline__ void decode_packed_block(const uint8_t* raw, const int32_t* bi, const uint8_t* pool,
