@@ -90,7 +90,8 @@ struct TopKArgs {
     // order, the CPU reference's). false: the same picks in an order that depends only on the scores and is the
     // path's cheapest — rows selected on one CTA or in chunks give the keys above the k-th score in index order,
     // then its ties in index order, without the sort (~1/3 of a one-block select); rows the cluster path splits
-    // over CTAs still come sorted. For consumers that read the picks as a set.
+    // over CTAs still come sorted. A -1 (a pick whose score is -inf) may then sit among the real picks rather than
+    // after them. For consumers that read the picks as a set.
     bool sorted = true;
 };
 Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
