@@ -202,13 +202,21 @@ SlotState slot_state(const DeviceBuffer& ok, const DeviceBuffer& os, const Devic
             ps.data() ? ps.as<float>() + off : nullptr};
 }
 
-// Indexer scores over the sequence's paged keys and top-k for n rows from r0 into pass.index_topk [n, topk].
-Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t n_entries, bool decode) {
+// Indexer scores over the sequence's paged keys and top-k for n rows from r0 into pass.index_topk [n, topk]; or,
+// given a decode step's candidate lists `list`, into those lists (the select writes them: TopKArgs::list).
+Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t n_entries, bool decode,
+                   const cuda::AttnIndexArgs* list = nullptr) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t a = int64_t(m.act_bytes), k = c.index_topk, pages = m.cache.csa.pages_per_session;
-    if (n_entries == 0) return cuda::fill_async(s.index_topk.data(), 0xff, size_t(n * k) * 4, st);  // all -1
+    if (n_entries == 0) {
+        DSV4_RETURN_IF_ERROR(cuda::fill_async(s.index_topk.data(), 0xff, size_t(n * k) * 4, st));  // all -1
+        if (!list) return Status::ok();
+        cuda::AttnIndexArgs ia = *list;
+        ia.picks = s.index_topk.as<int32_t>();
+        return cuda::sm90_attn_index(ia, st);
+    }
     cuda::IndexerScoresArgs sp;
     sp.q = at(s.index_q, r0 * c.index_n_heads * c.index_head_dim * a);
     sp.keys = lc.keys.data();
@@ -240,6 +248,8 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
         // the split attention reads the picks as a set (class F, like its per-chunk maxima: decode_split_options);
         // the sort was ~1/3 of a one-block select (docs/kernels/attention.md, "Unsorted picks at decode")
         tp.sorted = false;
+        // the lists straight from the select: sm90_attn_index's launch off the chain
+        if (list) tp.list = *list, tp.idx = nullptr;
     }
     return cuda::sm90_topk_select(m.precision, tp, s.attn_workspace.data(), s.attn_workspace.bytes(), st);
 }
@@ -440,15 +450,6 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
     if (layer.ratio && !beside) DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, st));
     const int64_t topk = c.index_topk;
-    if (csa) {
-        if (beside) {
-            DSV4_RETURN_IF_ERROR(m.index_branch.join(st));
-        } else {  // right after the main compressor (CSA layers always have one)
-            DSV4_RETURN_IF_ERROR(decode_index_compressor(m, layer, layer_slot, rows, true, st));
-        }
-        DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true));
-    }
-    if (beside) DSV4_RETURN_IF_ERROR(m.attn_branch.join(st));
     const int64_t hca_cap = hca ? 64 * cache.hca.pages_per_session : 0;
     const int64_t width = cache.window + (csa ? topk : hca_cap);
     cuda::AttnIndexArgs ia;
@@ -461,11 +462,20 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     ia.slots = s.slots;
     ia.pass_rows = cache.pass_rows;
     if (layer.ratio) ia.entries = kv_entries(m, layer);
-    ia.picks = csa ? s.index_topk.as<int32_t>() : nullptr;
     ia.topk = csa ? topk : 0;
     ia.hca_entries = hca_cap;
     ia.ratio = layer.ratio;
-    DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
+    if (csa) {  // the select writes the lists (the window part too): no sm90_attn_index launch
+        if (beside) {
+            DSV4_RETURN_IF_ERROR(m.index_branch.join(st));
+        } else {  // right after the main compressor (CSA layers always have one)
+            DSV4_RETURN_IF_ERROR(decode_index_compressor(m, layer, layer_slot, rows, true, st));
+        }
+        DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true, &ia));
+    } else {
+        DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
+    }
+    if (beside) DSV4_RETURN_IF_ERROR(m.attn_branch.join(st));
     DSV4_RETURN_IF_ERROR(attend(m, layer, lc, 0, rows, width, true));
     cuda::RingStoreArgs rs;
     rs.n = rows;

@@ -5,6 +5,7 @@
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/glue/attn_index.cuh"
 #include "backend/cuda/kernels/glue/glue.h"
 
 namespace dsv4::cuda {
@@ -65,31 +66,19 @@ __global__ void scale_kernel(T* x, int64_t n, float scale) {
         x[i] = from_f32<T>(__fmul_rn(to_f32(x[i]), scale));
 }
 
-__device__ __forceinline__ int32_t entry_row(const PagedEntries& e, int32_t slot, int64_t j) {
-    return int32_t(e.entry_base + 64 * int64_t(e.table[int64_t(slot) * e.pages_per_session + j / 64]) + j % 64);
-}
-
 __global__ void attn_index_kernel(AttnIndexArgs a, int64_t width) {
     pdl_enter();
     const int64_t total = a.n * width;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t q = i / width, c = i % width, pos = a.positions[q];
-        const int64_t p0 = a.decode ? pos : a.p0, row0 = a.decode ? a.row0 + q : a.row0;
-        const int32_t slot = a.decode ? a.slots[q] : a.slot;
-        // the pass's local rows (PassRowsArgs): [chunk rows | ring | entries]
-        const int64_t ring0 = a.pass_local ? a.n : a.pass_rows + a.window * slot, entry0 = a.n + a.window;
-        auto entry = [&](int64_t j) { return a.pass_local ? int32_t(entry0 + j) : entry_row(a.entries, slot, j); };
+        const int64_t q = i / width, c = i % width;
         int32_t v = -1;
         if (c < a.win_cols) {
-            const int64_t first = pos - (a.window - 1) > 0 ? pos - (a.window - 1) : 0;
-            const int64_t p = first + c;
-            if (p <= pos) v = int32_t(p >= p0 ? (a.pass_local ? 0 : row0) + (p - p0) : ring0 + p % a.window);
+            v = attn_window_value(a, q, c);
         } else if (a.picks) {
-            const int32_t pick = a.picks[q * a.topk + (c - a.win_cols)];
-            if (pick >= 0) v = entry(pick);
+            v = attn_entry_value(a, q, a.picks[q * a.topk + (c - a.win_cols)]);
         } else {
             const int64_t j = c - a.win_cols;
-            if (j < (pos + 1) / a.ratio) v = entry(j);
+            if (j < (a.positions[q] + 1) / a.ratio) v = attn_entry_value(a, q, j);
         }
         a.idx[i] = v;
     }

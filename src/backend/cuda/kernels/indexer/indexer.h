@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common/stream.h"
+#include "backend/cuda/kernels/glue/glue.h"
 #include "backend/ops.h"
 
 namespace dsv4::cuda {
@@ -93,6 +94,11 @@ struct TopKArgs {
     // over CTAs still come sorted. A -1 (a pick whose score is -inf) may then sit among the real picks rather than
     // after them. For consumers that read the picks as a set.
     bool sorted = true;
+    // sm90_topk_select only. Optional (list.idx set): decode rows write the sparse attention's candidate lists
+    // instead of idx — row t's list as sm90_attn_index writes it with picks = these (its window part, then pick j
+    // as its entry's pool row, -1 staying -1), so that launch leaves a decode step's chain. Requires list.decode,
+    // list.n = rows, list.topk = k and no pass-local rows; list.picks is ignored and idx is not written (may be null).
+    AttnIndexArgs list;
 };
 Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
 

@@ -87,6 +87,13 @@ ClusterShape cluster_for(int64_t n) {
     return fits ? c : ClusterShape{0, 0};
 }
 
+// The kernels' output: the picks into idx, or the candidate lists (TopKArgs::list).
+PickOut pick_out(const TopKArgs& a) {
+    PickOut o;
+    o.idx = a.idx, o.k = int(a.k), o.list = a.list;
+    return o;
+}
+
 enum class Route { kShort, kCluster, kChunked };
 
 template <typename ScoreT>
@@ -113,8 +120,8 @@ Status launch_short(const TopKArgs& a, StreamHandle stream, const std::string& o
     constexpr size_t kMaxSmem = kPicks + size_t(Cfg::kShortLimit) * sizeof(KeyT);
     DSV4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)),
                   op + ": shared memory opt-in");
-    kernel<<<unsigned(a.rows), Cfg::kThreads, smem, stream>>>(static_cast<const ScoreT*>(a.scores), a.n, int(a.k),
-                                                              a.positions, a.ratio, a.sorted, a.idx);
+    kernel<<<unsigned(a.rows), Cfg::kThreads, smem, stream>>>(static_cast<const ScoreT*>(a.scores), a.n, a.positions,
+                                                              a.ratio, a.sorted, pick_out(a));
     return launch_status(op.c_str());
 }
 
@@ -129,8 +136,8 @@ Status launch_cluster(const TopKArgs& a, StreamHandle stream, const std::string&
     const ClusterLaunch launch(dim3(unsigned(a.rows * c.ctas)), dim3(Cfg::kThreads), cluster_smem<ScoreT>(c.share),
                                stream, dim3(unsigned(c.ctas)));
     DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, sm90_topk_select_cluster_kernel<ScoreT>,
-                                     static_cast<const ScoreT*>(a.scores), a.n, int(a.k), a.positions, a.ratio,
-                                     int(std::min<int64_t>(c.share, Cfg::kShortMax)), a.sorted, a.idx),
+                                     static_cast<const ScoreT*>(a.scores), a.n, a.positions, a.ratio,
+                                     int(std::min<int64_t>(c.share, Cfg::kShortMax)), a.sorted, pick_out(a)),
                   op + ": cluster launch");
     return launch_status((op + " (cluster)").c_str());
 }
@@ -154,7 +161,7 @@ Status launch_long(const TopKArgs& a, const SelectLayout& l, void* workspace, St
         DSV4_RETURN_IF_ERROR(launch_status((op + " histogram pass").c_str()));
     }
     sm90_topk_select_collect_kernel<ScoreT><<<grid, Cfg::kThreads, 0, stream>>>(
-        scores, a.n, int(a.k), a.positions, a.ratio, int(l.chunk), int(l.chunks), a.sorted, ws, a.idx);
+        scores, a.n, int(a.k), a.positions, a.ratio, int(l.chunk), int(l.chunks), a.sorted, ws, pick_out(a));
     return launch_status((op + " collect").c_str());
 }
 
@@ -196,8 +203,15 @@ size_t sm90_topk_select_workspace_bytes(const TopKArgs& a) {
 Status sm90_topk_select(Precision precision, const TopKArgs& a, void* workspace, size_t workspace_bytes,
                         StreamHandle stream) {
     const std::string op = "sm90_topk_select";
-    if (!a.scores || !a.idx || a.rows < 0 || a.n < 0 || a.k < 0)
+    const bool list = a.list.idx != nullptr;
+    if (!a.scores || (!a.idx && !list) || a.rows < 0 || a.n < 0 || a.k < 0)
         return invalid_argument(op + ": null pointer or bad shape");
+    if (list && (a.k <= 0 || !a.list.decode || a.list.pass_local || a.list.n != a.rows || a.list.topk != a.k ||
+                 a.list.win_cols < 0 || a.list.window <= 0 || !a.list.positions || !a.list.slots ||
+                 !a.list.entries.table || a.list.entries.pages_per_session <= 0 || a.list.hca_entries != 0))
+        return invalid_argument(op +
+                                ": candidate lists (TopKArgs::list) need a decode list of k picks per row: "
+                                "decode, rows and topk matching the call, positions, slots and the entry table");
     if (a.k > Cfg::kMaxK) return invalid_argument(op + ": k " + std::to_string(a.k) + " above the supported 1024");
     if (a.positions && a.ratio <= 0)
         return invalid_argument(op + ": positions need the compression ratio (got " + std::to_string(a.ratio) + ")");

@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/glue/attn_index.cuh"
 #include "backend/cuda/kernels/indexer/indexer.cuh"
 #include "backend/cuda/kernels/indexer/indexer.h"
 
@@ -75,6 +76,34 @@ struct TopKSelectWorkspace {
     unsigned* tickets = nullptr;          // [rows] CTAs of the collect kernel done (zeroed per call)
     unsigned* above = nullptr;            // [rows, chunks, kBins] keys of the chunk > (prefix | d)
     unsigned* equal = nullptr;            // [rows, chunks, kBins] keys of the chunk == (prefix | d)
+};
+
+// Where a row's k outputs go: idx[row, 0..k) (TopKArgs::idx), or with list.idx set the row's candidate list for the
+// sparse attention (TopKArgs::list): its window columns, then each pick as its entry's pool row.
+struct PickOut {
+    int32_t* idx = nullptr;
+    int k = 0;
+    AttnIndexArgs list;
+
+    // output j < k of `row`: the pick's index, or -1
+    __device__ __forceinline__ void store(int64_t row, int j, int32_t pick) const {
+        if (!list.idx) {
+            idx[row * k + j] = pick;
+            return;
+        }
+        list.idx[row * (list.win_cols + k) + list.win_cols + j] = attn_entry_value(list, row, pick);
+    }
+    // the list's window columns c = first, first + step, ... (nothing without a list)
+    __device__ __forceinline__ void store_window(int64_t row, int first, int step) const {
+        if (!list.idx) return;
+        for (int c = first; c < list.win_cols; c += step)
+            list.idx[row * (list.win_cols + k) + c] = attn_window_value(list, row, c);
+    }
+    // a row without picks: every output -1, and the window columns
+    __device__ __forceinline__ void store_none(int64_t row, int first, int step) const {
+        for (int j = first; j < k; j += step) store(row, j, -1);
+        store_window(row, first, step);
+    }
 };
 
 // The row's scores base + u·kThreads + tid (u < kBatch) into v, all loads issued before any is used; entries at
@@ -250,21 +279,23 @@ __device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64
     }
 }
 
-// Block: sort the kk picks in buf[0..kk) (thread t reads slot t only) and write the row's k outputs. Only the warps
-// that hold picks sort; every thread < k writes. sorted = false (TopKArgs::sorted) writes them in the order they
-// are in, which the callers make deterministic (the keys above the threshold in index order, then the ties).
+// Block: sort the kk picks in buf[0..kk) (thread t reads slot t only) and write the row's outputs. Only the warps
+// that hold picks sort; every thread < k writes (and, into a list, the threads < its window columns). sorted = false
+// (TopKArgs::sorted) writes them in the order they are in, which the callers make deterministic (the keys above the
+// threshold in index order, then the ties).
 template <typename ScoreT, typename Code>
-__device__ __forceinline__ void block_sort_write(Code v, int kk, int k, Code* buf, int32_t* __restrict__ out,
+__device__ __forceinline__ void block_sort_write(Code v, int kk, Code* buf, const PickOut& out, int64_t row,
                                                  bool sorted) {
     int len = 1;
     while (len < kk) len <<= 1;
     const int tid = int(threadIdx.x);
     if (sorted && tid < (len > 32 ? len : 32)) v = block_sort_desc(v, len, buf);
-    if (tid < k) {
+    if (tid < out.k) {
         int32_t r = -1;
         if (tid < kk && PickCode<Code>::key(v) > SelectKey<ScoreT>::kNegInf) r = PickCode<Code>::index(v);
-        out[tid] = r;
+        out.store(row, tid, r);
     }
+    out.store_window(row, tid, TopKSelectConfig::kThreads);
 }
 
 // Short rows: pick codes of the one-block path (32-bit for bf16 keys, see PickCode).
@@ -320,15 +351,15 @@ struct BlockSelectShared {
     DigitPick sel[kP];
 };
 
-// Block: the row's k outputs from its n scores at src (1 <= n, kk = min(n, k) >= 1), the whole row in one CTA: keys
+// Block: the row's outputs from its n scores at src (1 <= n, kk = min(n, k) >= 1), the whole row in one CTA: keys
 // in keys[n], picks in buf [2][kThreads]. v holds the first batch of scores (load_score_batch at base 0, loaded for
 // at least i < n): callers issue it before they know n. Every pass has its own histogram (zeroed once, while those
 // loads are in flight); one warp picks each digit (every warp picking it redundantly measured slower: 32 warps'
 // shuffle chains contend for the schedulers).
 template <typename ScoreT, typename Code>
-__device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int n, int kk, int k,
-                                             int32_t* __restrict__ out, ScoreT (&v)[TopKSelectConfig::kBatch],
-                                             Code* buf, typename SelectKey<ScoreT>::T* keys,
+__device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int n, int kk, const PickOut& out,
+                                             int64_t row, ScoreT (&v)[TopKSelectConfig::kBatch], Code* buf,
+                                             typename SelectKey<ScoreT>::T* keys,
                                              BlockSelectShared<SelectKey<ScoreT>::kPasses>& sh, bool sorted) {
     using Cfg = TopKSelectConfig;
     constexpr int kP = SelectKey<ScoreT>::kPasses;
@@ -359,7 +390,7 @@ __device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int
     block_collect(keys, n, 0, prefix, 0u, 0u, remaining, n_above, buf, sh.counts);
     __syncthreads();
     const Code c = tid < kk ? buf[tid] : Code(0);
-    block_sort_write<ScoreT>(c, kk, k, buf, out, sorted);
+    block_sort_write<ScoreT>(c, kk, buf, out, row, sorted);
 }
 
 // Short rows: grid = rows, kThreads threads, dynamic shared memory = 2·kThreads picks + n keys (topk_select.cu).
@@ -367,9 +398,8 @@ __device__ __forceinline__ void block_select(const ScoreT* __restrict__ src, int
 // known (the whole stride is read, keys past the count are masked).
 template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
-    sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
-                                  const int64_t* __restrict__ positions, int64_t ratio, bool sorted,
-                                  int32_t* __restrict__ idx) {
+    sm90_topk_select_short_kernel(const ScoreT* __restrict__ scores, int64_t stride,
+                                  const int64_t* __restrict__ positions, int64_t ratio, bool sorted, PickOut out) {
     pdl_enter();
     using Cfg = TopKSelectConfig;
     using KeyT = typename SelectKey<ScoreT>::T;
@@ -385,13 +415,12 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     ScoreT v[Cfg::kBatch];
     load_score_batch(v, src, 0, int(stride), tid);  // stride <= kShortLimit (launcher); in flight while n is read
     const int n = int(select_row_count(stride, positions, ratio, row));
-    const int kk = min(n, k);
-    int32_t* out = idx + row * k;
+    const int kk = min(n, out.k);
     if (kk == 0) {
-        for (int j = tid; j < k; j += Cfg::kThreads) out[j] = -1;
+        out.store_none(row, tid, Cfg::kThreads);
         return;
     }
-    block_select(src, n, kk, k, out, v, buf, keys, sh, sorted);
+    block_select(src, n, kk, out, row, v, buf, keys, sh, sorted);
 }
 
 // Long rows, pass `pass`: grid = rows · chunks (block b: row b / chunks, chunk b % chunks), kThreads threads.
@@ -467,12 +496,12 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     }
 }
 
-// Long rows: each chunk writes its picks into the row's slots, the row's last CTA sorts them and writes idx.
+// Long rows: each chunk writes its picks into the row's slots, the row's last CTA sorts them and writes the outputs.
 template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_collect_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
                                     const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks,
-                                    bool sorted, TopKSelectWorkspace ws, int32_t* __restrict__ idx) {
+                                    bool sorted, TopKSelectWorkspace ws, PickOut out) {
     pdl_enter();
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
@@ -541,7 +570,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     __threadfence();
     const unsigned long long v = tid < kk ? __ldcg(row_picks + tid) : 0ull;
     // (the chunks placed their picks at offsets from the prefix over chunks: index order, then the ties)
-    block_sort_write<ScoreT, unsigned long long>(v, kk, k, buf, idx + row * k, sorted);
+    block_sort_write<ScoreT, unsigned long long>(v, kk, buf, out, row, sorted);
 }
 
 }  // namespace dsv4::cuda

@@ -87,9 +87,9 @@ __device__ __forceinline__ void cluster_collect(const KeyT* keys, int count, int
 // short context sees little) is selected by CTA 0 alone on the one-block path's code, without the cluster's barriers.
 template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
-    sm90_topk_select_cluster_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
+    sm90_topk_select_cluster_kernel(const ScoreT* __restrict__ scores, int64_t stride,
                                     const int64_t* __restrict__ positions, int64_t ratio, int single_max, bool sorted,
-                                    int32_t* __restrict__ idx) {
+                                    PickOut out) {
     pdl_enter();
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
@@ -111,10 +111,9 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     const int64_t row = blockIdx.x / unsigned(ctas);
     const int tid = int(threadIdx.x);
     const int n = int(select_row_count(stride, positions, ratio, row));
-    const int kk = min(n, k);
+    const int kk = min(n, out.k);
     if (kk == 0) {  // the same for every CTA of the cluster: none touches another's memory
-        if (rank == 0)
-            for (int j = tid; j < k; j += Cfg::kThreads) idx[row * k + j] = -1;
+        if (rank == 0) out.store_none(row, tid, Cfg::kThreads);
         return;
     }
     if (n <= single_max) {  // the same for every CTA: CTA 0 takes the row alone, no cluster barrier at all
@@ -122,7 +121,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         ScoreT v[Cfg::kBatch];
         load_score_batch(v, scores + row * stride, 0, n, tid);
         auto* short_buf = reinterpret_cast<ShortCode<ScoreT>*>(topk_cluster_smem);
-        block_select(scores + row * stride, n, kk, k, idx + row * k, v, short_buf, keys, single, sorted);
+        block_select(scores + row * stride, n, kk, out, row, v, short_buf, keys, single, sorted);
         return;
     }
     const int share = ((n + ctas - 1) / ctas + 31) & ~31;
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     const Code c = tid < kk ? buf[tid] : Code(0);
     // sorted whatever the caller asked: the keys above the threshold took CTA 0's slots in atomic order, which is
     // not deterministic
-    block_sort_write<ScoreT>(c, kk, k, buf, idx + row * k, true);
+    block_sort_write<ScoreT>(c, kk, buf, out, row, true);
 }
 
 }  // namespace dsv4::cuda
