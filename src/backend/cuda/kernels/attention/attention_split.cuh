@@ -62,6 +62,8 @@ struct AttnSplitConfig {
     static constexpr int kCombineThreads = kDim / 4;      // 4 channels per thread
     static constexpr int kCombineMaxBatch = 16;           // the combine's largest one-batch instance
     static constexpr int kPartialFloats = kHeads * kDim;  // o of one partial
+    // the partial's o staged in f32 rows [16][kOutLd] (conflict-free float2 fragment stores, float4 row reads)
+    static constexpr int kOutLd = kDim + 8;
     // shared-memory layout (bytes; every region 16-byte aligned)
     static constexpr size_t kQBytes = size_t(kHeads) * kLd * 2;               // 16,640
     static constexpr size_t kTileBytes = size_t(kBlock) * kLd * 2;            // 66,560
@@ -80,6 +82,9 @@ struct AttnSplitConfig {
 };
 static_assert(AttnSplitConfig::smem_bytes(true) == 166456 && AttnSplitConfig::smem_bytes(false) == 157240,
               "the layout the documentation quotes");
+// the o staging reuses one raw stage (packed) or one bf16 tile (unpacked)
+static_assert(size_t(AttnSplitConfig::kHeads) * AttnSplitConfig::kOutLd * 4 <= AttnSplitConfig::kRawStageBytes &&
+              size_t(AttnSplitConfig::kHeads) * AttnSplitConfig::kOutLd * 4 <= AttnSplitConfig::kTileBytes);
 static_assert(AttnSplitConfig::kRawRow % 16 == 8 && AttnSplitConfig::kRawPitch % 16 == 0 &&
               AttnSplitConfig::kRawBulk % 16 == 0 && AttnSplitConfig::kRawStageBytes % 16 == 0);
 
@@ -427,17 +432,33 @@ __global__ void __launch_bounds__(AttnSplitConfig::kThreads, 1)
             p.part_ml[part * 2 * Cfg::kHeads + tid] = m_s[tid];
             p.part_ml[part * 2 * Cfg::kHeads + Cfg::kHeads + tid] = sum_s[tid];
         }
-        float* po = p.part_o + part * Cfg::kPartialFloats;
+        // o goes through shared memory, as the wgmma kernel's partials do (attention_wgmma.cuh), so that it leaves
+        // in coalesced 16-byte row stores instead of 16 scattered 8-byte ones per thread (their drain was ~15% of
+        // the CTA's samples at batch 1). The buffer is the stage the last block did not use: no copy is pending into
+        // it (none is issued for a last block, and every issued one was waited for), this CTA last read it before
+        // the previous iteration's final barrier (or never), and no other CTA ever writes it (the cluster's st.async
+        // stores go to the decoded tile only, packed), so no barrier is needed before the writes.
+        float* o_s = kPacked ? reinterpret_cast<float*>(raw_s + (stage ^ 1) * Cfg::kRawStageBytes)
+                             : reinterpret_cast<float*>(tiles + (stage ^ 1) * Cfg::kBlock * Cfg::kLd);
 #pragma unroll
         for (int nt = 0; nt < Cfg::kChanTiles; ++nt) {
             const int ch = (warp * Cfg::kChanTiles + nt) * 8 + 2 * qd;
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int h = g + 8 * half;
-                if (h < h_valid)
-                    *reinterpret_cast<float2*>(po + h * Cfg::kDim + ch) =
-                        make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
-            }
+            for (int half = 0; half < 2; ++half)
+                *reinterpret_cast<float2*>(o_s + (g + 8 * half) * Cfg::kOutLd + ch) =
+                    make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+        }
+        __syncthreads();  // (every thread reaches it: the loop's exit is uniform)
+        // thread = 16 bytes of row 2k + tid / 128: a warp stores 512 contiguous bytes of one head row
+        float* po = p.part_o + part * Cfg::kPartialFloats;
+        constexpr int kRowPieces = Cfg::kDim / 4, kRowsPerPass = Cfg::kThreads / kRowPieces;  // 128, 2
+        const int ch = 4 * (tid % kRowPieces);
+#pragma unroll
+        for (int k = 0; k < Cfg::kHeads / kRowsPerPass; ++k) {
+            const int h = kRowsPerPass * k + tid / kRowPieces;
+            if (h < h_valid)
+                *reinterpret_cast<float4*>(po + h * Cfg::kDim + ch) =
+                    *reinterpret_cast<const float4*>(o_s + h * Cfg::kOutLd + ch);
         }
     }
 }
