@@ -175,12 +175,13 @@ struct Timing {
     bool graph = false;
 };
 
-// One timed part of the CSA layer as its bench function set it up: call(i) launches it on rotation i < rotations.
-// Handed to a caller's continuation while the function's buffers are alive, so the whole layer can be timed as one
-// graph (--layer).
+// One timed part of the CSA layer as its bench function set it up: on(i, stream) launches it on rotation
+// i < rotations. Handed to a caller's continuation while the function's buffers are alive, so the whole layer can be
+// timed as one graph (--layer), parts on graph branches where a decode step runs them beside its chain.
 struct Part {
     int rotations = 0;
-    std::function<Status(int)> call;
+    std::function<Status(int, StreamHandle)> on;
+    Status call(int i) const { return on(i % rotations, g->s); }
 };
 
 // Median time of one call(i) (i = rotation index < rotations).
@@ -490,10 +491,10 @@ AttentionTimes bench_attention(bool csa, int64_t B, int64_t ctx, bool split,
     times.one_pass = tp.us;
     if (split) times.split_ref = ts_ref.us;
     if (split && with_part)  // the mode a decode step runs: plain (each chunk from its own maximum)
-        with_part(Part{rotations, [&](int i) {
+        with_part(Part{rotations, [&](int i, StreamHandle st) {
                            SparseAttnSplitOptions plain;
                            plain.match_reference_max = false;
-                           return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, g->s, plain);
+                           return sm90_sparse_attn_split(kRef, args(i, true), ws.data(), ws_bytes, st, plain);
                        }});
     return times;
 }
@@ -539,8 +540,13 @@ IndexerScoresArgs finished_query_call(const FinishedQueries& fq, int64_t row, co
 struct IndexerTimes {
     double with_topk = -1, with_select = -1;
 };
-IndexerTimes bench_indexer(int64_t B, int64_t ctx,
-                           const std::function<void(const Part& scores, const Part& select)>& with_parts = {}) {
+// The indexer's launches of a decode step for the layer graph: the query finish, the scores, the unsorted select
+// into picks and sm90_attn_index over them (the engine's chain before the select wrote the lists), and the select
+// writing the attention's candidate lists itself (TopKArgs::list, the engine's chain since).
+struct IndexerParts {
+    Part q_finish, scores, select, attn_index, select_lists;
+};
+IndexerTimes bench_indexer(int64_t B, int64_t ctx, const std::function<void(const IndexerParts&)>& with_parts = {}) {
     const std::string cn = ctx_name(ctx);
     const int64_t entries = ctx / kCsaRatio, pps = (entries + kPage - 1) / kPage;
     const int64_t copy_rows = B * pps * kPage;
@@ -570,14 +576,14 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     CHECK(g->stream.synchronize());
 
     // the finished query as the engine hands it over; path: the engine's (kAuto: integer) or the bf16 kernel
-    auto score_with = [&](int i, IndexerScoresArgs::Path path) {
+    auto score_with = [&](int i, IndexerScoresArgs::Path path, StreamHandle st) {
         IndexerScoresArgs a = finished_query_call(
             fq, int64_t(i) * B, keys.data(), w.as<uint8_t>() + size_t(i) * w_bytes, B, entries, pos.as<int64_t>(),
             scores.data(), d_pages.as<int32_t>() + size_t(i) * size_t(B * pps), pps, path);
         a.visible_only = true;
-        return sm90_indexer_scores(kRef, a, g->s);
+        return sm90_indexer_scores(kRef, a, st);
     };
-    auto score = [&](int i) { return score_with(i, IndexerScoresArgs::Path::kAuto); };
+    auto score = [&](int i) { return score_with(i, IndexerScoresArgs::Path::kAuto, g->s); };
     auto topk = [&]() {
         TopKArgs a;
         a.scores = scores.data();
@@ -600,7 +606,8 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
                   (long long)entries, copy_bytes / 1e6, pool_copies);
     print_row(B, cn, "indexer scores (paged packed FP4 keys, integer wgmma)", ts, key_bytes + double(scores_bytes),
               flops, note);
-    const Timing ts_bf16 = time_op(rotations, [&](int i) { return score_with(i, IndexerScoresArgs::Path::kBf16); });
+    const Timing ts_bf16 =
+        time_op(rotations, [&](int i) { return score_with(i, IndexerScoresArgs::Path::kBf16, g->s); });
     std::snprintf(note, sizeof note, "same scores bit for bit; the integer path (row above) is %.2fx its speed",
                   ts_bf16.us / ts.us);
     print_row(B, cn, "indexer scores, bf16 mma.sync path", ts_bf16, key_bytes + double(scores_bytes), flops, note);
@@ -632,6 +639,35 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
     std::snprintf(note, sizeof note, "the same picks unsorted, as decode takes them; %.2fx the sorted speed",
                   tks.us / tun.us);
     print_row(B, cn, "top-512 select, unsorted (total minus scores)", tun, topk_bytes, 0, note);
+    // the attention's candidate lists [B, window | picks] as a decode step makes them: sm90_attn_index over the
+    // picks, or the select writing them (TopKArgs::list); the K=V entry table is the key pages' (same shape)
+    std::vector<int32_t> slot_ids(static_cast<size_t>(B));
+    std::iota(slot_ids.begin(), slot_ids.end(), 0);
+    DeviceBuffer d_slots = upload(slot_ids, "slots");
+    DeviceBuffer lists = alloc(size_t(B * (kWindow + kTopk)) * 4, "candidate lists");
+    AttnIndexArgs ia;
+    ia.idx = lists.as<int32_t>(), ia.n = B, ia.win_cols = kWindow, ia.window = kWindow;
+    ia.positions = pos.as<int64_t>(), ia.decode = true, ia.slots = d_slots.as<int32_t>(), ia.pass_rows = B;
+    ia.entries = PagedEntries{B + kWindow * B, d_pages.as<int32_t>(), pps};
+    ia.picks = picks.as<int32_t>(), ia.topk = kTopk;
+    TopKArgs la = ua;
+    la.idx = nullptr, la.list = ia;
+    Timing t_two = time_op(rotations, [&](int i) {
+        DSV4_RETURN_IF_ERROR(score(i));
+        DSV4_RETURN_IF_ERROR(sm90_topk_select(kRef, ua, sel_ws.data(), sel_bytes, g->s));
+        return sm90_attn_index(ia, g->s);
+    });
+    Timing t_lists = time_op(rotations, [&](int i) {
+        DSV4_RETURN_IF_ERROR(score(i));
+        return sm90_topk_select(kRef, la, sel_ws.data(), sel_bytes, g->s);
+    });
+    t_two.us = std::max(1e-3, t_two.us - ts.us), t_lists.us = std::max(1e-3, t_lists.us - ts.us);
+    std::snprintf(note, sizeof note,
+                  "unsorted, the window part and each pick's pool row written by the select; select + "
+                  "sm90_attn_index: %.2f us",
+                  t_two.us);
+    print_row(B, cn, "top-512 select writing the attention's lists (total minus scores)", t_lists,
+              topk_bytes + double(B * kWindow) * 4, 0, note);
     if (entries > kTopkSelectShortMax) {  // rows the one-block path does not take: the chunked path beside the default
         TopKArgs ca = sa;
         ca.select_path = TopKSelectPath::kChunked;
@@ -649,9 +685,33 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx,
               "fused minimum would be keys + q + w + picks");
     IndexerTimes times;
     times.with_topk = tt.us, times.with_select = tsel.us;
-    if (with_parts)
-        with_parts(Part{rotations, score},
-                   Part{1, [&](int) { return sm90_topk_select(kRef, ua, sel_ws.data(), sel_bytes, g->s); }});
+    if (with_parts) {
+        // the query finish on scratch copies (it rewrites its query in place; the scores keep their inputs)
+        DeviceBuffer qf_q = random_bf16(int64_t(rotations) * B * kIndexHeads * kIndexDim, "query finish q");
+        DeviceBuffer qf_w = random_bf16(int64_t(rotations) * B * kIndexHeads, "query finish w", 0.0f, 0.1f);
+        DeviceBuffer qf_int = alloc(size_t(rotations) * size_t(B * kIndexHeads * kIndexDim), "query finish ints");
+        DeviceBuffer qf_exp = alloc(size_t(rotations) * size_t(B * kIndexHeads * 4), "query finish exponents");
+        IndexerParts parts;
+        parts.q_finish = Part{rotations, [&](int i, StreamHandle st) {
+                                  IndexerQFinishArgs a;
+                                  a.q = qf_q.as<uint8_t>() + size_t(i) * q_bytes, a.tokens = B, a.heads = kIndexHeads;
+                                  a.positions = pos.as<int64_t>(), a.freqs = g->freqs;
+                                  a.q_int = qf_int.as<int8_t>() + i * B * kIndexHeads * kIndexDim;
+                                  a.q_exp = qf_exp.as<int8_t>() + i * B * kIndexHeads * 4;
+                                  a.w = qf_w.as<uint8_t>() + size_t(i) * w_bytes;
+                                  a.w_scale =
+                                      float(1.0 / std::sqrt(double(kIndexDim)) / std::sqrt(double(kIndexHeads)));
+                                  return sm90_indexer_q_finish(a, st);
+                              }};
+        parts.scores =
+            Part{rotations, [&](int i, StreamHandle st) { return score_with(i, IndexerScoresArgs::Path::kAuto, st); }};
+        parts.select =
+            Part{1, [&](int, StreamHandle st) { return sm90_topk_select(kRef, ua, sel_ws.data(), sel_bytes, st); }};
+        parts.attn_index = Part{1, [&](int, StreamHandle st) { return sm90_attn_index(ia, st); }};
+        parts.select_lists =
+            Part{1, [&](int, StreamHandle st) { return sm90_topk_select(kRef, la, sel_ws.data(), sel_bytes, st); }};
+        with_parts(parts);
+    }
     return times;
 }
 
@@ -838,10 +898,12 @@ CompressorTimes bench_compressor(int64_t B, bool indexer) {
     return out;
 }
 
-// Both compressors of a CSA layer's decode step back to back, as the engine launches them: the main one, then the
-// indexer-key one with CompressorDecodeArgs::independent_of_previous (it starts alongside the main one in the
-// programmatic graph and waits for it at exit) against the same pair without it. Returns the pair's time (µs).
-double bench_compressor_pair(int64_t B, const std::function<void(const Part& pair)>& with_part = {}) {
+// Both compressors of a CSA layer's decode step back to back, as the engine launches them when it does not run them
+// on graph branches: the main one, then the indexer-key one with CompressorDecodeArgs::independent_of_previous (it
+// starts alongside the main one in the programmatic graph and waits for it at exit) against the same pair without
+// it. Returns the pair's time (µs). with_parts gets the pair and each compressor alone (main, index).
+double bench_compressor_pair(
+    int64_t B, const std::function<void(const Part& pair, const Part& main, const Part& index)>& with_parts = {}) {
     const char* op = "compressor close, CSA main + indexer keys (fused pair, overlapped)";
     const int64_t ratio = kCsaRatio;
     struct Side {
@@ -877,7 +939,7 @@ double bench_compressor_pair(int64_t B, const std::function<void(const Part& pai
         for (int64_t j = 0; j < pps; ++j) table[size_t(b * pps + j)] = int32_t(b);
     DeviceBuffer d_slots = upload(slots, "slots"), d_table = upload(table, "entry page table");
     CHECK(g->stream.synchronize());
-    auto launch = [&](const Side& sd, int i, bool independent) {
+    auto launch = [&](const Side& sd, int i, bool independent, StreamHandle st) {
         const size_t so = size_t(i) * size_t(B * ratio * sd.width), po = size_t(i) * size_t(B * sd.width);
         CompressorDecodeArgs a;
         a.n = B, a.positions = pos.as<int64_t>(), a.slots = d_slots.as<int32_t>();
@@ -889,64 +951,89 @@ double bench_compressor_pair(int64_t B, const std::function<void(const Part& pai
         a.freqs = g->freqs, a.eps = 1e-6f;
         a.entries = PagedEntries{0, d_table.as<int32_t>(), pps}, a.pool = sd.pool.data();
         a.independent_of_previous = independent;
-        return sm90_compressor_decode_fused(kRef, a, g->s);
+        return sm90_compressor_decode_fused(kRef, a, st);
+    };
+    auto pair = [&](int i, StreamHandle st) {
+        DSV4_RETURN_IF_ERROR(launch(sides[0], i, false, st));
+        return launch(sides[1], i, true, st);
     };
     const Timing serial = time_op(rotations, [&](int i) {
-        DSV4_RETURN_IF_ERROR(launch(sides[0], i, false));
-        return launch(sides[1], i, false);
+        DSV4_RETURN_IF_ERROR(launch(sides[0], i, false, g->s));
+        return launch(sides[1], i, false, g->s);
     });
-    const Timing overlapped = time_op(rotations, [&](int i) {
-        DSV4_RETURN_IF_ERROR(launch(sides[0], i, false));
-        return launch(sides[1], i, true);
-    });
+    const Timing overlapped = time_op(rotations, [&](int i) { return pair(i, g->s); });
     char note[256];
     std::snprintf(note, sizeof note,
                   "the key compressor independent_of_previous; the same pair waiting: %.2f us "
                   "(%.2fx)",
                   serial.us, serial.us / overlapped.us);
     print_row(B, "any", op, overlapped, 0, 0, note);
-    if (with_part)
-        with_part(Part{rotations, [&](int i) {
-                           DSV4_RETURN_IF_ERROR(launch(sides[0], i, false));
-                           return launch(sides[1], i, true);
-                       }});
+    if (with_parts)
+        with_parts(Part{rotations, pair},
+                   Part{rotations, [&](int i, StreamHandle st) { return launch(sides[0], i, false, st); }},
+                   Part{rotations, [&](int i, StreamHandle st) { return launch(sides[1], i, false, st); }});
     return overlapped.us;
 }
 
-// The CSA layer at batch 1, 8K context with the best kernels, as the sum of its parts timed alone and as one graph
-// of all its launches (compressor pair, indexer scores, top-512 select with unsorted picks, the plain split attention
-// — partials and combine, one call — as decode runs them) in the order a decode step runs them, with programmatic
-// edges: the
-// launch and drain of each kernel then overlap its neighbours as in `dsv4 generate`. The parts read their own
-// rotated inputs (the attention's index lists are not the select's output), so the graph has the engine's launch
-// chain, not its data flow.
+// The CSA layer at batch 1, 8K context as a decode step runs it, timed as one graph of its launches with
+// programmatic edges (the launch and drain of each kernel overlap its neighbours as in `dsv4 generate`) and the
+// engine's branches (gpu_attention.cpp): the main compressor on one branch joined before the attention, the indexer's
+// compressor on another joined before the scores, beside the query finish; then scores, top-512 select (unsorted)
+// writing the candidate lists, and the plain split attention (partials and combine). Also timed: the same with the
+// select's picks listed by sm90_attn_index (decode before the select wrote the lists), and the serial chain this
+// benchmark timed until 2026-12-04 (compressor pair, scores, select, attention; no query finish, no lists). The
+// parts read their own rotated inputs (the attention's lists are not the select's output), so a graph has the
+// engine's launch chain, not its data flow. The query projections before the finish and the ring store after the
+// attention are not in it.
 void bench_layer_graph() {
     constexpr int64_t B = 1, ctx = 8192;
-    bench_compressor_pair(B, [&](const Part& pair) {
-        bench_indexer(B, ctx, [&](const Part& scores, const Part& select) {
+    auto main_fork = StreamFork::create(), index_fork = StreamFork::create();
+    CHECK(main_fork.status());
+    CHECK(index_fork.status());
+    bench_compressor_pair(B, [&](const Part& pair, const Part& main_c, const Part& index_c) {
+        bench_indexer(B, ctx, [&](const IndexerParts& ix) {
             bench_attention(true, B, ctx, true, [&](const Part& attn) {
-                const Timing parts[4] = {time_op(pair.rotations, pair.call), time_op(scores.rotations, scores.call),
-                                         time_op(select.rotations,
-                                                 [&](int i) {
-                                                     DSV4_RETURN_IF_ERROR(scores.call(i % scores.rotations));
-                                                     return select.call(i);
-                                                 }),
-                                         time_op(attn.rotations, attn.call)};
-                const int rotations = std::max({pair.rotations, scores.rotations, attn.rotations});
-                const Timing whole = time_op(rotations, [&](int i) {
-                    DSV4_RETURN_IF_ERROR(pair.call(i % pair.rotations));
-                    DSV4_RETURN_IF_ERROR(scores.call(i % scores.rotations));
-                    DSV4_RETURN_IF_ERROR(select.call(i));
-                    return attn.call(i % attn.rotations);
+                auto alone = [](const Part& p) { return time_op(p.rotations, [&](int i) { return p.call(i); }); };
+                const Timing t_main = alone(main_c), t_index = alone(index_c), t_qf = alone(ix.q_finish),
+                             t_scores = alone(ix.scores), t_attn = alone(attn);
+                const int rotations = std::max({pair.rotations, ix.scores.rotations, attn.rotations});
+                const auto chain = [&](bool lists) {
+                    return time_op(rotations, [&](int i) -> Status {
+                        const StreamHandle s = g->s;
+                        DSV4_RETURN_IF_ERROR(main_fork->fork(s));
+                        DSV4_RETURN_IF_ERROR(main_c.on(i % main_c.rotations, main_fork->side()));
+                        DSV4_RETURN_IF_ERROR(index_fork->fork(s));
+                        DSV4_RETURN_IF_ERROR(index_c.on(i % index_c.rotations, index_fork->side()));
+                        DSV4_RETURN_IF_ERROR(ix.q_finish.call(i));
+                        DSV4_RETURN_IF_ERROR(index_fork->join(s));
+                        DSV4_RETURN_IF_ERROR(ix.scores.call(i));
+                        if (lists) {
+                            DSV4_RETURN_IF_ERROR(ix.select_lists.call(i));
+                        } else {
+                            DSV4_RETURN_IF_ERROR(ix.select.call(i));
+                            DSV4_RETURN_IF_ERROR(ix.attn_index.call(i));
+                        }
+                        DSV4_RETURN_IF_ERROR(main_fork->join(s));
+                        return attn.call(i);
+                    });
+                };
+                const Timing whole = chain(true), whole_two = chain(false);
+                const Timing serial = time_op(rotations, [&](int i) {
+                    DSV4_RETURN_IF_ERROR(pair.call(i));
+                    DSV4_RETURN_IF_ERROR(ix.scores.call(i));
+                    DSV4_RETURN_IF_ERROR(ix.select.call(i));
+                    return attn.call(i);
                 });
-                const double select_us = parts[2].us - parts[1].us;
-                const double sum = parts[0].us + parts[2].us + parts[3].us;
                 std::printf(
-                    "\nCSA layer at batch 1, 8K context, best kernels: parts timed alone %.2f us = compressor "
-                    "pair %.2f + indexer scores %.2f + top-512 select (unsorted) %.2f + split attention (plain) %.2f; "
-                    "**one graph of the layer's launches: %.2f us** (target <= 25 us: %s)\n",
-                    sum, parts[0].us, parts[1].us, select_us, parts[3].us, whole.us,
-                    whole.us <= 25.0 ? "met" : "missed");
+                    "\nCSA layer at batch 1, 8K context, parts alone: main compressor %.2f us, indexer compressor "
+                    "%.2f, query finish %.2f, indexer scores %.2f, split attention (plain) %.2f (the select's rows "
+                    "above)\n"
+                    "**one graph of the layer's launches as decode runs them (compressors on branches, the select "
+                    "writing the lists): %.2f us** (target <= 25 us: %s); with sm90_attn_index listing the picks: "
+                    "%.2f us; the serial chain of compressor pair, scores, select and attention (this line's "
+                    "measure until 2026-12-04): %.2f us\n",
+                    t_main.us, t_index.us, t_qf.us, t_scores.us, t_attn.us, whole.us,
+                    whole.us <= 25.0 ? "met" : "missed", whole_two.us, serial.us);
             });
         });
     });
