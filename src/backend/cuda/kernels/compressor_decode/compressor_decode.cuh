@@ -71,23 +71,17 @@ __device__ __forceinline__ float ape_at(const void* ape, bool bf16, int64_t i) {
     return bf16 ? to_f32(static_cast<const __nv_bfloat16*>(ape)[i]) : static_cast<const float*>(ape)[i];
 }
 
-// copy_words of a score row with the ape row added to each value (sm90_add_ape's single f32 addition).
-__device__ __forceinline__ void copy_words_add_ape(float4* dst, const float4* src, const void* ape_row, bool bf16,
-                                                   int n4, int t, int threads) {
-#pragma unroll 4
-    for (int i = t; i < n4; i += threads) {
-        float4 v = src[i];
-        v.x = __fadd_rn(v.x, ape_at(ape_row, bf16, 4 * i));
-        v.y = __fadd_rn(v.y, ape_at(ape_row, bf16, 4 * i + 1));
-        v.z = __fadd_rn(v.z, ape_at(ape_row, bf16, 4 * i + 2));
-        v.w = __fadd_rn(v.w, ape_at(ape_row, bf16, 4 * i + 3));
-        dst[i] = v;
-    }
-}
+// Words of the rows 0..2 of a CSA window (ratio 4, overlap: 2·kDim channels) each roll thread (warps 1.., kDim - 32
+// threads) holds from the pool's round trip to its stores: 2 for both kDims.
+template <int kDim>
+inline constexpr int kRollWords = (3 * (kDim / 2) + (kDim - 32) - 1) / (kDim - 32);
 
 // grid: B blocks; block: kDim threads. ActT: __nv_bfloat16 (kReference) or float (kF32); kDim 512 or 128. The
 // minimum of one block per SM in the launch bounds lets ptxas keep the unrolled f64 exp polynomials of the m = 4
 // pool in registers (67 registers, no spills; with the default heuristic it spilled 16–32 bytes at kDim 128).
+// Latency at batch 1 is the block's chain of round trips, so every load is issued as early as its address is known:
+// the token's projection words with the position (they need neither position nor slot); the window, the page, the
+// finish's norm weights and RoPE cos / sin (warp 0) and the roll's rows (warps 1..) in one round trip after it.
 template <typename ActT, int kDim>
 __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(const CompressorDecodeParams a) {
     pdl_enter(!a.independent_of_previous);
@@ -97,11 +91,19 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
     __shared__ __align__(16) ActT row[kDim];  // pooled, then finished in place
     const int64_t r = blockIdx.x;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int64_t pos = a.positions[r];
-    const int32_t slot = a.slots[r];  // issued with the position: independent loads
-    if (pos < 0) return;  // padding row: the whole block leaves
     const int m = a.ratio;
     const int width = a.overlap ? 2 * kDim : kDim;
+    const int n4 = width / 4;  // 16-byte words of a window row: kDim / 2 or kDim / 4, at most one per thread
+    // the token's projection words (thread tid < n4 holds word tid), loaded with the position and the slot
+    const bool has_word = tid < n4;
+    float4 tok_kv = make_float4(0, 0, 0, 0), tok_sc = tok_kv;
+    if (has_word) {
+        tok_kv = reinterpret_cast<const float4*>(a.kv + r * width)[tid];
+        tok_sc = reinterpret_cast<const float4*>(a.score + r * width)[tid];
+    }
+    const int64_t pos = a.positions[r];
+    const int32_t slot = a.slots[r];  // issued with the position: independent loads
+    if (pos < 0) return;              // padding row: the whole block leaves
     const int64_t slot_off = int64_t(slot) * m * width;  // f32 elements, [sessions, m, width]
     float* okv = a.open_kv + slot_off;
     float* osc = a.open_score + slot_off;
@@ -110,20 +112,21 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
     // the token's score (+ its ape row, where the projection left it out: sm90_add_ape)
     const void* ape_row =
         a.ape ? static_cast<const uint8_t*>(a.ape) + int64_t(t) * width * (a.ape_bf16 ? 2 : 4) : nullptr;
+    if (has_word && ape_row) {
+        tok_sc.x = __fadd_rn(tok_sc.x, ape_at(ape_row, a.ape_bf16, 4 * tid));
+        tok_sc.y = __fadd_rn(tok_sc.y, ape_at(ape_row, a.ape_bf16, 4 * tid + 1));
+        tok_sc.z = __fadd_rn(tok_sc.z, ape_at(ape_row, a.ape_bf16, 4 * tid + 2));
+        tok_sc.w = __fadd_rn(tok_sc.w, ape_at(ape_row, a.ape_bf16, 4 * tid + 3));
+    }
     const auto token_score = [&](int c) {
         const float v = a.score[r * width + c];
         return ape_row ? __fadd_rn(v, ape_at(ape_row, a.ape_bf16, c)) : v;
     };
-    const auto append = [&] {  // sm90_compressor_append
-        copy_words(reinterpret_cast<float4*>(okv + int64_t(t) * width),
-                   reinterpret_cast<const float4*>(a.kv + r * width), width / 4, tid, kDim);
-        if (ape_row)
-            copy_words_add_ape(reinterpret_cast<float4*>(osc + int64_t(t) * width),
-                               reinterpret_cast<const float4*>(a.score + r * width), ape_row, a.ape_bf16, width / 4,
-                               tid, kDim);
-        else
-            copy_words(reinterpret_cast<float4*>(osc + int64_t(t) * width),
-                       reinterpret_cast<const float4*>(a.score + r * width), width / 4, tid, kDim);
+    // sm90_compressor_append: the token's words into row t of the open window (and, below, of the previous one)
+    const auto store_token = [&](float* kv_rows, float* score_rows, int row_t) {
+        if (!has_word) return;
+        reinterpret_cast<float4*>(kv_rows + int64_t(row_t) * width)[tid] = tok_kv;
+        reinterpret_cast<float4*>(score_rows + int64_t(row_t) * width)[tid] = tok_sc;
     };
 
     // 2. pool (sm90_compressor_pool, batched decode): the previous window iff overlap and not the first window
@@ -135,13 +138,16 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
     const int64_t j = pos / m;  // the closing window's entry
     // warp 0 packs the entry: its pool page, loaded with the first loads of a closing step
     const int32_t page = closes && warp == 0 ? a.table[int64_t(slot) * a.pages_per_session + j / 64] : 0;
+    KvFinishPrep<kDim> prep;  // warp 0's (the finish's norm weights and RoPE cos / sin at the window's start)
+    const bool roll4 = a.overlap && m == 4;  // CSA: the roll's rows are loaded in the pool's round trip
+    float4 roll_kv[kRollWords<kDim>], roll_sc[kRollWords<kDim>];
     float pooled;
     if (m == 4) {
-        // CSA: every pool input is loaded before the append, in one round trip: the previous window and rows 0..2 of
-        // the open one (earlier steps wrote them), row 3 straight from the token's projection (the append writes
+        // CSA: every pool input is loaded in one round trip after the position: the previous window and rows 0..2
+        // of the open one (earlier steps wrote them), row 3 straight from the token's projection (the append writes
         // the same values there), so the pool needs no barrier after the append and no reload
         if (!closes) {
-            append();
+            store_token(okv, osc, t);
             return;
         }
         float pk[4], ps[4], ok[4], os[4];
@@ -152,33 +158,56 @@ __global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(c
             ok[u] = u < 3 ? okv[int64_t(u) * width + cur] : a.kv[r * width + cur];
             os[u] = u < 3 ? osc[int64_t(u) * width + cur] : token_score(cur);
         }
-        append();
+        if (warp == 0) {
+            prep = kv_finish_prep<kDim>(a.norm, j * m, a.freqs);
+        } else if (roll4) {  // prev rows 0..2 = open rows 0..2 after this step (row 3: the token's words)
+#pragma unroll
+            for (int k = 0; k < kRollWords<kDim>; ++k) {
+                const int w = tid - 32 + k * (kDim - 32);
+                if (w < 3 * n4) {
+                    roll_kv[k] = reinterpret_cast<const float4*>(okv)[w];
+                    roll_sc[k] = reinterpret_cast<const float4*>(osc)[w];
+                }
+            }
+        }
+        store_token(okv, osc, t);
         pooled = compressor_pool_values<4>(
             4, with_prev, [&](int u) { return pk[u]; }, [&](int u) { return ps[u]; }, [&](int u) { return ok[u]; },
             [&](int u) { return os[u]; });
     } else {
-        append();
+        store_token(okv, osc, t);
         if (!closes) return;
+        if (warp == 0) prep = kv_finish_prep<kDim>(a.norm, j * m, a.freqs);
         __syncthreads();  // the appended row is visible to every thread of the block
         pooled = compressor_pool_channel(okv, osc, pkv, psc, m, width, ch, cur, with_prev);
     }
     row[ch] = from_f32<ActT>(pooled);
     __syncthreads();  // the pooled row is complete, the previous window no longer read, the appended rows visible
 
+    // 4. roll (sm90_compressor_roll): prev[slot] = open[slot]; CSA from the words loaded above
+    if (roll4) store_token(a.prev_kv + slot_off, a.prev_score + slot_off, 3);
     if (warp != 0) {
-        // 4. roll (sm90_compressor_roll): prev[slot] = open[slot]
-        if (a.overlap) {
-            const int n4 = m * width / 4;
-            copy_words(reinterpret_cast<float4*>(a.prev_kv + slot_off), reinterpret_cast<const float4*>(okv), n4,
+        if (roll4) {
+#pragma unroll
+            for (int k = 0; k < kRollWords<kDim>; ++k) {
+                const int w = tid - 32 + k * (kDim - 32);
+                if (w < 3 * n4) {
+                    reinterpret_cast<float4*>(a.prev_kv + slot_off)[w] = roll_kv[k];
+                    reinterpret_cast<float4*>(a.prev_score + slot_off)[w] = roll_sc[k];
+                }
+            }
+        } else if (a.overlap) {
+            const int words = m * n4;
+            copy_words(reinterpret_cast<float4*>(a.prev_kv + slot_off), reinterpret_cast<const float4*>(okv), words,
                        tid - 32, kDim - 32);
-            copy_words(reinterpret_cast<float4*>(a.prev_score + slot_off), reinterpret_cast<const float4*>(osc), n4,
+            copy_words(reinterpret_cast<float4*>(a.prev_score + slot_off), reinterpret_cast<const float4*>(osc), words,
                        tid - 32, kDim - 32);
         }
         return;
     }
     // 3. finish (sm90_compressor_finish, batched decode: in place, RoPE at the window's first position), then the
     // entry's pool row (sm90_entry_rows) and the pack (sm90_kv_pack / sm90_key_pack)
-    kv_row_finish_warp<ActT, kDim>(row, a.norm, a.eps, j * m, a.freqs, a.sim, nullptr, row);
+    kv_row_finish_warp<ActT, kDim>(row, prep, a.eps, a.sim, nullptr, row);
     __syncwarp();  // every lane's finished channels visible to the lanes that pack them
     const int64_t dst = a.entry_base + 64 * int64_t(page) + j % 64;
     if constexpr (kRef) {

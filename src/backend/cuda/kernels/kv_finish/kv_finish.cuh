@@ -22,19 +22,51 @@ struct KvFinishConfig {
 
 enum class FinishSim { kNone, kFp8Nope, kHadamardFp4 };
 
+// A lane's share of what finishing a row needs besides the row itself (kv_row_finish_warp's lane layout: kChunks x
+// kW channels from kv_finish_channel): its channels' norm weights, and its RoPE frequency's cos / sin at the row's
+// position. Made by kv_finish_prep; a caller that knows the position before the row computes it while the row's
+// loads are in flight (the fused decode compressor), taking the weights' round trip and the f64 sincos off the
+// finish's chain.
+template <int kDim>
+struct KvFinishPrep {
+    static_assert(kDim == 512 || kDim == 128);
+    static constexpr int kChunks = kDim == 512 ? 2 : 1, kW = kDim == 512 ? 8 : 4;
+    float norm[kChunks][kW];
+    float cs, sn;
+};
+
+// First channel of a lane's chunk j: 8-channel chunks L and L+32 of a 512-row, channels 4L..4L+3 of a 128-row.
+template <int kDim>
+__device__ __forceinline__ int kv_finish_channel(int lane, int j) {
+    return kDim == 512 ? 8 * (lane + 32 * j) : 4 * lane;
+}
+
+template <int kDim>
+__device__ __forceinline__ KvFinishPrep<kDim> kv_finish_prep(const __nv_bfloat16* __restrict__ norm, int64_t pos,
+                                                             const backend::RopeFreqs& freqs) {
+    using P = KvFinishPrep<kDim>;
+    const int lane = threadIdx.x & 31;
+    P p;
+#pragma unroll
+    for (int j = 0; j < P::kChunks; ++j)
+#pragma unroll
+        for (int i = 0; i < P::kW; ++i) p.norm[j][i] = __bfloat162float(norm[kv_finish_channel<kDim>(lane, j) + i]);
+    rope_cos_sin(pos, freqs.f[lane], false, p.cs, p.sn);
+    return p;
+}
+
 // One 512- or 128-channel row finished by the calling warp (all 32 lanes take part; lane L holds 8-channel chunks L
 // and L+32 of a 512-row, channels 4L..4L+3 of a 128-row): y = RMSNorm_norm(x) (also stored to normed_row unless
-// null), RoPE at `pos` on the last 64 channels (lane p computes frequency p), then the simulation `sim`. x,
-// normed_row and y are 16-byte aligned rows in global or shared memory; y may alias x.
+// null), RoPE at the prep's position on the last 64 channels (lane p holds frequency p's cos / sin), then the
+// simulation `sim`. x, normed_row and y are 16-byte aligned rows in global or shared memory; y may alias x.
 template <typename ActT, int kDim>
-__device__ __forceinline__ void kv_row_finish_warp(const ActT* xr, const __nv_bfloat16* __restrict__ norm, float eps,
-                                                   int64_t pos, const backend::RopeFreqs& freqs, FinishSim sim,
-                                                   ActT* normed_row, ActT* yr) {
+__device__ __forceinline__ void kv_row_finish_warp(const ActT* xr, const KvFinishPrep<kDim>& prep, float eps,
+                                                   FinishSim sim, ActT* normed_row, ActT* yr) {
     static_assert(kDim == 512 || kDim == 128);
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
-    constexpr int kChunks = kDim == 512 ? 2 : 1, kW = kDim == 512 ? 8 : 4;  // per lane: kChunks x kW channels
+    constexpr int kChunks = KvFinishPrep<kDim>::kChunks, kW = KvFinishPrep<kDim>::kW;  // per lane
     const int lane = threadIdx.x & 31;
-    auto channel = [&](int j) { return kDim == 512 ? 8 * (lane + 32 * j) : 4 * lane; };
+    auto channel = [&](int j) { return kv_finish_channel<kDim>(lane, j); };
     float v[kChunks][8];
     double ss = 0;
 #pragma unroll
@@ -53,7 +85,7 @@ __device__ __forceinline__ void kv_row_finish_warp(const ActT* xr, const __nv_bf
     for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
         for (int i = 0; i < kW; ++i) {
-            v[j][i] = __fmul_rn(__bfloat162float(norm[channel(j) + i]), __fmul_rn(v[j][i], rs));
+            v[j][i] = __fmul_rn(prep.norm[j][i], __fmul_rn(v[j][i], rs));
             if constexpr (kRef) v[j][i] = round_bf16(v[j][i]);
         }
         if (normed_row) {
@@ -64,9 +96,8 @@ __device__ __forceinline__ void kv_row_finish_warp(const ActT* xr, const __nv_bf
                 for (int i = 0; i < 4; ++i) normed_row[channel(j) + i] = from_f32<ActT>(v[j][i]);
         }
     }
-    // RoPE on channels [kDim-64, kDim): lane p computes frequency p, pairs move by shuffle.
-    float cs, sn;
-    rope_cos_sin(pos, freqs.f[lane], false, cs, sn);
+    // RoPE on channels [kDim-64, kDim): lane p holds frequency p, pairs move by shuffle.
+    const float cs = prep.cs, sn = prep.sn;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
         const int ch0 = channel(j);
@@ -165,7 +196,7 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     } else {
         pos = positions ? positions[r] : (first_window + r) * ratio;
     }
-    kv_row_finish_warp<ActT, kDim>(x + r * kDim, norm, eps, pos, freqs, sim,
+    kv_row_finish_warp<ActT, kDim>(x + r * kDim, kv_finish_prep<kDim>(norm, pos, freqs), eps, sim,
                                    normed ? normed + r * kDim : nullptr, y + r * kDim);
     if constexpr (kDim == 512) {
         if (pack_pool) {  // each lane packs the chunks it stored (lane L: chunks L, L + 32), read back from y
