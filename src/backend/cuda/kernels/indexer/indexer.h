@@ -88,11 +88,10 @@ struct TopKArgs {
     int64_t ratio = 0;                                   // > 0 when positions is set
     TopKSelectPath select_path = TopKSelectPath::kAuto;  // sm90_topk_select only
     // sm90_topk_select only. true: each row's picks by descending score, ties by ascending index (torch.topk's
-    // order, the CPU reference's). false: the same picks in an order that depends only on the scores and is the
-    // path's cheapest — rows selected on one CTA or in chunks give the keys above the k-th score in index order,
-    // then its ties in index order, without the sort (~1/3 of a one-block select); rows the cluster path splits
-    // over CTAs still come sorted. A -1 (a pick whose score is -inf) may then sit among the real picks rather than
-    // after them. For consumers that read the picks as a set.
+    // order, the CPU reference's). false: the same picks in the collect's order, without the sort (~1/3 of a
+    // one-block select): the keys above the k-th score in index order, then its ties in index order, on every
+    // path. A -1 (a pick whose score is -inf) may then sit among the real picks rather than after them. For
+    // consumers that read the picks as a set.
     bool sorted = true;
     // sm90_topk_select only. Optional (list.idx set): decode rows write the sparse attention's candidate lists
     // instead of idx — row t's list as sm90_attn_index writes it with picks = these (its window part, then pick j

@@ -240,35 +240,53 @@ __device__ __forceinline__ Code block_sort_desc(Code v, int len, Code* buf) {
     return v;
 }
 
-// Block: picks of keys[0..count) (index first_index + i) into out: every key > thr at out[gt_base + rank], the keys
-// == thr whose rank r = eq_base + rank < remaining at out[n_above + r], ranks in index order. Warp w owns a
-// contiguous segment; phase 1 counts, phase 2 writes after an exclusive prefix over the warps. counts: shared [64].
-// Ends without a barrier after the writes.
-template <typename Code, typename KeyT>
-__device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64_t first_index, uint32_t thr,
-                                              uint32_t gt_base, uint32_t eq_base, uint32_t remaining, uint32_t n_above,
-                                              Code* out, unsigned* counts) {
+// The contiguous segment [begin, end) of keys[0..count) that warp `warp` of a block collects (a whole number of
+// 32-key steps per warp, so the loops below are warp-uniform).
+struct CollectSegment {
+    int begin, end;
+};
+__device__ __forceinline__ CollectSegment collect_segment(int count, int warp) {
+    constexpr int kWarps = TopKSelectConfig::kThreads / 32;
+    const int seg = ((count + kWarps - 1) / kWarps + 31) & ~31;
+    const int begin = warp * seg;
+    return {begin, min(count, begin + seg)};
+}
+
+// Block, phase 1 of a collect: each warp's count of the keys > thr and == thr in its segment of keys[0..count) into
+// counts[warp] and counts[kWarps + warp] (counts: shared [64]). No barrier.
+template <typename KeyT>
+__device__ __forceinline__ void block_collect_count(const KeyT* keys, int count, uint32_t thr, unsigned* counts) {
     constexpr int kWarps = TopKSelectConfig::kThreads / 32;
     const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-    const int seg = ((count + kWarps - 1) / kWarps + 31) & ~31;
-    const int begin = warp * seg, end = min(count, begin + seg);
+    const CollectSegment sg = collect_segment(count, warp);
     unsigned n_gt = 0, n_eq = 0;
-    for (int i0 = begin; i0 < end; i0 += 32) {
+    for (int i0 = sg.begin; i0 < sg.end; i0 += 32) {
         const int i = i0 + lane;
-        const uint32_t key = i < end ? uint32_t(keys[i]) : 0;
-        n_gt += __popc(__ballot_sync(0xffffffffu, i < end && key > thr));
-        n_eq += __popc(__ballot_sync(0xffffffffu, i < end && key == thr));
+        const uint32_t key = i < sg.end ? uint32_t(keys[i]) : 0;
+        n_gt += __popc(__ballot_sync(0xffffffffu, i < sg.end && key > thr));
+        n_eq += __popc(__ballot_sync(0xffffffffu, i < sg.end && key == thr));
     }
     if (lane == 0) counts[warp] = n_gt, counts[kWarps + warp] = n_eq;
-    __syncthreads();
+}
+
+// Block, phase 2 (after block_collect_count and a barrier): picks of keys[0..count) (index first_index + i) into out:
+// every key > thr at out[gt_base + rank], the keys == thr whose rank r = eq_base + rank < remaining at
+// out[n_above + r], ranks in index order (the warps' counts give each warp its offsets). Ends without a barrier.
+template <typename Code, typename KeyT>
+__device__ __forceinline__ void block_collect_write(const KeyT* keys, int count, int64_t first_index, uint32_t thr,
+                                                    uint32_t gt_base, uint32_t eq_base, uint32_t remaining,
+                                                    uint32_t n_above, Code* out, const unsigned* counts) {
+    constexpr int kWarps = TopKSelectConfig::kThreads / 32;
+    const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+    const CollectSegment sg = collect_segment(count, warp);
     unsigned gt = gt_base + __reduce_add_sync(0xffffffffu, lane < warp ? counts[lane] : 0u);
     unsigned eq = eq_base + __reduce_add_sync(0xffffffffu, lane < warp ? counts[kWarps + lane] : 0u);
-    const unsigned gt_end = gt + n_gt, below = (1u << lane) - 1u;
+    const unsigned gt_end = gt + counts[warp], below = (1u << lane) - 1u;
     // warp-uniform loop; stops once this warp's keys above thr are written and the tie quota is full
-    for (int i0 = begin; i0 < end && (gt < gt_end || eq < remaining); i0 += 32) {
+    for (int i0 = sg.begin; i0 < sg.end && (gt < gt_end || eq < remaining); i0 += 32) {
         const int i = i0 + lane;
-        const uint32_t key = i < end ? uint32_t(keys[i]) : 0;
-        const bool is_gt = i < end && key > thr, is_eq = i < end && key == thr;
+        const uint32_t key = i < sg.end ? uint32_t(keys[i]) : 0;
+        const bool is_gt = i < sg.end && key > thr, is_eq = i < sg.end && key == thr;
         const unsigned b_gt = __ballot_sync(0xffffffffu, is_gt), b_eq = __ballot_sync(0xffffffffu, is_eq);
         if (is_gt) out[gt + __popc(b_gt & below)] = PickCode<Code>::of(key, first_index + i);
         if (is_eq) {
@@ -277,6 +295,16 @@ __device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64
         }
         gt += __popc(b_gt), eq += __popc(b_eq);
     }
+}
+
+// Block: both phases of a collect over one block's keys (offsets gt_base, eq_base from keys before them).
+template <typename Code, typename KeyT>
+__device__ __forceinline__ void block_collect(const KeyT* keys, int count, int64_t first_index, uint32_t thr,
+                                              uint32_t gt_base, uint32_t eq_base, uint32_t remaining, uint32_t n_above,
+                                              Code* out, unsigned* counts) {
+    block_collect_count(keys, count, thr, counts);
+    __syncthreads();
+    block_collect_write(keys, count, first_index, thr, gt_base, eq_base, remaining, n_above, out, counts);
 }
 
 // Block: sort the kk picks in buf[0..kk) (thread t reads slot t only) and write the row's outputs. Only the warps

@@ -1,16 +1,17 @@
 // Cluster path of sm90_topk_select (indexer.h): one thread-block cluster of C CTAs per row (2 to 8), for rows too long
 // for one CTA's shared memory. The row is read once: CTA r keeps its share of the keys (a contiguous 1/C of the row's
 // visible count) in shared memory for every pass; the pass histograms are summed across the cluster through
-// distributed shared memory, each CTA's picks are written straight into CTA 0's pick slots, and CTA 0 sorts them.
+// distributed shared memory, each CTA's picks are written straight into CTA 0's pick slots, and CTA 0 writes the row.
 // Against the chunked path (one launch per pass plus the collect, a zeroed workspace, the row read once per pass) it
 // is one launch, no workspace, and at batch 1 no launch chain at all; a cluster's CTAs are co-scheduled by the
 // hardware, so the cluster barriers cannot wait on a CTA that is not resident.
 //
 // Same keys, passes, digit rule, tie rule and pick codes as the other paths (topk_select.cuh): the picks are
 // identical. Per pass: every CTA histograms its keys matching the prefix into its own histogram, cluster barrier,
-// one warp per CTA sums the C histograms and picks the digit (every CTA the same). Collect (cluster_collect): keys
-// above the threshold T straight into CTA 0's slots, ties ranked by index across the cluster; cluster barrier; CTA
-// 0 sorts and writes the row.
+// one warp per CTA sums the C histograms and picks the digit (every CTA the same). Collect (cluster_collect): each
+// CTA's picks straight into CTA 0's slots — for an unsorted call in the one-CTA collect's order (keys above the
+// threshold T, then its ties, each in index order across the cluster), for a sorted one in any order; cluster
+// barrier; CTA 0 sorts them (TopKArgs::sorted) and writes the row.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -26,52 +27,70 @@ struct TopKClusterConfig {
     static constexpr size_t kPickBytes = 2 * TopKSelectConfig::kThreads * sizeof(unsigned long long);
 };
 
-// CTA `rank` of the cluster: its picks of keys[0..count) (indices first_index + i) into CTA 0's slots `picks`. Every
-// key > thr goes to a slot taken from CTA 0's counter `gt_next` (any order: CTA 0 sorts the picks), so one pass over
-// the keys writes them and counts the ties (== thr) per warp segment; the ties are ranked in index order across the
-// cluster (the tie quota goes to the lowest indices), and only the warps whose ties reach into the quota read their
-// segment again, writing rank r < remaining at n_above + r. counts: shared [32]; cta_ties: this CTA's tie count,
-// read by the later CTAs. Synchronises the cluster once; ends without a barrier after the writes.
+// CTA `rank` of the cluster: its picks of keys[0..count) (indices first_index + i) into CTA 0's slots `picks`, in
+// one of two ways. in_order (calls that take the picks unsorted): at the places the one-CTA collect would give them
+// (keys above thr in index order, then the first `remaining` ties in index order) — each CTA counts its keys above
+// and equal to thr per warp (block_collect_count), publishes its totals in cta_counts, and after the cluster barrier
+// writes its picks past the earlier CTAs' totals (block_collect_write): two passes over the keys. Otherwise (CTA 0
+// sorts the picks afterwards) in one pass: every key > thr takes a slot from CTA 0's counter gt_next in any order
+// while the ties are counted; the ties are ranked in index order across the cluster, and only the warps whose ties
+// reach into the quota read their segment again, writing rank r < remaining at n_above + r (at 1M, B = 1 the two
+// passes cost the sorted call 1.8 us: docs/kernels/attention.md). counts: shared [64]; cta_counts: this CTA's
+// totals above / equal, read by the later CTAs. Synchronises the cluster once; ends without a barrier after the
+// writes.
 template <typename KeyT>
 __device__ __forceinline__ void cluster_collect(const KeyT* keys, int count, int64_t first_index, uint32_t thr,
-                                                uint32_t remaining, uint32_t n_above, unsigned long long* picks,
-                                                unsigned* gt_next, unsigned* counts, unsigned* cta_ties,
-                                                const cooperative_groups::cluster_group& cluster, int rank) {
+                                                uint32_t remaining, uint32_t n_above, bool in_order,
+                                                unsigned long long* picks, unsigned* gt_next, unsigned* counts,
+                                                unsigned* cta_counts, const cooperative_groups::cluster_group& cluster,
+                                                int rank) {
     using Code = PickCode<unsigned long long>;
     constexpr int kWarps = TopKSelectConfig::kThreads / 32;
     const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-    const int seg = ((count + kWarps - 1) / kWarps + 31) & ~31;
-    const int begin = warp * seg, end = min(count, begin + seg);
+    const CollectSegment sg = collect_segment(count, warp);
     const unsigned below = (1u << lane) - 1u;
-    unsigned n_eq = 0;
-    for (int i0 = begin; i0 < end; i0 += 32) {
-        const int i = i0 + lane;
-        const uint32_t key = i < end ? uint32_t(keys[i]) : 0;
-        const unsigned b_gt = __ballot_sync(0xffffffffu, i < end && key > thr);
-        n_eq += __popc(__ballot_sync(0xffffffffu, i < end && key == thr));
-        if (b_gt) {  // warp-uniform
-            unsigned base = 0;
-            if (lane == 0) base = atomicAdd(gt_next, unsigned(__popc(b_gt)));
-            base = __shfl_sync(0xffffffffu, base, 0);
-            if ((b_gt >> lane) & 1u) picks[base + __popc(b_gt & below)] = Code::of(key, first_index + i);
+    if (in_order) {
+        block_collect_count(keys, count, thr, counts);
+    } else {
+        unsigned n_eq = 0;
+        for (int i0 = sg.begin; i0 < sg.end; i0 += 32) {
+            const int i = i0 + lane;
+            const uint32_t key = i < sg.end ? uint32_t(keys[i]) : 0;
+            const unsigned b_gt = __ballot_sync(0xffffffffu, i < sg.end && key > thr);
+            n_eq += __popc(__ballot_sync(0xffffffffu, i < sg.end && key == thr));
+            if (b_gt) {  // warp-uniform
+                unsigned base = 0;
+                if (lane == 0) base = atomicAdd(gt_next, unsigned(__popc(b_gt)));
+                base = __shfl_sync(0xffffffffu, base, 0);
+                if ((b_gt >> lane) & 1u) picks[base + __popc(b_gt & below)] = Code::of(key, first_index + i);
+            }
         }
+        if (lane == 0) counts[warp] = 0, counts[kWarps + warp] = n_eq;
     }
-    if (lane == 0) counts[warp] = n_eq;
     __syncthreads();
     if (warp == 0) {
-        const unsigned t = __reduce_add_sync(0xffffffffu, counts[lane]);
-        if (lane == 0) *cta_ties = t;
+        const unsigned gt = __reduce_add_sync(0xffffffffu, counts[lane]);
+        const unsigned eq = __reduce_add_sync(0xffffffffu, counts[kWarps + lane]);
+        if (lane == 0) cta_counts[0] = gt, cta_counts[1] = eq;
     }
-    cluster.sync();  // every CTA's tie count is published
-    unsigned eq = __reduce_add_sync(0xffffffffu, lane < warp ? counts[lane] : 0u);  // ties before this warp's
+    cluster.sync();  // every CTA's totals are published
+    unsigned gt_base = 0, eq_base = 0;
 #pragma unroll
     for (int r = 0; r < TopKClusterConfig::kMaxCtas; ++r)
-        if (r < rank) eq += *cluster.map_shared_rank(cta_ties, r);
-    if (n_eq == 0 || eq >= remaining) return;
-    for (int i0 = begin; i0 < end && eq < remaining; i0 += 32) {
+        if (r < rank) {
+            const unsigned* other = cluster.map_shared_rank(cta_counts, r);
+            gt_base += other[0], eq_base += other[1];
+        }
+    if (in_order) {
+        block_collect_write(keys, count, first_index, thr, gt_base, eq_base, remaining, n_above, picks, counts);
+        return;
+    }
+    unsigned eq = eq_base + __reduce_add_sync(0xffffffffu, lane < warp ? counts[kWarps + lane] : 0u);
+    if (counts[kWarps + warp] == 0 || eq >= remaining) return;
+    for (int i0 = sg.begin; i0 < sg.end && eq < remaining; i0 += 32) {
         const int i = i0 + lane;
-        const uint32_t key = i < end ? uint32_t(keys[i]) : 0;
-        const bool is_eq = i < end && key == thr;
+        const uint32_t key = i < sg.end ? uint32_t(keys[i]) : 0;
+        const bool is_eq = i < sg.end && key == thr;
         const unsigned b_eq = __ballot_sync(0xffffffffu, is_eq);
         if (is_eq) {
             const unsigned r = eq + __popc(b_eq & below);
@@ -103,8 +122,8 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     __shared__ unsigned counts[64];
     __shared__ DigitPick sel[kP];
     __shared__ BlockSelectShared<kP> single;  // a row of <= single_max visible scores: CTA 0 alone
-    __shared__ unsigned gt_next;              // CTA 0's: the next free slot for a key above the threshold
-    __shared__ unsigned cta_ties;             // this CTA's keys equal to the threshold, read by the later CTAs
+    __shared__ unsigned gt_next;              // CTA 0's: the next free slot for a key above the threshold (sorted)
+    __shared__ unsigned cta_counts[2];        // this CTA's keys above and equal to the threshold (later CTAs read)
 
     const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const int ctas = int(cluster.num_blocks()), rank = int(cluster.block_rank());
@@ -159,14 +178,13 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         mask |= 0xffu << shift;
         remaining = d.remaining;
     }
-    cluster_collect(keys, count, begin, prefix, remaining, uint32_t(kk) - remaining, cluster.map_shared_rank(buf, 0),
-                    cluster.map_shared_rank(&gt_next, 0), counts, &cta_ties, cluster, rank);
+    cluster_collect(keys, count, begin, prefix, remaining, uint32_t(kk) - remaining, !sorted,
+                    cluster.map_shared_rank(buf, 0), cluster.map_shared_rank(&gt_next, 0), counts, cta_counts, cluster,
+                    rank);
     cluster.sync();  // every pick is in CTA 0's slots; no CTA reads another's memory after this
     if (rank != 0) return;
     const Code c = tid < kk ? buf[tid] : Code(0);
-    // sorted whatever the caller asked: the keys above the threshold took CTA 0's slots in atomic order, which is
-    // not deterministic
-    block_sort_write<ScoreT>(c, kk, buf, out, row, true);
+    block_sort_write<ScoreT>(c, kk, buf, out, row, sorted);
 }
 
 }  // namespace dsv4::cuda
