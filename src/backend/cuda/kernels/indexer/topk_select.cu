@@ -75,14 +75,17 @@ constexpr size_t cluster_smem(int64_t share) {
 template <typename ScoreT>
 ClusterShape cluster_for(int64_t n) {
     const ClusterShape c = cluster_shape(n);
-    auto* kernel = sm90_topk_select_cluster_kernel<ScoreT>;
+    // the sorted and unsorted instances: the same shared memory and launch bounds
+    auto* sorted = sm90_topk_select_cluster_kernel<ScoreT, true>;
+    auto* unsorted = sm90_topk_select_cluster_kernel<ScoreT, false>;
     constexpr size_t kMaxSmem = cluster_smem<ScoreT>(ClusterCfg::kCtaKeysMax);
     if (c.share > ClusterCfg::kCtaKeysMax ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)) != cudaSuccess) {
+        cudaFuncSetAttribute(sorted, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)) != cudaSuccess ||
+        cudaFuncSetAttribute(unsorted, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)) != cudaSuccess) {
         (void)cudaGetLastError();
         return {0, 0};
     }
-    const bool fits = max_active_clusters(reinterpret_cast<const void*>(kernel), Cfg::kThreads,
+    const bool fits = max_active_clusters(reinterpret_cast<const void*>(sorted), Cfg::kThreads,
                                           cluster_smem<ScoreT>(c.share), c.ctas) > 0;
     return fits ? c : ClusterShape{0, 0};
 }
@@ -135,9 +138,10 @@ Status launch_cluster(const TopKArgs& a, StreamHandle stream, const std::string&
     if (a.rows * c.ctas > 0x7fffffff) return invalid_argument(op + ": too many rows for one launch");
     const ClusterLaunch launch(dim3(unsigned(a.rows * c.ctas)), dim3(Cfg::kThreads), cluster_smem<ScoreT>(c.share),
                                stream, dim3(unsigned(c.ctas)));
-    DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, sm90_topk_select_cluster_kernel<ScoreT>,
-                                     static_cast<const ScoreT*>(a.scores), a.n, a.positions, a.ratio,
-                                     int(std::min<int64_t>(c.share, Cfg::kShortMax)), a.sorted, pick_out(a)),
+    auto* kernel =
+        a.sorted ? sm90_topk_select_cluster_kernel<ScoreT, true> : sm90_topk_select_cluster_kernel<ScoreT, false>;
+    DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, kernel, static_cast<const ScoreT*>(a.scores), a.n, a.positions,
+                                     a.ratio, int(std::min<int64_t>(c.share, Cfg::kShortMax)), pick_out(a)),
                   op + ": cluster launch");
     return launch_status((op + " (cluster)").c_str());
 }

@@ -28,7 +28,7 @@ struct TopKClusterConfig {
 };
 
 // CTA `rank` of the cluster: its picks of keys[0..count) (indices first_index + i) into CTA 0's slots `picks`, in
-// one of two ways. in_order (calls that take the picks unsorted): at the places the one-CTA collect would give them
+// one of two ways. kInOrder (calls that take the picks unsorted): at the places the one-CTA collect would give them
 // (keys above thr in index order, then the first `remaining` ties in index order) — each CTA counts its keys above
 // and equal to thr per warp (block_collect_count), publishes its totals in cta_counts, and after the cluster barrier
 // writes its picks past the earlier CTAs' totals (block_collect_write): two passes over the keys. Otherwise (CTA 0
@@ -38,18 +38,17 @@ struct TopKClusterConfig {
 // passes cost the sorted call 1.8 us: docs/kernels/attention.md). counts: shared [64]; cta_counts: this CTA's
 // totals above / equal, read by the later CTAs. Synchronises the cluster once; ends without a barrier after the
 // writes.
-template <typename KeyT>
+template <bool kInOrder, typename KeyT>
 __device__ __forceinline__ void cluster_collect(const KeyT* keys, int count, int64_t first_index, uint32_t thr,
-                                                uint32_t remaining, uint32_t n_above, bool in_order,
-                                                unsigned long long* picks, unsigned* gt_next, unsigned* counts,
-                                                unsigned* cta_counts, const cooperative_groups::cluster_group& cluster,
-                                                int rank) {
+                                                uint32_t remaining, uint32_t n_above, unsigned long long* picks,
+                                                unsigned* gt_next, unsigned* counts, unsigned* cta_counts,
+                                                const cooperative_groups::cluster_group& cluster, int rank) {
     using Code = PickCode<unsigned long long>;
     constexpr int kWarps = TopKSelectConfig::kThreads / 32;
     const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
     const CollectSegment sg = collect_segment(count, warp);
     const unsigned below = (1u << lane) - 1u;
-    if (in_order) {
+    if constexpr (kInOrder) {
         block_collect_count(keys, count, thr, counts);
     } else {
         unsigned n_eq = 0;
@@ -81,7 +80,7 @@ __device__ __forceinline__ void cluster_collect(const KeyT* keys, int count, int
             const unsigned* other = cluster.map_shared_rank(cta_counts, r);
             gt_base += other[0], eq_base += other[1];
         }
-    if (in_order) {
+    if constexpr (kInOrder) {
         block_collect_write(keys, count, first_index, thr, gt_base, eq_base, remaining, n_above, picks, counts);
         return;
     }
@@ -104,11 +103,12 @@ __device__ __forceinline__ void cluster_collect(const KeyT* keys, int count, int
 // kPickBytes + share_max keys, share_max >= the largest share (launcher: ceil(n / C) rounded up to 32). A row whose
 // visible count is at most single_max (<= share_max; decode calls span a session's whole key capacity, of which a
 // short context sees little) is selected by CTA 0 alone on the one-block path's code, without the cluster's barriers.
-template <typename ScoreT>
+// kSorted (TopKArgs::sorted) picks the collect at compile time: one instance holding both spilled more under the
+// 32-register cap of two CTAs per SM.
+template <typename ScoreT, bool kSorted>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
     sm90_topk_select_cluster_kernel(const ScoreT* __restrict__ scores, int64_t stride,
-                                    const int64_t* __restrict__ positions, int64_t ratio, int single_max, bool sorted,
-                                    PickOut out) {
+                                    const int64_t* __restrict__ positions, int64_t ratio, int single_max, PickOut out) {
     pdl_enter();
     using Cfg = TopKSelectConfig;
     using Key = SelectKey<ScoreT>;
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         ScoreT v[Cfg::kBatch];
         load_score_batch(v, scores + row * stride, 0, n, tid);
         auto* short_buf = reinterpret_cast<ShortCode<ScoreT>*>(topk_cluster_smem);
-        block_select(scores + row * stride, n, kk, out, row, v, short_buf, keys, single, sorted);
+        block_select(scores + row * stride, n, kk, out, row, v, short_buf, keys, single, kSorted);
         return;
     }
     const int share = ((n + ctas - 1) / ctas + 31) & ~31;
@@ -178,13 +178,13 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
         mask |= 0xffu << shift;
         remaining = d.remaining;
     }
-    cluster_collect(keys, count, begin, prefix, remaining, uint32_t(kk) - remaining, !sorted,
-                    cluster.map_shared_rank(buf, 0), cluster.map_shared_rank(&gt_next, 0), counts, cta_counts, cluster,
-                    rank);
+    cluster_collect<!kSorted>(keys, count, begin, prefix, remaining, uint32_t(kk) - remaining,
+                              cluster.map_shared_rank(buf, 0), cluster.map_shared_rank(&gt_next, 0), counts, cta_counts,
+                              cluster, rank);
     cluster.sync();  // every pick is in CTA 0's slots; no CTA reads another's memory after this
     if (rank != 0) return;
     const Code c = tid < kk ? buf[tid] : Code(0);
-    block_sort_write<ScoreT>(c, kk, buf, out, row, sorted);
+    block_sort_write<ScoreT>(c, kk, buf, out, row, kSorted);
 }
 
 }  // namespace dsv4::cuda
