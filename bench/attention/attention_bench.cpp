@@ -4,6 +4,7 @@
 //   CSA attention   B queries × (128 window rows + 512 selected entries) gathered from a paged pool of B·ctx/4 rows
 //   HCA attention   B queries × (128 window rows + ctx/128 entries)
 //   indexer         scores over ctx/4 paged packed keys per query (visible_only, positions ctx-1), then top-512
+//                   (sm90_topk, sm90_topk_select sorted / unsorted / writing the attention's candidate lists)
 //   compressor      one CSA close per query (batched decode: append, pool, finish, entry rows, pack, roll), main
 //                   (512-d K=V entries) and indexer (128-d keys); six launches, then the fused one-launch kernel
 //                   (sm90_compressor_decode_fused) on the same inputs; and both fused kernels as the engine pairs
@@ -28,8 +29,9 @@
 // of one 8K sequence (each its own window and top-512 of the sequence's 2,048 entries), in one call (the wgmma prefill
 // kernel from kSparseAttnPrefillMinTokens tokens) and the same queries in calls of 256 (the one-pass mma.sync kernel,
 // one 16-head tile per block), so the prefill kernel's gain is measured at kernel level.
-// --layer runs only the CSA layer at batch 1, 8K (its parts, then all of them in one graph: bench_layer_graph); a
-// full run ends with the same measurement. --indexer-only runs only the indexer points, first an 8K prefill pass's
+// --layer runs only the CSA layer at batch 1, 8K (its parts, then the graph of its launches as a decode step runs
+// them — compressors on branches, the query finish, the select writing the lists — beside the same launches on one
+// stream and the older serial measure: bench_layer_graph); a full run ends with the same measurement. --indexer-only runs only the indexer points, first an 8K prefill pass's
 // scores (bench_indexer_prefill).
 // --split adds, at every CSA / HCA attention point, the split-candidate kernel (sm90_sparse_attn_split, automatic
 // chunks) in both modes — reference max (block-max pass + partials + combine) and plain (partials + combine) — on the
