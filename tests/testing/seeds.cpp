@@ -40,8 +40,13 @@ class SeedReporter : public ::testing::EmptyTestEventListener {
         for (int i = 0; i < result->test_property_count(); ++i) {
             const ::testing::TestProperty& p = result->GetTestProperty(i);
             if (std::string(p.key()) != "seed") continue;
-            std::printf("[     SEED ] %s.%s: DSV4_TEST_SEED=%s <test binary> --gtest_filter=%s.%s\n",
-                        info.test_suite_name(), info.name(), p.value(), info.test_suite_name(), info.name());
+            // the shared base too once drawn: a test's inputs may come from both, and the line should replay it alone
+            const std::string shared = shared_base().drawn
+                                           ? "DSV4_TEST_SHARED_SEED=" + std::to_string(shared_base().base) + " "
+                                           : std::string();
+            std::printf("[     SEED ] %s.%s: %sDSV4_TEST_SEED=%s <test binary> --gtest_filter=%s.%s\n",
+                        info.test_suite_name(), info.name(), shared.c_str(), p.value(), info.test_suite_name(),
+                        info.name());
             std::fflush(stdout);
         }
     }
