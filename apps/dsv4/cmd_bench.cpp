@@ -43,6 +43,10 @@ const CommandRegistration kRegistration("bench", [](CLI::App& app, int& exit_cod
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--batch", f->o.batches, "batch sizes (default 1 8 64 256; at most 256)")->expected(1, -1);
     cmd->add_option("--context", f->o.contexts, "contexts in tokens (default 4096 65536 1048576)")->expected(1, -1);
+    cmd->add_option("--capacity", f->o.capacity,
+                    "tokens per session the caches are sized for (default: each context; the engine's default is "
+                    "the model's max position, 1048576 at V4)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--steps", f->o.steps, "timed decode steps per point (default 10; median reported)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--warmup", f->o.warmup, "untimed steps first (default 2)")->check(CLI::NonNegativeNumber);

@@ -21,6 +21,10 @@ struct GpuBenchOptions {
     int experts = 0;               // routed experts per layer; 0 = the preset's
     std::vector<int64_t> batches = {1, 8, 64, 256};
     std::vector<int64_t> contexts = {4096, 65536, 1048576};
+    // tokens per session the caches are sized for; 0 = each point's context (plus its steps). The engine sizes them
+    // for the model's max_position_embeddings unless told otherwise (EngineOptions::cuda_max_context: 1M tokens at
+    // V4), so e.g. 1048576 times a short context's decode as a default session runs it
+    int64_t capacity = 0;
     int warmup = 2;
     int steps = 10;                // timed decode steps per point (median reported)
     int64_t prefill_tokens = 8192;  // 0: skip the prefill measurement

@@ -161,13 +161,16 @@ double cache_bytes(const GpuModel& m, int64_t sessions, int64_t ctx) {
 // Runs one (batch, context) point; a point whose caches do not fit the free memory is skipped with the reason.
 Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_bytes) {
     const int64_t ctx_max = p.ctx + o.warmup + o.steps + 1;
-    const double need = cache_bytes(m, p.batch, ctx_max);
+    // sessions of up to `capacity` tokens (their page tables, and what a decode step scans); the pool holds at least
+    // that many tokens (resize_gpu_cache)
+    const int64_t capacity = std::max(ctx_max, o.capacity);
+    const double need = std::max(cache_bytes(m, p.batch, ctx_max), cache_bytes(m, 1, capacity));
     if (need > double(free_bytes)) {
         p.why = "caches need " + std::to_string(int64_t(need / double(1 << 30))) + " GiB, " +
                 std::to_string(free_bytes >> 30) + " GiB free";
         return Status::ok();
     }
-    Status sized = engine::resize_gpu_cache(m, p.batch, ctx_max, p.batch * ctx_max);
+    Status sized = engine::resize_gpu_cache(m, p.batch, capacity, p.batch * ctx_max);
     if (!sized) {
         if (sized.code() != StatusCode::kResourceExhausted) return sized;
         p.why = "out of GPU memory for the caches";
@@ -281,6 +284,9 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                  o.draw_on_host ? "on the host from its logits (--draw-on-host)" : "on the GPU", double(sp.temperature),
                  sp.top_k, double(sp.top_p), double(sp.min_p), double(sp.repetition_penalty),
                  double(sp.presence_penalty), double(sp.frequency_penalty));
+    if (o.capacity > 0)
+        std::fprintf(out, "caches sized for sessions of %lld tokens (--capacity), filled to each context\n\n",
+                     static_cast<long long>(o.capacity));
     std::fprintf(out, "| batch | context | step ms | per layer us | tok/s | GB moved | TB/s | %% of copy |\n");
     std::fprintf(out, "|---|---|---|---|---|---|---|---|\n");
     for (int64_t ctx : o.contexts) {
