@@ -365,5 +365,47 @@ TEST(GpuWarmup, LeavesEveryLaterResultBitIdentical) {
     EXPECT_EQ(cold.graph_captures, 0);
 }
 
+// A decode step scans its rows' span of entries (a power of two from 4,096 tokens), not the whole session capacity
+// the cache is sized for (the model's 1M tokens unless told otherwise): the same session decodes the same bits in a
+// cache of the default capacity as in one sized to it, across the span's doubling at position 4,096 — which the
+// wide engine meets with one more graph capture. (Sized by the capacity, its HCA lists were 8,192 entries wide and
+// the split attention rounded differently.)
+TEST(GpuDecodeSpan, SessionsDecodeTheSameBitsInAnyCacheCapacity) {
+    DSV4_REQUIRE_GPU();
+    const auto dir = testing::test_data_dir() / "goldens" / "flash_like" / "official";
+    constexpr int64_t kPrompt = 4090, kSteps = 12;  // decode positions 4,090 .. 4,101
+    std::vector<int32_t> tokens(size_t(kPrompt + kSteps));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 13) % 500);
+    auto run = [&](int64_t capacity, int64_t* step_captures) {
+        std::vector<float> out;
+        auto e =
+            load_gpu_engine(dir, EnginePrecision::kReference, [&](EngineOptions& o) { o.cuda_max_context = capacity; });
+        if (!e) return out;
+        auto s = e->create_session({.max_context = kPrompt + kSteps});
+        EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+        if (!s.is_ok()) return out;
+        Logits part;
+        Status st = (*s)->feed(std::span<const int32_t>(tokens.data(), size_t(kPrompt)), &part, LogitRows::kLast);
+        EXPECT_TRUE(st.is_ok()) << st.to_string();
+        const int64_t captures = e->stats().graph_captures;
+        for (int64_t i = kPrompt; st.is_ok() && i < kPrompt + kSteps; ++i) {
+            st = (*s)->feed(std::span<const int32_t>(tokens.data() + i, 1), &part);
+            EXPECT_TRUE(st.is_ok()) << "position " << i << ": " << st.to_string();
+            out.insert(out.end(), part.values.begin(), part.values.end());
+        }
+        *step_captures = e->stats().graph_captures - captures;
+        return out;
+    };
+    int64_t wide_captures = 0, tight_captures = 0;
+    const auto wide = run(0, &wide_captures), tight = run(kPrompt + kSteps, &tight_captures);
+    ASSERT_FALSE(wide.empty());
+    ASSERT_EQ(wide.size(), tight.size());
+    EXPECT_EQ(std::memcmp(wide.data(), tight.data(), wide.size() * sizeof(float)), 0)
+        << "rel_l2 " << rel_l2(wide, tight);
+    EXPECT_EQ(wide_captures, 1) << "the doubling at 4,096 is one capture (the warm-up captured the first span)";
+    std::printf("decode across position 4,096: captures during the steps %lld (1M capacity), %lld (sized)\n",
+                static_cast<long long>(wide_captures), static_cast<long long>(tight_captures));
+}
+
 }  // namespace
 }  // namespace dsv4::model_tests

@@ -437,8 +437,20 @@ Status decode_index_compressor(GpuModel& m, const GpuLayer& layer, int layer_slo
                              m.pass.index_proj_score.data(), rows, key_entries(m), lc.keys.data(), independent, st);
 }
 
-// Steps 2-4 and the rings for a decode step: every row at once. The indexer scans each session's key capacity but
-// computes only the visible keys; HCA lists every entry slot, invisible ones -1 (whole blocks of -1 change nothing).
+// Entries of a cache kind that a decode step's indexer scan or HCA list covers: its span's (GpuPass::decode_span) in
+// whole pages, at most a session's capacity; every row's visible entries, (position + 1) / ratio, lie below.
+// Sized by the capacity (1M tokens by default), a batch-1 step at 8K context scanned 262,144 CSA entries' tiles and
+// listed 8,192 HCA entries per row (docs/perf.md).
+int64_t decode_entries(const GpuModel& m, const GpuCacheKind& k) {
+    const int64_t capacity = 64 * k.pages_per_session;
+    if (m.pass.decode_span <= 0) return capacity;
+    const int64_t pages = (m.pass.decode_span / k.ratio + 63) / 64;
+    return std::min(capacity, 64 * std::max<int64_t>(pages, 1));
+}
+
+// Steps 2-4 and the rings for a decode step: every row at once. The indexer scans the step's span of key entries
+// but computes only the visible keys; HCA lists the span's entry slots, invisible ones -1 (whole blocks of -1 change
+// nothing).
 // beside: the window K=V and the main compressor ran on m.attn_branch, joined here before the attention reads them,
 // and (CSA) the indexer compressor on m.index_branch, joined before the indexer scores read its keys.
 Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, bool beside) {
@@ -450,7 +462,7 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     const bool csa = layer.kind == model::AttnKind::kCSA, hca = layer.kind == model::AttnKind::kHCA;
     if (layer.ratio && !beside) DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, st));
     const int64_t topk = c.index_topk;
-    const int64_t hca_cap = hca ? 64 * cache.hca.pages_per_session : 0;
+    const int64_t hca_cap = hca ? decode_entries(m, cache.hca) : 0;
     const int64_t width = cache.window + (csa ? topk : hca_cap);
     cuda::AttnIndexArgs ia;
     ia.idx = s.idx.as<int32_t>();
@@ -471,7 +483,7 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
         } else {  // right after the main compressor (CSA layers always have one)
             DSV4_RETURN_IF_ERROR(decode_index_compressor(m, layer, layer_slot, rows, true, st));
         }
-        DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, 64 * cache.csa.pages_per_session, true, &ia));
+        DSV4_RETURN_IF_ERROR(run_indexer(m, lc, 0, rows, decode_entries(m, cache.csa), true, &ia));
     } else {
         DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
     }

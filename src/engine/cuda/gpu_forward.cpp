@@ -473,8 +473,8 @@ Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool
     return head_forward(m, s.streams_a.data(), rows, pending, logits);
 }
 
-// A decode step (one token per sequence, none at position 0) replays the graph captured for its number of rows:
-// every per-sequence value (position, slot, page tables) is read on the device, so any sequences fit.
+// A decode step (one token per sequence, none at position 0) replays the graph captured for its number of rows and
+// its span: every per-sequence value (position, slot, page tables) is read on the device, so any sequences fit.
 bool is_decode_step(std::span<const GpuBatchSeq> seqs) {
     for (const GpuBatchSeq& q : seqs)
         if (q.n != 1 || q.seq->position == 0) return false;
@@ -484,7 +484,7 @@ bool is_decode_step(std::span<const GpuBatchSeq> seqs) {
 Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) {
     GpuGraphCache& cache = m.graphs;
     for (GpuGraphCache::Entry& e : cache.entries)
-        if (e.rows == rows) {
+        if (e.rows == rows && e.span == m.pass.decode_span) {
             e.last_use = ++cache.clock;
             ++cache.replays;
             return e.graph.launch(m.stream.handle());
@@ -502,6 +502,7 @@ Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) 
             if (e.last_use < slot->last_use) slot = &e;
     }
     slot->rows = rows;
+    slot->span = m.pass.decode_span;
     slot->graph = std::move(g);
     slot->last_use = ++cache.clock;
     slot->nodes = slot->graph.nodes();
@@ -543,6 +544,9 @@ Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     // without graphs a decode step queues the same launches the graph would replay (the batched decode kernels:
     // split attention, for one, rounds its sums unlike the per-sequence path)
     const bool decode = is_decode_step(seqs);
+    int64_t span_tokens = 0;  // decode: the rows' largest position + 1
+    for (const GpuBatchSeq& q : seqs) span_tokens = std::max(span_tokens, q.seq->position + q.n);
+    s.decode_span = decode ? decode_span_for(span_tokens, m.cache.max_context) : 0;
     // passes of at most kHeadChunkRows rows run the head GEMM of every row inside when they are decode steps (the
     // graph holds it) or want every row's logits
     const bool logits_in_pass = rows <= kHeadChunkRows && (decode || every_row_logits(seqs));

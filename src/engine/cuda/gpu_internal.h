@@ -68,6 +68,10 @@ struct GpuLayer {
 // Pass buffers for R rows; "act" buffers hold bf16 (reference) or f32 (f32 mode) values.
 struct GpuPass {
     int64_t rows = 0;
+    // A decode step's span: every row's position is below it (decode_span_for; 0 outside decode steps). The step's
+    // indexer scans and HCA lists cover the span's entries rather than a whole session's capacity — the model's 1M
+    // tokens by default — and its graph is captured per span (GpuGraphCache).
+    int64_t decode_span = 0;
     DeviceBuffer plan;               // int64 positions [R], int32 tokens [R], int32 session slots [R]
     int64_t* positions = nullptr;
     int32_t* tokens = nullptr;
@@ -170,12 +174,13 @@ struct GpuCache {
     GpuCacheKind& kind(int64_t ratio) { return ratio == 4 ? csa : hca; }
 };
 
-// Decode steps captured as CUDA graphs, keyed by their number of rows: every step-dependent value (positions,
-// slots, page tables) is read on the device, so a step of any sequences with that many rows replays the graph.
+// Decode steps captured as CUDA graphs, keyed by their number of rows and their span (GpuPass::decode_span): every
+// other step-dependent value (positions, slots, page tables) is read on the device, so a step of any sequences with
+// that many rows and a span as large replays the graph.
 struct GpuGraphCache {
-    static constexpr size_t kMaxEntries = 16;
+    static constexpr size_t kMaxEntries = 32;
     struct Entry {
-        int64_t rows = 0;
+        int64_t rows = 0, span = 0;
         cuda::CapturedGraph graph;
         uint64_t last_use = 0;
         size_t nodes = 0;
@@ -267,6 +272,16 @@ bool fused_moe_shapes(const model::ModelConfig& c);
 // The head's logits are computed (and copied out) this many rows at a time: a real vocabulary's f32 logits are
 // 0.5 MB a row, so a 2,048-row pass would otherwise hold 1 GB of them.
 constexpr int64_t kHeadChunkRows = 256;
+
+// A decode step's span (GpuPass::decode_span) for rows whose positions are all below `tokens`: the smallest power of
+// two >= tokens and >= kMinDecodeSpan, at most the cache's max_context. Doubling steps keep a growing session to one
+// graph capture per doubling; the floor (1,024 CSA entries, one HCA page) keeps short sessions to one.
+constexpr int64_t kMinDecodeSpan = 4096;
+inline int64_t decode_span_for(int64_t tokens, int64_t max_context) {
+    int64_t span = kMinDecodeSpan;
+    while (span < tokens) span <<= 1;
+    return span < max_context ? span : max_context;
+}
 
 // The fused kernel runs the shared expert as one more slot up to this many rows. Its slot holds every row, so past
 // a few rows it is the launches' longest item while the routed slots hold 1-3 rows each: dsv4 bench 4K on the
