@@ -14,7 +14,8 @@
 // much chunking is not separated (the paths switch on the row count only). A wrong expert, scale, row or logits
 // chunk gives an error of the logits' own size (~1). More layers amplify every difference alike (4 layers: 0.19 for
 // all three), so they would test nothing more.
-// Also (GpuDecodeRoute, below): routing inside the MoE launch against the router's launches, bit for bit.
+// Also (below): the indexer of a pass in row chunks against the whole pass (GpuIndexerChunks), and routing inside the
+// MoE launch against the router's launches (GpuDecodeRoute), both bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -144,6 +145,42 @@ INSTANTIATE_TEST_SUITE_P(Layer, GpuLongPass, ::testing::Values(LayerKind{true, 4
                              return std::string(i.param.hash_routed ? "hash_" : "scores_") +
                                     (i.param.compress_ratio == 4 ? "csa" : "hca");
                          });
+
+// A pass whose indexer scores outgrow the scores buffer (GpuModel::index_scores_budget: at the engine's default 1M
+// capacity a whole 8,192-row pass would need 4.3 GB) runs the indexer in row chunks: a 1,024-row pass on a CSA layer
+// in chunks of 127 rows, then decode steps, gives the same logits bit for bit as with the whole pass in one piece.
+TEST(GpuIndexerChunks, APassInRowChunksGivesTheSameBits) {
+    DSV4_REQUIRE_GPU();
+    const int64_t n = 1024, steps = 4;
+    auto made = one_layer_model(LayerKind{false, 4}, n, n + steps);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    engine::GpuModel& m = **made;
+    const int64_t vocab = m.cfg.vocab_size;
+    const std::vector<int32_t> tokens = spread_tokens(n + steps, vocab);
+    const auto run = [&]() {  // one pass of n rows, then one-token decode steps
+        std::vector<float> logits(size_t((n + steps) * vocab));
+        auto s = engine::make_gpu_sequence(m, n + steps, n);
+        EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+        if (!s.is_ok()) return std::vector<float>{};
+        for (int64_t off = 0; off < n + steps; off += off == 0 ? n : 1) {
+            engine::GpuBatchSeq q{.seq = s->get(),
+                                  .tokens = tokens.data() + off,
+                                  .n = off == 0 ? n : 1,
+                                  .logits = logits.data() + off * vocab};
+            const Status st = engine::gpu_forward_batch(m, std::span<engine::GpuBatchSeq>(&q, 1));
+            EXPECT_TRUE(st.is_ok()) << st.to_string();
+            if (!st.is_ok()) return std::vector<float>{};
+        }
+        return logits;
+    };
+    const std::vector<float> whole = run();
+    m.index_scores_budget = 128 * 512;  // ~127 rows of the pass's 256 entries (the buffer is sized at the capacity)
+    ASSERT_TRUE(engine::resize_gpu_cache(m, 2, n + steps, 2 * (n + steps)).is_ok());
+    ASSERT_LT(m.pass.index_scores.bytes(), size_t(n * (n / 4) * 2)) << "the pass would not be chunked";
+    const std::vector<float> chunked = run();
+    ASSERT_EQ(whole.size(), chunked.size());
+    EXPECT_EQ(cuda::testing::count_bit_differences(whole, chunked), 0u);
+}
 
 // With GpuModel::moe_route_max_rows = 8 passes of up to 8 rows route inside the MoE launch (MoeDecodeArgs::route);
 // with 0 (the engine's default) they run the router's launch and the prepare. Both compute the same logits, picks and

@@ -203,7 +203,8 @@ SlotState slot_state(const DeviceBuffer& ok, const DeviceBuffer& os, const Devic
 }
 
 // Indexer scores over the sequence's paged keys and top-k for n rows from r0 into pass.index_topk [n, topk]; or,
-// given a decode step's candidate lists `list`, into those lists (the select writes them: TopKArgs::list).
+// given a decode step's candidate lists `list`, into those lists (the select writes them: TopKArgs::list). A pass
+// whose scores outgrow the scores buffer (GpuModel::index_scores_budget) runs in row chunks that fit it.
 Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, int64_t n_entries, bool decode,
                    const cuda::AttnIndexArgs* list = nullptr) {
     const model::ModelConfig& c = m.cfg;
@@ -217,41 +218,53 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
         ia.picks = s.index_topk.as<int32_t>();
         return cuda::sm90_attn_index(ia, st);
     }
-    cuda::IndexerScoresArgs sp;
-    sp.q = at(s.index_q, r0 * c.index_n_heads * c.index_head_dim * a);
-    sp.keys = lc.keys.data();
-    sp.keys_packed = packed(m);
-    if (m.precision == Precision::kReference) {  // sm90_indexer_q_finish wrote the query's integer form
-        sp.q_int = s.index_q_int.as<int8_t>() + r0 * c.index_n_heads * c.index_head_dim;
-        sp.q_exp = s.index_q_exp.as<int8_t>() + r0 * c.index_n_heads * 4;
+    int64_t fit = int64_t(s.index_scores.bytes()) / (n_entries * a);
+    const int64_t wave = cuda::indexer_scores_wave_tokens();
+    if (fit < n && fit > wave) fit -= fit % wave;  // each chunk whole waves of the scores kernel
+    if (fit < (decode ? n : 1))
+        return internal_error("run_indexer: the scores buffer holds " + std::to_string(fit) + " rows of " +
+                              std::to_string(n_entries) + " entries, a decode step needs " + std::to_string(n));
+    for (int64_t i = 0; i < n; i += fit) {
+        const int64_t rows = std::min(fit, n - i), row = r0 + i;
+        cuda::IndexerScoresArgs sp;
+        sp.q = at(s.index_q, row * c.index_n_heads * c.index_head_dim * a);
+        sp.keys = lc.keys.data();
+        sp.keys_packed = packed(m);
+        if (m.precision == Precision::kReference) {  // sm90_indexer_q_finish wrote the query's integer form
+            sp.q_int = s.index_q_int.as<int8_t>() + row * c.index_n_heads * c.index_head_dim;
+            sp.q_exp = s.index_q_exp.as<int8_t>() + row * c.index_n_heads * 4;
+        }
+        sp.key_pages = s.token_pages.as<int32_t>() + row * pages;
+        sp.pages_per_token = pages;
+        sp.w = at(s.index_w, row * c.index_n_heads * a);
+        sp.tokens = rows;
+        sp.heads = c.index_n_heads;
+        sp.n = n_entries;
+        sp.ratio = 4;
+        sp.positions = s.positions + row;
+        sp.scores = s.index_scores.data();
+        sp.visible_only = decode;
+        DSV4_RETURN_IF_ERROR(cuda::sm90_indexer_scores(m.precision, sp, st));
+        cuda::TopKArgs tp;
+        tp.scores = s.index_scores.data();
+        tp.rows = rows;
+        tp.n = n_entries;
+        tp.k = k;
+        tp.idx = s.index_topk.as<int32_t>() + i * k;
+        if (decode) {
+            tp.positions = s.positions + r0;
+            tp.ratio = 4;
+            // the split attention reads the picks as a set (class F, like its per-chunk maxima:
+            // decode_split_options); the sort was ~1/3 of a one-block select (docs/kernels/attention.md, "Unsorted
+            // picks at decode")
+            tp.sorted = false;
+            // the lists straight from the select: sm90_attn_index's launch off the chain
+            if (list) tp.list = *list, tp.idx = nullptr;
+        }
+        DSV4_RETURN_IF_ERROR(
+            cuda::sm90_topk_select(m.precision, tp, s.attn_workspace.data(), s.attn_workspace.bytes(), st));
     }
-    sp.key_pages = s.token_pages.as<int32_t>() + r0 * pages;
-    sp.pages_per_token = pages;
-    sp.w = at(s.index_w, r0 * c.index_n_heads * a);
-    sp.tokens = n;
-    sp.heads = c.index_n_heads;
-    sp.n = n_entries;
-    sp.ratio = 4;
-    sp.positions = s.positions + r0;
-    sp.scores = s.index_scores.data();
-    sp.visible_only = decode;
-    DSV4_RETURN_IF_ERROR(cuda::sm90_indexer_scores(m.precision, sp, st));
-    cuda::TopKArgs tp;
-    tp.scores = s.index_scores.data();
-    tp.rows = n;
-    tp.n = n_entries;
-    tp.k = k;
-    tp.idx = s.index_topk.as<int32_t>();
-    if (decode) {
-        tp.positions = s.positions + r0;
-        tp.ratio = 4;
-        // the split attention reads the picks as a set (class F, like its per-chunk maxima: decode_split_options);
-        // the sort was ~1/3 of a one-block select (docs/kernels/attention.md, "Unsorted picks at decode")
-        tp.sorted = false;
-        // the lists straight from the select: sm90_attn_index's launch off the chain
-        if (list) tp.list = *list, tp.idx = nullptr;
-    }
-    return cuda::sm90_topk_select(m.precision, tp, s.attn_workspace.data(), s.attn_workspace.bytes(), st);
+    return Status::ok();
 }
 
 // Decode (one query per sequence) splits the candidates over CTAs when the split kernel would cut the lists into

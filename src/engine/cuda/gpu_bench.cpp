@@ -314,7 +314,14 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
     }
     if (o.prefill_tokens > 0) {
         const int64_t chunk = engine::gpu_max_rows(*m);
-        DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, o.prefill_tokens, o.prefill_tokens));
+        DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, 4096, 4096));  // free the decode points' caches
+        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo before, cuda::describe_device(0));
+        const int64_t capacity = std::max(o.prefill_tokens, o.capacity);
+        DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, capacity, o.prefill_tokens));
+        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo after, cuda::describe_device(0));
+        std::fprintf(out, "\nprefill in a session of %lld tokens' capacity: caches and pass buffers take %.2f GB\n",
+                     static_cast<long long>(capacity),
+                     double(int64_t(before.free_bytes) - int64_t(after.free_bytes)) * 1e-9);
         DSV4_ASSIGN_OR_RETURN(engine::GpuSequencePtr s, engine::make_gpu_sequence(*m, o.prefill_tokens, chunk));
         const int64_t vocab = cfg.vocab_size;
         std::vector<float> logits(size_t((o.prefill_all_logits ? chunk : 1) * vocab));

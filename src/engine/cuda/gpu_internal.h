@@ -219,6 +219,9 @@ struct GpuModel {
     // decode graph (dsv4 bench 4K on the H200, 2026-12-02: B = 1 5.94-6.00 vs 5.79-5.85 ms, B = 8 13.05-13.30 vs
     // 12.59-12.85; docs/kernels/moe.md, "Routing in the first launch"); tests set it to compare the two.
     int64_t moe_route_max_rows = 0;
+    // Bytes of indexer scores a prefill pass holds at once (size_gpu_pass_for_cache; run_indexer takes a longer pass
+    // in row chunks). A whole 8,192-row pass at a 1M-token capacity would be 4.3 GB of bf16 scores. Tests lower it.
+    int64_t index_scores_budget = int64_t(512) << 20;
     backend::Precision precision = backend::Precision::kReference;
     size_t act_bytes = 2;            // bytes of one activation value
     cuda::Stream stream;

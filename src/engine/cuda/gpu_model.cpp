@@ -364,7 +364,10 @@ Status size_gpu_pass_for_cache(GpuModel& m) {
     DSV4_RETURN_IF_ERROR(alloc(s.entry_rows, entries * 4, "entry rows"));
     const int64_t csa_cap = 64 * k.csa.pages_per_session, hca_cap = 64 * k.hca.pages_per_session;
     DSV4_RETURN_IF_ERROR(alloc(s.idx, R * (c.window + std::max<int64_t>(c.index_topk, hca_cap)) * 4, "index lists"));
-    DSV4_RETURN_IF_ERROR(alloc(s.index_scores, R * std::max<int64_t>(csa_cap, 1) * a, "indexer scores"));
+    // indexer scores: a decode step's rows (at most the sessions) at the capacity's width, else the budget's rows
+    const int64_t score_row = std::max<int64_t>(csa_cap, 1) * a;
+    const int64_t score_rows = std::min(R, std::max(std::min(R, k.sessions), m.index_scores_budget / score_row));
+    DSV4_RETURN_IF_ERROR(alloc(s.index_scores, score_rows * score_row, "indexer scores"));
     DSV4_RETURN_IF_ERROR(alloc(s.index_topk, R * c.index_topk * 4, "indexer top-k"));
     DSV4_RETURN_IF_ERROR(alloc(s.token_pages, R * std::max<int64_t>(k.csa.pages_per_session, 1) * 4, "key pages"));
     // passes that can take the wgmma prefill kernel decode their K=V rows once (gpu_attention.cpp, decode_pass_rows)

@@ -44,6 +44,10 @@ struct IndexerScoresArgs {
     Path path = Path::kAuto;
 };
 Status sm90_indexer_scores(backend::Precision precision, const IndexerScoresArgs& a, StreamHandle stream);
+// Tokens per sm90_indexer_scores call that fill the integer path's waves exactly once each token's keys take a
+// whole CTA (long rows: one CTA per token, kCtasPerSm per SM): a caller splitting a pass into calls cuts it into
+// multiples of this, or each call ends in a part-filled wave.
+int64_t indexer_scores_wave_tokens();
 
 // The indexer query's finish in the reference numerics, in place on bf16 q [tokens, heads, 128]: RoPE on channels
 // 64..127 at positions[t] (freqs: the compressed layers' table), the Hadamard-128 rotation, the e2m1 simulation at

@@ -17,6 +17,8 @@ bool indexer_scores_s8_applies(const IndexerScoresArgs& a) {
     return a.path != IndexerScoresArgs::Path::kBf16;
 }
 
+int64_t indexer_scores_wave_tokens() { return int64_t(IndexerS8Config::kCtasPerSm) * current_sm_count(); }
+
 Status launch_indexer_scores_s8(const IndexerScoresArgs& a, StreamHandle stream) {
     using Cfg = IndexerS8Config;
     static const cudaError_t attr =
