@@ -146,6 +146,11 @@ Result<LoadedModel> load_model(const ModelFlags& f) {
     eo.precision = f.precision == "f32" ? EnginePrecision::kF32 : EnginePrecision::kReference;
     eo.threads = f.threads;
     DSV4_ASSIGN_OR_RETURN(eo.backend, parse_engine_backend(f.backend));
+    // GPU caches for the one session below (the load's warm-up gives its pages back before it is made), not the
+    // engine's default of 64 sessions of the model's whole context: at V4 that default holds a 1M-token pool and
+    // pass buffers at that width, ~3.8 GB (docs/perf.md)
+    eo.cuda_sessions = 1;
+    eo.cuda_max_context = f.context > 0 ? f.context : 4096;  // SessionOptions' default when 0
     read_shards_with_progress(m.dir);
     DSV4_ASSIGN_OR_RETURN(m.engine, Engine::load(m.dir, eo));
     const ModelInfo& info = m.engine->info();

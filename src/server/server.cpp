@@ -38,6 +38,11 @@ Result<LoadedModel> load_engine_model(const ServerOptions& o) {
     eo.threads = o.threads;
     DSV4_ASSIGN_OR_RETURN(eo.backend, parse_engine_backend(o.backend));
     eo.cuda_sessions = std::max<int64_t>(eo.cuda_sessions, o.slots + 1);
+    // GPU caches for the slots' sessions (each keeps up to --ctx-size tokens between requests), not the engine's
+    // default sessions of the model's whole context (1M tokens at V4: a pool of that size and pass buffers at that
+    // width, ~3.8 GB, docs/perf.md)
+    eo.cuda_max_context = o.context;
+    eo.cuda_cache_tokens = int64_t(o.slots + 1) * o.context;
     DSV4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::load(o.model_dir, eo));
     const int64_t vocab = engine->info().vocab_size;
     if (vocab < m.tokenizer->vocab_size() && !o.fold_vocab)
