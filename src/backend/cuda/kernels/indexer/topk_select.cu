@@ -110,6 +110,7 @@ Route route(const TopKArgs& a) {
             break;
     }
     if (!long_rows(a)) return Route::kShort;
+    if (a.rows == 1 && a.n > kTopkSelectChunkedSingleRowMin) return Route::kChunked;
     return a.n <= kTopkSelectClusterMax && cluster_for<ScoreT>(a.n).ctas > 0 ? Route::kCluster : Route::kChunked;
 }
 
@@ -165,7 +166,7 @@ Status launch_long(const TopKArgs& a, const SelectLayout& l, void* workspace, St
         DSV4_RETURN_IF_ERROR(launch_status((op + " histogram pass").c_str()));
     }
     sm90_topk_select_collect_kernel<ScoreT><<<grid, Cfg::kThreads, 0, stream>>>(
-        scores, a.n, int(a.k), a.positions, a.ratio, int(l.chunk), int(l.chunks), a.sorted, ws, pick_out(a));
+        scores, a.n, a.positions, a.ratio, int(l.chunk), int(l.chunks), a.sorted, ws, pick_out(a));
     return launch_status((op + " collect").c_str());
 }
 

@@ -527,7 +527,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
 // Long rows: each chunk writes its picks into the row's slots, the row's last CTA sorts them and writes the outputs.
 template <typename ScoreT>
 __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::kMinBlocks)
-    sm90_topk_select_collect_kernel(const ScoreT* __restrict__ scores, int64_t stride, int k,
+    sm90_topk_select_collect_kernel(const ScoreT* __restrict__ scores, int64_t stride,
                                     const int64_t* __restrict__ positions, int64_t ratio, int chunk, int chunks,
                                     bool sorted, TopKSelectWorkspace ws, PickOut out) {
     pdl_enter();
@@ -548,7 +548,7 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     const int c = int(blockIdx.x % unsigned(chunks));
     const int tid = int(threadIdx.x), lane = tid & 31;
     const int64_t n = select_row_count(stride, positions, ratio, row);
-    const int kk = int(n < k ? n : k);
+    const int kk = int(n < out.k ? n : out.k);
     const int64_t begin = int64_t(c) * chunk;
     unsigned long long* row_picks = ws.picks + row * Cfg::kMaxK;
     if (kk > 0 && begin < n) {  // block-uniform
