@@ -399,13 +399,6 @@ TEST(TopKSelectValidation, ClearErrors) {
     EXPECT_EQ(sm90_topk_select_workspace_bytes(
                   {buf->data(), kTopkSelectShortRows - 1, kTopkSelectClusterMax, 512, buf->as<int32_t>()}),
               0u);
-    // one row past kTopkSelectChunkedSingleRowMin takes the chunked path (faster than the cluster's at batch 1)
-    EXPECT_EQ(
-        sm90_topk_select_workspace_bytes({buf->data(), 1, kTopkSelectChunkedSingleRowMin, 512, buf->as<int32_t>()}),
-        0u);
-    EXPECT_GT(
-        sm90_topk_select_workspace_bytes({buf->data(), 1, kTopkSelectChunkedSingleRowMin + 1, 512, buf->as<int32_t>()}),
-        0u);
     TopKArgs chunked{buf->data(), 3, kTopkSelectShortMax, 512, buf->as<int32_t>()};
     chunked.select_path = TopKSelectPath::kChunked;
     EXPECT_GT(sm90_topk_select_workspace_bytes(chunked), 0u);

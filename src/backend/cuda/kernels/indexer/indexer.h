@@ -116,14 +116,13 @@ Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle s
 // The switch (H200, docs/kernels/attention.md §6, "Seventh run" and "Top-k select at batch 1"): rows of up to
 // kTopkSelectShortMax scores always take the one-block path, rows up to kTopkSelectShortLimit (its shared-memory
 // bound) take it when a call has at least kTopkSelectShortRows of them, longer rows take the cluster path up to
-// kTopkSelectClusterMax and the chunked path beyond — and a call of one row longer than
-// kTopkSelectChunkedSingleRowMin takes the chunked path too (B = 1, unsorted: 1M context 16.7 against the cluster's
-// 21.2 µs, 256K 15.3 against 11.5; at B = 8, 1M the cluster path is faster, 24.0 against 43.6).
+// kTopkSelectClusterMax and the chunked path beyond. (One row of 262,144 scores alone selects faster on the chunked
+// path, 16.7 against 21.2 µs, but a decode step at 1M context did not get faster with it: its memset node breaks the
+// graph's programmatic chain; docs/kernels/attention.md, "The select's dispatch at batch 1, 1M".)
 inline constexpr int64_t kTopkSelectShortMax = 8192;
 inline constexpr int64_t kTopkSelectShortLimit = 16384;
 inline constexpr int64_t kTopkSelectShortRows = 32;
 inline constexpr int64_t kTopkSelectClusterMax = 262144;  // 8 CTAs x 32,768 keys: a 1M context's CSA entries
-inline constexpr int64_t kTopkSelectChunkedSingleRowMin = 131072;
 size_t sm90_topk_select_workspace_bytes(const TopKArgs& a);
 Status sm90_topk_select(backend::Precision precision, const TopKArgs& a, void* workspace, size_t workspace_bytes,
                         StreamHandle stream);

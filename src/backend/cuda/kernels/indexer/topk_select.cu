@@ -110,7 +110,6 @@ Route route(const TopKArgs& a) {
             break;
     }
     if (!long_rows(a)) return Route::kShort;
-    if (a.rows == 1 && a.n > kTopkSelectChunkedSingleRowMin) return Route::kChunked;
     return a.n <= kTopkSelectClusterMax && cluster_for<ScoreT>(a.n).ctas > 0 ? Route::kCluster : Route::kChunked;
 }
 
