@@ -622,22 +622,21 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx, const std::function<void(cons
     sa.positions = pos.as<int64_t>(), sa.ratio = kCsaRatio;
     const size_t sel_bytes = sm90_topk_select_workspace_bytes(sa);
     DeviceBuffer sel_ws = alloc(sel_bytes, "top-k select workspace");
-    const Timing tsel = time_op(rotations, [&](int i) {
-        DSV4_RETURN_IF_ERROR(score(i));
-        return sm90_topk_select(kRef, sa, sel_ws.data(), sel_bytes, g->s);
-    });
-    Timing tks = tsel;
-    tks.us = std::max(1e-3, tsel.us - ts.us);
+    const auto select_time = [&](const TopKArgs& a, void* ws, size_t ws_bytes) {  // scores + select minus scores
+        Timing t = time_op(rotations, [&](int i) {
+            DSV4_RETURN_IF_ERROR(score(i));
+            return sm90_topk_select(kRef, a, ws, ws_bytes, g->s);
+        });
+        t.us = std::max(1e-3, t.us - ts.us);
+        return t;
+    };
+    const Timing tks = select_time(sa, sel_ws.data(), sel_bytes);
     std::snprintf(note, sizeof note, "sm90_topk_select, same picks; %.2fx the speed of sm90_topk", tk.us / tks.us);
     print_row(B, cn, "top-512 select (total minus scores)", tks, topk_bytes, 0, note);
     // the same picks unsorted, as a decode step asks for them (TopKArgs::sorted; the split attention reads a set)
     TopKArgs ua = sa;
     ua.sorted = false;
-    Timing tun = time_op(rotations, [&](int i) {
-        DSV4_RETURN_IF_ERROR(score(i));
-        return sm90_topk_select(kRef, ua, sel_ws.data(), sel_bytes, g->s);
-    });
-    tun.us = std::max(1e-3, tun.us - ts.us);
+    const Timing tun = select_time(ua, sel_ws.data(), sel_bytes);
     std::snprintf(note, sizeof note, "the same picks unsorted, as decode takes them; %.2fx the sorted speed",
                   tks.us / tun.us);
     print_row(B, cn, "top-512 select, unsorted (total minus scores)", tun, topk_bytes, 0, note);
@@ -659,11 +658,8 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx, const std::function<void(cons
         DSV4_RETURN_IF_ERROR(sm90_topk_select(kRef, ua, sel_ws.data(), sel_bytes, g->s));
         return sm90_attn_index(ia, g->s);
     });
-    Timing t_lists = time_op(rotations, [&](int i) {
-        DSV4_RETURN_IF_ERROR(score(i));
-        return sm90_topk_select(kRef, la, sel_ws.data(), sel_bytes, g->s);
-    });
-    t_two.us = std::max(1e-3, t_two.us - ts.us), t_lists.us = std::max(1e-3, t_lists.us - ts.us);
+    const Timing t_lists = select_time(la, sel_ws.data(), sel_bytes);
+    t_two.us = std::max(1e-3, t_two.us - ts.us);
     std::snprintf(note, sizeof note,
                   "unsorted, the window part and each pick's pool row written by the select; select + "
                   "sm90_attn_index: %.2f us",
@@ -675,19 +671,11 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx, const std::function<void(cons
         ca.select_path = TopKSelectPath::kChunked;
         const size_t chunked_bytes = sm90_topk_select_workspace_bytes(ca);
         DeviceBuffer chunked_ws = alloc(chunked_bytes, "chunked top-k select workspace");
-        Timing tc = time_op(rotations, [&](int i) {
-            DSV4_RETURN_IF_ERROR(score(i));
-            return sm90_topk_select(kRef, ca, chunked_ws.data(), chunked_bytes, g->s);
-        });
-        tc.us = std::max(1e-3, tc.us - ts.us);
+        const Timing tc = select_time(ca, chunked_ws.data(), chunked_bytes);
         std::snprintf(note, sizeof note, "same picks; the default path (row above) is %.2fx its speed", tc.us / tks.us);
         print_row(B, cn, "top-512 select, chunked path (total minus scores)", tc, topk_bytes, 0, note);
         ca.sorted = false;  // as decode asks for them
-        Timing tcu = time_op(rotations, [&](int i) {
-            DSV4_RETURN_IF_ERROR(score(i));
-            return sm90_topk_select(kRef, ca, chunked_ws.data(), chunked_bytes, g->s);
-        });
-        tcu.us = std::max(1e-3, tcu.us - ts.us);
+        const Timing tcu = select_time(ca, chunked_ws.data(), chunked_bytes);
         std::snprintf(note, sizeof note, "the same picks unsorted; the default path unsorted is %.2fx its speed",
                       tcu.us / tun.us);
         print_row(B, cn, "top-512 select, chunked path, unsorted (total minus scores)", tcu, topk_bytes, 0, note);
@@ -695,7 +683,7 @@ IndexerTimes bench_indexer(int64_t B, int64_t ctx, const std::function<void(cons
     print_row(B, cn, "indexer total (scores + top-512)", tt, key_bytes + double(scores_bytes) + topk_bytes, flops,
               "fused minimum would be keys + q + w + picks");
     IndexerTimes times;
-    times.with_topk = tt.us, times.with_select = tsel.us;
+    times.with_topk = tt.us, times.with_select = ts.us + tks.us;
     if (with_parts) {
         // the query finish on scratch copies (it rewrites its query in place; the scores keep their inputs)
         DeviceBuffer qf_q = random_bf16(int64_t(rotations) * B * kIndexHeads * kIndexDim, "query finish q");
