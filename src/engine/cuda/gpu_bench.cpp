@@ -319,7 +319,9 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
         const int64_t capacity = std::max(o.prefill_tokens, o.capacity);
         DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, capacity, o.prefill_tokens));
         DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo after, cuda::describe_device(0));
-        std::fprintf(out, "\nprefill in a session of %lld tokens' capacity: caches and pass buffers take %.2f GB\n",
+        std::fprintf(out,
+                     "\nprefill in a session of %lld tokens' capacity: caches and pass buffers take %.2f GB more than "
+                     "for 4,096 tokens\n",
                      static_cast<long long>(capacity),
                      double(int64_t(before.free_bytes) - int64_t(after.free_bytes)) * 1e-9);
         DSV4_ASSIGN_OR_RETURN(engine::GpuSequencePtr s, engine::make_gpu_sequence(*m, o.prefill_tokens, chunk));

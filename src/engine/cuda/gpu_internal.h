@@ -176,7 +176,7 @@ struct GpuCache {
 
 // Decode steps captured as CUDA graphs, keyed by their number of rows and their span (GpuPass::decode_span): every
 // other step-dependent value (positions, slots, page tables) is read on the device, so a step of any sequences with
-// that many rows and a span as large replays the graph. At most kMaxEntries, least recently used out (a graph of 32
+// that many rows and that span replays the graph. At most kMaxEntries, least recently used out (a graph of 32
 // V4-Flash layers holds ~18 MB of GPU memory, docs/perf.md).
 struct GpuGraphCache {
     static constexpr size_t kMaxEntries = 32;
