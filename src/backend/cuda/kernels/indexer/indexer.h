@@ -117,8 +117,8 @@ Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle s
 // kTopkSelectShortMax scores always take the one-block path, rows up to kTopkSelectShortLimit (its shared-memory
 // bound) take it when a call has at least kTopkSelectShortRows of them, longer rows take the cluster path up to
 // kTopkSelectClusterMax and the chunked path beyond. (One row of 262,144 scores alone selects faster on the chunked
-// path, 16.7 against 21.2 µs, but a decode step at 1M context did not get faster with it: its memset node breaks the
-// graph's programmatic chain; docs/kernels/attention.md, "The select's dispatch at batch 1, 1M".)
+// path, 16.7 against 21.2 µs, but a decode step at 1M context did not get faster with it — likely its workspace
+// memset, a non-kernel graph node; docs/kernels/attention.md, "The select's dispatch at batch 1, 1M".)
 inline constexpr int64_t kTopkSelectShortMax = 8192;
 inline constexpr int64_t kTopkSelectShortLimit = 16384;
 inline constexpr int64_t kTopkSelectShortRows = 32;
