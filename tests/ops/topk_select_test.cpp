@@ -286,6 +286,46 @@ TEST_P(TopKSelectTest, EveryPathGivesTheSamePicks) {
     EXPECT_GT(picks, 0) << "no case picked a real entry";
 }
 
+// Zeroed counters (TopKArgs::counters): the chunked path takes its histograms and tickets from them instead of
+// clearing its workspace, and leaves them zero, so the next call needs no memset; with them one row past
+// kTopkSelectChunkedSingleRowMin takes the chunked path (without them the cluster path). The same picks as sm90_topk
+// on two calls in a row (run_select), the counters zero after them.
+TEST_P(TopKSelectTest, CountersLeftZeroGiveTheSamePicks) {
+    DSV4_REQUIRE_GPU();
+    const Precision prec = GetParam();
+    std::mt19937_64 rng(fresh_seed());
+    struct Case {
+        int64_t rows, n;
+        TopKSelectPath path;
+    };
+    const Case cases[] = {{1, kTopkSelectClusterMax, TopKSelectPath::kAuto},
+                          {1, kTopkSelectChunkedSingleRowMin + 1000, TopKSelectPath::kAuto},
+                          {5, 40000, TopKSelectPath::kChunked}};
+    constexpr int64_t k = 512;
+    int salt = 0;
+    int64_t picks = 0;
+    for (const Case& c : cases) {
+        SCOPED_TRACE("rows " + std::to_string(c.rows) + " n " + std::to_string(c.n));
+        const auto s = random_rows(prec, rng, c.rows, c.n, salt++);
+        auto ds = act_to_device(prec, s);
+        auto counters = DeviceBuffer::allocate(size_t(c.rows * kTopkSelectCounterWords) * sizeof(unsigned));
+        ASSERT_TRUE(ds.is_ok() && counters.is_ok());
+        ASSERT_TRUE(counters->fill_bytes(0).is_ok());
+        TopKArgs a{nullptr, c.rows, c.n, k, nullptr};
+        const auto want = run_topk(prec, *ds, a);
+        a.select_path = c.path;
+        a.counters = counters->as<unsigned>();
+        EXPECT_GT(sm90_topk_select_workspace_bytes(a), 0u) << "not the chunked path";
+        const auto got = run_select(prec, *ds, a);
+        EXPECT_EQ(first_difference(got, want, k), "");
+        const auto left = to_host<uint32_t>(*counters, size_t(c.rows * kTopkSelectCounterWords));
+        EXPECT_EQ(std::count_if(left.begin(), left.end(), [](uint32_t v) { return v != 0; }), 0)
+            << "counters left non-zero";
+        picks += real_picks(got);
+    }
+    EXPECT_GT(picks, 0);
+}
+
 // The unsorted order (TopKArgs::sorted = false) of one row's picks, from its sorted picks: the picks scored above
 // the last pick in ascending index, then the last pick's ties in ascending index.
 std::vector<int32_t> index_order(const int32_t* sorted, int64_t k, const float* row) {

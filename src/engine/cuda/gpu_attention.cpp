@@ -260,6 +260,8 @@ Status run_indexer(GpuModel& m, const GpuLayerCache& lc, int64_t r0, int64_t n, 
             tp.sorted = false;
             // the lists straight from the select: sm90_attn_index's launch off the chain
             if (list) tp.list = *list, tp.idx = nullptr;
+            // counters kept zero: the chunked path (one long row) needs no memset node in the decode graph
+            tp.counters = s.select_counters.as<unsigned>();
         }
         DSV4_RETURN_IF_ERROR(
             cuda::sm90_topk_select(m.precision, tp, s.attn_workspace.data(), s.attn_workspace.bytes(), st));

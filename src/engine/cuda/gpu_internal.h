@@ -89,6 +89,8 @@ struct GpuPass {
     DeviceBuffer index_proj_kv, index_proj_score;  // f32 [R, 2·128]
     DeviceBuffer index_q, index_w;   // act [R, IH, 128], [R, IH]
     DeviceBuffer index_q_int, index_q_exp;  // kReference: int8 [R, IH, 128], [R, IH, 4] (the query finish's)
+    DeviceBuffer
+        select_counters;  // uint32 [decode rows, kTopkSelectCounterWords]: TopKArgs::counters, zero between uses
     DeviceBuffer router_logits;      // f32 [R, E]
     DeviceBuffer moe_arrivals;       // int32: the MoE launch's routing counter (MoeRoute::arrivals), zero between uses
     DeviceBuffer route_idx, route_w; // int32 / f32 [R, K]

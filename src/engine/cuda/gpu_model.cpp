@@ -368,6 +368,10 @@ Status size_gpu_pass_for_cache(GpuModel& m) {
     const int64_t score_row = std::max<int64_t>(csa_cap, 1) * a;
     const int64_t score_rows = std::min(R, std::max(std::min(R, k.sessions), m.index_scores_budget / score_row));
     DSV4_RETURN_IF_ERROR(alloc(s.index_scores, score_rows * score_row, "indexer scores"));
+    // the select's chunked-path counters for a decode step's rows (kept zero: no memset node in the decode graph)
+    DSV4_RETURN_IF_ERROR(
+        alloc(s.select_counters, std::min(R, k.sessions) * cuda::kTopkSelectCounterWords * 4, "top-k select counters"));
+    DSV4_RETURN_IF_ERROR(s.select_counters.fill_bytes(0));
     DSV4_RETURN_IF_ERROR(alloc(s.index_topk, R * c.index_topk * 4, "indexer top-k"));
     DSV4_RETURN_IF_ERROR(alloc(s.token_pages, R * std::max<int64_t>(k.csa.pages_per_session, 1) * 4, "key pages"));
     // passes that can take the wgmma prefill kernel decode their K=V rows once (gpu_attention.cpp, decode_pass_rows)

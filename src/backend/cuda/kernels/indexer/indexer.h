@@ -102,7 +102,13 @@ struct TopKArgs {
     // as its entry's pool row, -1 staying -1), so that launch leaves a decode step's chain. Requires list.decode,
     // list.n = rows, list.topk = k and no pass-local rows; list.picks is ignored and idx is not written (may be null).
     AttnIndexArgs list;
+    // sm90_topk_select only. Optional: the chunked path's row counters (histograms and tickets), rows ·
+    // kTopkSelectCounterWords words of device memory that are zero before the call; the path leaves them zero, so it
+    // needs no clearing launch (a memset node in a decode graph, whose edges cannot be programmatic). Null: the
+    // counters live in the workspace and are cleared by a memset each call.
+    unsigned* counters = nullptr;
 };
+inline constexpr int64_t kTopkSelectCounterWords = 4 * 256 + 1;  // 4 passes' histograms of 256 bins, a ticket
 Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle stream);
 
 // The picks of sm90_topk, identical for every input (same indices, order and -1s), by a radix select on three paths:
@@ -116,13 +122,15 @@ Status sm90_topk(backend::Precision precision, const TopKArgs& a, StreamHandle s
 // The switch (H200, docs/kernels/attention.md §6, "Seventh run" and "Top-k select at batch 1"): rows of up to
 // kTopkSelectShortMax scores always take the one-block path, rows up to kTopkSelectShortLimit (its shared-memory
 // bound) take it when a call has at least kTopkSelectShortRows of them, longer rows take the cluster path up to
-// kTopkSelectClusterMax and the chunked path beyond. (One row of 262,144 scores alone selects faster on the chunked
-// path, 16.7 against 21.2 µs, but a decode step at 1M context did not get faster with it — likely its workspace
-// memset, a non-kernel graph node; docs/kernels/attention.md, "The select's dispatch at batch 1, 1M".)
+// kTopkSelectClusterMax and the chunked path beyond — and a call of one row longer than
+// kTopkSelectChunkedSingleRowMin that brings zeroed counters (TopKArgs::counters) takes the chunked path too (B = 1,
+// unsorted: 1M context 16.7 against the cluster's 21.2 µs, 256K 15.3 against 11.5; without the counters its memset
+// node cost a 1M decode step that gain: docs/kernels/attention.md, "The select's dispatch at batch 1, 1M").
 inline constexpr int64_t kTopkSelectShortMax = 8192;
 inline constexpr int64_t kTopkSelectShortLimit = 16384;
 inline constexpr int64_t kTopkSelectShortRows = 32;
 inline constexpr int64_t kTopkSelectClusterMax = 262144;  // 8 CTAs x 32,768 keys: a 1M context's CSA entries
+inline constexpr int64_t kTopkSelectChunkedSingleRowMin = 131072;
 size_t sm90_topk_select_workspace_bytes(const TopKArgs& a);
 Status sm90_topk_select(backend::Precision precision, const TopKArgs& a, void* workspace, size_t workspace_bytes,
                         StreamHandle stream);

@@ -99,8 +99,10 @@ PickOut pick_out(const TopKArgs& a) {
 
 enum class Route { kShort, kCluster, kChunked };
 
+// counters: whether the call brings zeroed counters (TopKArgs::counters), which make the chunked path pay for one
+// long row.
 template <typename ScoreT>
-Route route(const TopKArgs& a) {
+Route route(const TopKArgs& a, bool counters) {
     switch (a.select_path) {
         case TopKSelectPath::kChunked:
             return Route::kChunked;
@@ -110,6 +112,7 @@ Route route(const TopKArgs& a) {
             break;
     }
     if (!long_rows(a)) return Route::kShort;
+    if (counters && a.rows == 1 && a.n > kTopkSelectChunkedSingleRowMin) return Route::kChunked;
     return a.n <= kTopkSelectClusterMax && cluster_for<ScoreT>(a.n).ctas > 0 ? Route::kCluster : Route::kChunked;
 }
 
@@ -152,11 +155,17 @@ Status launch_long(const TopKArgs& a, const SelectLayout& l, void* workspace, St
     auto* base = static_cast<unsigned char*>(workspace);
     TopKSelectWorkspace ws;
     ws.picks = reinterpret_cast<unsigned long long*>(base + l.picks);
-    ws.hist = reinterpret_cast<unsigned*>(base + l.hist);
-    ws.tickets = reinterpret_cast<unsigned*>(base + l.tickets);
     ws.above = reinterpret_cast<unsigned*>(base + l.above);
     ws.equal = reinterpret_cast<unsigned*>(base + l.equal);
-    DSV4_CUDA_TRY(cudaMemsetAsync(base + l.hist, 0, l.zero_bytes, stream), op + ": clearing the workspace");
+    if (a.counters) {  // zero already, and left zero by the collect (TopKArgs::counters)
+        static_assert(kTopkSelectCounterWords == Cfg::kMaxPasses * Cfg::kBins + 1);
+        ws.hist = a.counters;
+        ws.tickets = a.counters + a.rows * Cfg::kMaxPasses * Cfg::kBins;
+    } else {
+        ws.hist = reinterpret_cast<unsigned*>(base + l.hist);
+        ws.tickets = reinterpret_cast<unsigned*>(base + l.tickets);
+        DSV4_CUDA_TRY(cudaMemsetAsync(base + l.hist, 0, l.zero_bytes, stream), op + ": clearing the workspace");
+    }
     const unsigned grid = unsigned(a.rows * l.chunks);
     const auto* scores = static_cast<const ScoreT*>(a.scores);
     for (int pass = 0; pass < SelectKey<ScoreT>::kPasses; ++pass) {
@@ -169,14 +178,18 @@ Status launch_long(const TopKArgs& a, const SelectLayout& l, void* workspace, St
     return launch_status((op + " collect").c_str());
 }
 
-// Whether a call may take the chunked path (either precision): its workspace is needed then.
+// Whether a call of this shape may take the chunked path (either precision, with or without counters): its
+// workspace is needed then.
 bool may_chunk(const TopKArgs& a) {
-    return route<__nv_bfloat16>(a) == Route::kChunked || route<float>(a) == Route::kChunked;
+    for (const bool counters : {false, true})
+        if (route<__nv_bfloat16>(a, counters) == Route::kChunked || route<float>(a, counters) == Route::kChunked)
+            return true;
+    return false;
 }
 
 template <typename ScoreT>
 Status run(const TopKArgs& a, void* workspace, size_t workspace_bytes, StreamHandle stream, const std::string& op) {
-    switch (route<ScoreT>(a)) {
+    switch (route<ScoreT>(a, a.counters != nullptr)) {
         case Route::kShort:
             return launch_short<ScoreT>(a, stream, op);
         case Route::kCluster:

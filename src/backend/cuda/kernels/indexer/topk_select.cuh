@@ -19,7 +19,8 @@
 // their order). Every CTA derives the digits of the earlier passes again from the finished histograms. The last pass
 // also stores, per chunk and last digit d, the chunk's count of keys > (prefix | d) and == (prefix | d); the collect
 // kernel turns those into its output offsets by summing over the chunks before it, writes its picks into the row's pick
-// slots in the workspace, and the row's last CTA to finish (ticket after a fence) sorts them and writes the output.
+// slots in the workspace, and the row's last CTA to finish (ticket after a fence) sorts them, writes the output and
+// sets the row's histograms and ticket back to zero (so that counters kept zero between calls need no memset).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -596,6 +597,11 @@ __global__ void __launch_bounds__(TopKSelectConfig::kThreads, TopKSelectConfig::
     __syncthreads();
     if (!is_last) return;
     __threadfence();
+    // the row's counters back to zero for the next call (TopKArgs::counters: no clearing launch); every CTA of the
+    // row read the histograms before taking its ticket
+    for (int j = tid; j < Cfg::kMaxPasses * Cfg::kBins; j += Cfg::kThreads)
+        ws.hist[row * Cfg::kMaxPasses * Cfg::kBins + j] = 0;
+    if (tid == 0) ws.tickets[row] = 0;
     const unsigned long long v = tid < kk ? __ldcg(row_picks + tid) : 0ull;
     // (the chunks placed their picks at offsets from the prefix over chunks: index order, then the ties)
     block_sort_write<ScoreT, unsigned long long>(v, kk, buf, out, row, sorted);
