@@ -68,6 +68,13 @@ TEST(CudaEmbedding, GathersRowsAndReportsBadIds) {
             EXPECT_EQ(to_host<int32_t>(*dbad, 1)[0], 1);
             auto rows = act_to_host(prec, *dout, size_t(4 * D));
             EXPECT_TRUE(std::all_of(rows.begin() + D, rows.begin() + 3 * D, [](float v) { return v == 0.0f; }));
+            // without a report (the engine checks ids on the host): the same rows, nothing else written
+            auto again = act_poisoned(prec, size_t(4 * D));
+            ASSERT_TRUE(again.is_ok());
+            a.out = again->data(), a.bad_position = nullptr;
+            DSV4_ASSERT_OK(sm90_embedding(prec, a, nullptr));
+            EXPECT_EQ(count_bit_differences(act_to_host(prec, *again, size_t(4 * D)), rows), 0u);
+            EXPECT_EQ(to_host<int32_t>(*dbad, 1)[0], 1);
         }
     }
 }

@@ -451,8 +451,7 @@ Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool
     ep.tokens = s.tokens;
     ep.n = rows;
     ep.table = m.embed;
-    ep.out = s.hc_x.data();
-    ep.bad_position = s.bad_token.as<int32_t>();
+    ep.out = s.hc_x.data();  // no bad_position: the engine checked every id on the host (engine.cpp, check_feed)
     DSV4_RETURN_IF_ERROR(cuda::sm90_embedding(m.precision, ep, st));
     DSV4_RETURN_IF_ERROR(cuda::sm90_broadcast_streams(
         m.precision, {.x = s.hc_x.data(), .rows = rows, .dim = c.hidden_size, .hc = c.hc_mult, .streams = s.streams_a.data()},

@@ -121,7 +121,6 @@ struct GpuPass {
     cuda::PinnedBuffer draw_penalties_host;
     std::vector<int32_t> penalty_counts;
     std::vector<cuda::SamplePenalty> penalty_list;
-    DeviceBuffer bad_token;          // int32, the embedding's out-of-range report
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
     DeviceBuffer attn_branch_workspace;  // the linears on m.attn_branch (decode steps' window K=V and compressor)
     DeviceBuffer index_branch_workspace;  // the linears on m.index_branch (the indexer compressor's projections)

@@ -452,7 +452,6 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
                                                        "draw penalty lists"));
     s.penalty_counts.assign(size_t(c.vocab_size), 0);
     s.penalty_list.reserve(size_t(GpuPass::kDrawPenalties));
-    DSV4_RETURN_IF_ERROR(alloc(s.bad_token, 4, "token check"));
     DSV4_RETURN_IF_ERROR(alloc(s.workspace, int64_t(workspace_bytes(m, R)), "op workspace"));
     DSV4_RETURN_IF_ERROR(
         alloc(s.attn_branch_workspace, int64_t(attn_branch_workspace_bytes(m, R)), "attention branch workspace"));

@@ -33,7 +33,7 @@ __global__ void sm90_embedding_kernel(const int32_t* __restrict__ tokens, int64_
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (id >= 0 && id < vocab)
             load8(table + int64_t(id) * dim + c, v);
-        else if (c == 0)
+        else if (c == 0 && bad_position)
             atomicMin(bad_position, int32_t(t));
         store8(out + t * dim + c, v);  // bf16 → bf16 is exact
     }
@@ -66,13 +66,14 @@ Status bf16_gemm_f32(const void* w, const void* x, float* y, int64_t n, int64_t 
 
 Status sm90_embedding(Precision precision, const EmbeddingArgs& a, StreamHandle stream) {
     const std::string op = "sm90_embedding";
-    if (!a.tokens || !a.out || !a.bad_position || a.n < 0 || a.table.empty())
+    if (!a.tokens || !a.out || a.n < 0 || a.table.empty())
         return invalid_argument(op + ": null pointer, negative count or empty table");
     if (a.table.format != WeightFormat::kBF16 || a.table.cols % 8 != 0)
         return invalid_argument(op + ": table must be bf16 with a row width that is a multiple of 8");
     if (!is_aligned(a.out, 16) || !is_aligned(a.table.data, 16))
         return invalid_argument(op + ": out/table not 16-byte aligned");
-    DSV4_CUDA_TRY(cudaMemsetAsync(a.bad_position, 0x7f, sizeof(int32_t), stream), op + ": reset bad_position");
+    if (a.bad_position)
+        DSV4_CUDA_TRY(cudaMemsetAsync(a.bad_position, 0x7f, sizeof(int32_t), stream), op + ": reset bad_position");
     if (a.n == 0) return Status::ok();
     const int64_t items = a.n * (a.table.cols / 8);
     const auto* table = static_cast<const __nv_bfloat16*>(a.table.data);

@@ -14,15 +14,17 @@
 namespace dsv4::cuda {
 
 // out[t] = table[tokens[t]] (bf16 rows; kReference writes bf16, kF32 f32). A token id outside [0, V) writes a zero
-// row and records the smallest such position t in *bad_position; the launcher first sets *bad_position to
-// kNoBadToken, so the caller reads it back (with its next synchronisation) to turn it into an error.
+// row. With bad_position, the smallest such position t is recorded there too: the launcher first sets it to
+// kNoBadToken (a memset), so the caller reads it back with its next synchronisation to turn it into an error. A
+// caller that checked its ids already (the engine, on the host) passes none: no memset node heads its decode graph,
+// whose edge into the first kernel would be a full one instead of a programmatic one (common/graph.h).
 inline constexpr int32_t kNoBadToken = 0x7f7f7f7f;
 struct EmbeddingArgs {
     const int32_t* tokens = nullptr;  // device [T]
     int64_t n = 0;
     DeviceWeightView table;           // bf16 [V, D], D % 8 == 0
     void* out = nullptr;              // [T, D]
-    int32_t* bad_position = nullptr;  // device, one int32
+    int32_t* bad_position = nullptr;  // device, one int32, or null: not reported
 };
 Status sm90_embedding(backend::Precision precision, const EmbeddingArgs& a, StreamHandle stream);
 
