@@ -9,11 +9,12 @@ the path (on branches that finished in time) cost the launch nothing. Without th
 instead what its end added to the latest end so far (exact on a plain chain; on branches it splits the chain's time).
 With programmatic launch a kernel starts while its predecessor runs, so "duration" (end - start) includes its wait.
 
-Usage: graph_trace.py TRACE.csv [--graph ID] [--last N] [--templates] [--order [--first K] [--count N]]
+Usage: graph_trace.py TRACE.csv [--graph ID] [--last N] [--templates] [--order [--all] [--first K] [--count N]]
   --graph ID   the graph to read (default: the one whose launches hold the most kernels)
   --last N     the last N launches of it (default 5; the earlier ones include first-replay costs)
   --templates  one row per template instance instead of one per kernel function
   --order      the last launch's critical path in order: offsets from its start, charged time
+  --all        with --order: every kernel of the launch in end order, "-" where off the path
   --first K, --count N   with --order: path kernels K .. K + N - 1 (default 0, all)
 """
 import argparse
@@ -148,6 +149,7 @@ def main():
     ap.add_argument("--last", type=int, default=5)
     ap.add_argument("--templates", action="store_true")
     ap.add_argument("--order", action="store_true")
+    ap.add_argument("--all", action="store_true")
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--count", type=int)
     a = ap.parse_args()
@@ -178,14 +180,19 @@ def main():
     if a.order:
         rows, span = charges(mine[-1])
         t0 = min(k["start"] for k in mine[-1])
+        if a.all:
+            charged = {id(k): c for k, c in rows}
+            rows = [(k, charged.get(id(k))) for k in sorted(mine[-1], key=lambda k: (k["end"], k["start"]))]
         end = len(rows) if a.count is None else a.first + a.count
-        print(f"graph {graph}, its last launch: {len(mine[-1])} kernels, {len(rows)} charged ({how}), "
+        on_path = sum(c is not None for _, c in rows)
+        print(f"graph {graph}, its last launch: {len(mine[-1])} kernels, {on_path} charged ({how}), "
               f"span {span / 1e3:.1f} µs")
         print("| # | kernel | start µs | end µs | charged µs |")
         print("|---|---|---|---|---|")
         for i, (k, c) in enumerate(rows[a.first:end], start=a.first):
+            cs = "-" if c is None else f"{c / 1e3:.2f}"
             print(f"| {i} | {short_name(k['name'], a.templates)} | {(k['start'] - t0) / 1e3:.2f} | "
-                  f"{(k['end'] - t0) / 1e3:.2f} | {c / 1e3:.2f} |")
+                  f"{(k['end'] - t0) / 1e3:.2f} | {cs} |")
         return
 
     spans, per_launch = [], []

@@ -22,6 +22,8 @@ order="$(python3 "$tool" "$csv" --last 2 --order --templates)"
 [ "$(grep -c '^| [0-9]' <<<"$order")" = 3 ] || fail "--order: the path should hold 3 kernels"
 grep -q '^| 1 | sm90_compressor_decode_fused_kernel<__nv_bfloat16, 512> | 2.00 | 5.50 | 3.50 |$' <<<"$order" ||
     fail "--order with --templates: $order"
+all="$(python3 "$tool" "$csv" --last 2 --order --all)"
+grep -q '^| 1 | sm90_fp8_gemv_kernel | 1.50 | 5.00 | - |$' <<<"$all" || fail "--order --all: $all"
 # without the edges file: each kernel charged what its end added to the latest end (launch 2: 2, 3, 0.5, 0.5 µs)
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
