@@ -466,8 +466,9 @@ int64_t decode_entries(const GpuModel& m, const GpuCacheKind& k) {
 // Steps 2-4 and the rings for a decode step: every row at once. The indexer scans the step's span of key entries
 // but computes only the visible keys; HCA lists the span's entry slots, invisible ones -1 (whole blocks of -1 change
 // nothing).
-// beside: the window K=V and the main compressor ran on m.attn_branch, joined here before the attention reads them,
-// and (CSA) the indexer compressor on m.index_branch, joined before the indexer scores read its keys.
+// beside: the window K=V ran on m.attn_branch, joined here before the attention reads it, with the main compressor
+// (CSA) or beside it on m.index_branch (HCA); CSA: the indexer compressor on m.index_branch, joined before the
+// indexer scores read its keys.
 Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, bool beside) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
@@ -503,6 +504,7 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
         DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
     }
     if (beside) DSV4_RETURN_IF_ERROR(m.attn_branch.join(st));
+    if (beside && hca) DSV4_RETURN_IF_ERROR(m.index_branch.join(st));  // its main compressor
     DSV4_RETURN_IF_ERROR(attend(m, layer, lc, 0, rows, width, true));
     cuda::RingStoreArgs rs;
     rs.n = rows;
@@ -568,9 +570,15 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
         DSV4_RETURN_IF_ERROR(m.attn_branch.fork(st));
         DSV4_RETURN_IF_ERROR(window_kv(m, layer, layer_slot, rows, normed_q, side, s.attn_branch_workspace));
         if (layer.ratio) {
+            // HCA: the compressor on the branch CSA layers give the indexer's compressor, beside the window K=V (on
+            // one branch the two were the step's critical path: docs/perf.md, "The decode step's critical path")
+            const bool own = !csa;
+            if (own) DSV4_RETURN_IF_ERROR(m.index_branch.fork(st));
+            const cuda::StreamHandle cs = own ? m.index_branch.side() : side;
+            const DeviceBuffer& ws = own ? s.index_branch_workspace : s.attn_branch_workspace;
             DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(),
-                                              normed_q, decode, side, s.attn_branch_workspace));
-            DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, side));
+                                              normed_q, decode, cs, ws));
+            DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, cs));
         }
     }
     QuantizedRows qr_q;

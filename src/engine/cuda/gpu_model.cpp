@@ -313,11 +313,13 @@ size_t attn_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
     });
 }
 
-// m.index_branch: the indexer compressor's projections.
+// m.index_branch: the indexer compressor's projections (CSA), the main compressor's (HCA).
 size_t index_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
     return branch_workspace_bytes(m, rows, [](const GpuAttention& a) {
-        return std::array<BranchLinear, 2>{
-            {{&a.index_compressor.wkv, LinearOut::kF32}, {&a.index_compressor.wgate, LinearOut::kF32}}};
+        return std::array<BranchLinear, 4>{{{&a.index_compressor.wkv, LinearOut::kF32},
+                                            {&a.index_compressor.wgate, LinearOut::kF32},
+                                            {&a.compressor.wkv, LinearOut::kF32},
+                                            {&a.compressor.wgate, LinearOut::kF32}}};
     });
 }
 
