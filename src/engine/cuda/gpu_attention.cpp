@@ -581,11 +581,10 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
             DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, cs));
         }
     }
-    QuantizedRows qr_q;
     DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data(), normed_q));
-    if (csa) {  // wq_b and the indexer's wq_b
-        DSV4_ASSIGN_OR_RETURN(qr_q, quantized_rows_in(m, s.qr.data(), rows, c.q_lora_rank, s.qr_codes, s.qr_scales));
-    }
+    // qr's codes from its norm, for wq_b and (CSA) the indexer's wq_b: no quantisation launch on the query path
+    DSV4_ASSIGN_OR_RETURN(const QuantizedRows qr_q,
+                          quantized_rows_in(m, s.qr.data(), rows, c.q_lora_rank, s.qr_codes, s.qr_scales));
     DSV4_RETURN_IF_ERROR(cuda::sm90_rmsnorm(m.precision,
                                             {.x = s.qr.data(),
                                              .rows = rows,
