@@ -57,22 +57,24 @@ Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t 
 }
 
 // The indexer's queries and head weights for all rows of the pass (backend::cpu::indexer_q / indexer_weights).
+// beside: the head weights were projected on m.weights_branch, joined here before they are scaled.
 Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows, const QuantizedRows& normed_q,
-                    const QuantizedRows& qr_q) {
+                    const QuantizedRows& qr_q, bool beside) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
     const int64_t ih = c.index_n_heads, ihd = c.index_head_dim;
     const bool ref = m.precision == Precision::kReference;
     const float w_scale = float(1.0 / std::sqrt(double(ihd)) / std::sqrt(double(ih)));
-    DSV4_RETURN_IF_ERROR(
-        gpu_linear(m, s.normed.data(), rows, layer.attn.index_weights_proj, LinearOut::kBF16, s.index_w.data(),
-                   normed_q));
+    if (!beside)
+        DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, layer.attn.index_weights_proj, LinearOut::kBF16,
+                                        s.index_w.data(), normed_q));
     if (!ref) {
         DSV4_RETURN_IF_ERROR(
             gpu_linear(m, s.qr.data(), rows, layer.attn.index_wq_b, LinearOut::kBF16, s.index_q.data(), qr_q));
         DSV4_RETURN_IF_ERROR(
             rope(m, s.index_q.data(), rows, ih, ihd, ihd - c.rope_head_dim, s.positions, m.freqs_compress));
+        if (beside) DSV4_RETURN_IF_ERROR(m.weights_branch.join(st));
         return cuda::sm90_scale(m.precision, {.x = s.index_w.data(), .n = rows * ih, .scale = w_scale}, st);
     }
     // reference: where the projection splits K (decode) the finish reduces its partial sums itself; the finish also
@@ -94,9 +96,9 @@ Status indexer_rows(GpuModel& m, const GpuLayer& layer, int64_t rows, const Quan
     qf.splits = parts.splits;
     qf.w = s.index_w.data();
     qf.w_scale = w_scale;
+    if (beside) DSV4_RETURN_IF_ERROR(m.weights_branch.join(st));
     return cuda::sm90_indexer_q_finish(qf, st);
 }
-
 
 bool packed(const GpuModel& m) { return m.precision == Precision::kReference; }
 
@@ -554,11 +556,14 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     //    A decode step runs the window K=V and the main compressor (projections and window close) on m.attn_branch,
     //    beside the query path and the indexer: they need only normed, and only the attention reads what they write.
     //    Likewise (CSA) the indexer's compressor (projections and window close) on m.index_branch, joined before the
-    //    indexer scores read its keys. (The head weights' projection on that branch too, waited for by the query
-    //    finish, measured no faster: docs/perf.md.)
+    //    indexer scores read its keys, and its head weights on m.weights_branch, joined before the query finish scales
+    //    them. (The head weights on m.index_branch would make the finish wait for the compressor: docs/perf.md.)
     const bool csa = layer.kind == model::AttnKind::kCSA;
     const bool beside = decode && rows <= kAttnBranchMaxRows;
     if (beside && csa) {
+        DSV4_RETURN_IF_ERROR(m.weights_branch.fork(st));
+        DSV4_RETURN_IF_ERROR(gpu_linear_on(m, m.weights_branch.side(), s.weights_branch_workspace, s.normed.data(),
+                                           rows, w.index_weights_proj, LinearOut::kBF16, s.index_w.data(), normed_q));
         const cuda::StreamHandle side = m.index_branch.side();
         DSV4_RETURN_IF_ERROR(m.index_branch.fork(st));
         DSV4_RETURN_IF_ERROR(project_rows(m, w.index_compressor, layer.ratio, rows, s.index_proj_kv.data(),
@@ -619,7 +624,7 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
                                               s.index_proj_score.data(), normed_q, decode, st, s.workspace));
         bool any_entries = decode;  // a decode step's launches may not depend on the positions
         for (const GpuBatchSeq& q : seqs) any_entries |= (q.seq->position + q.n) / layer.ratio > 0;
-        if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows, normed_q, qr_q));
+        if (any_entries) DSV4_RETURN_IF_ERROR(indexer_rows(m, layer, rows, normed_q, qr_q, beside));
     }
 
     // 2-4: every row at once in a decode step, else sequence by sequence

@@ -123,7 +123,8 @@ struct GpuPass {
     std::vector<cuda::SamplePenalty> penalty_list;
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
     DeviceBuffer attn_branch_workspace;  // the linears on m.attn_branch (decode steps' window K=V and compressor)
-    DeviceBuffer index_branch_workspace;  // the linears on m.index_branch (the indexer compressor's projections)
+    DeviceBuffer index_branch_workspace;    // the linears on m.index_branch (compressor projections)
+    DeviceBuffer weights_branch_workspace;  // the linear on m.weights_branch (the indexer's head weights)
     // attention's per-sequence work (one sequence at a time, or every row at once in a decode step)
     DeviceBuffer series_kv, series_score;  // f32 [127 + R, 512] / [3 + R, 1024]: open window + chunk projections
     DeviceBuffer pooled;             // act [max(R, R/4 + 2), 512] pooled and finished entries before packing
@@ -230,8 +231,11 @@ struct GpuModel {
     cuda::StreamFork hc_branch;  // decode steps' split + Sinkhorn, beside `stream` (gpu_forward.cpp enter_sub_block)
     // decode steps' window K=V and main compressor, beside the query path and the indexer (gpu_attention.cpp)
     cuda::StreamFork attn_branch;
-    // decode steps' indexer compressor (CSA layers), beside the query path (gpu_attention.cpp)
+    // decode steps' indexer compressor (CSA layers) or main compressor (HCA), beside the query path
+    // (gpu_attention.cpp)
     cuda::StreamFork index_branch;
+    // decode steps' indexer head weights (CSA layers), beside the query path up to the indexer's query finish
+    cuda::StreamFork weights_branch;
     std::vector<cuda::DeviceWeight> owned;  // every uploaded weight
     std::vector<DeviceBuffer> tables;       // f32 vectors, tid2eid, expert pointer arrays
     uint64_t weight_bytes = 0;
