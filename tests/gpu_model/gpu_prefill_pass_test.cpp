@@ -182,10 +182,11 @@ TEST(GpuIndexerChunks, APassInRowChunksGivesTheSameBits) {
     EXPECT_EQ(cuda::testing::count_bit_differences(whole, chunked), 0u);
 }
 
-// With GpuModel::moe_route_max_rows = 8 passes of up to 8 rows route inside the MoE launch (MoeDecodeArgs::route);
-// with 0 (the engine's default) they run the router's launch and the prepare. Both compute the same logits, picks and
-// weights in the same order (tests/ops/moe_route_test.cpp), so the model's logits agree bit for bit, through the decode
-// graphs and their replays (the route's arrival counter must come back to zero every step).
+// With GpuModel::moe_route_max_rows = 8 passes of up to 8 rows route inside the MoE launch (MoeDecodeArgs::route: one
+// row on the router's cluster, the engine's default, more on the ⌈E / 8⌉-block form); with 0 they run the router's
+// launch and the prepare. Both compute the same logits, picks and weights in the same order
+// (tests/ops/moe_route_test.cpp), so the model's logits agree bit for bit, through the decode graphs and their replays
+// (the route's arrival counter must come back to zero every step).
 class GpuDecodeRoute : public ::testing::TestWithParam<LayerKind> {};
 
 TEST_P(GpuDecodeRoute, RoutingInsideTheMoeLaunchChangesNoBit) {

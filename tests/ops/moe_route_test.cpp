@@ -136,9 +136,19 @@ void run_route_case(const RouteCase& c) {
 
 TEST(CudaMoeRoute, MatchesRouterThenMoeBitForBit) {
     DSV4_REQUIRE_GPU();
-    const RouteCase cases[] = {
-        {&kFlash, 1}, {&kFlash, 2},     {&kFlash, 5, true}, {&kFlash, 8},           {&kFlash, 3, false, true},
-        {&kPro, 1},   {&kPro, 8, true}, {&kPro, 4},         {&kPro, 2, false, true}};
+    // one token takes the router's cluster form with the prepare's work after its barrier: every routing kind there
+    const RouteCase cases[] = {{&kFlash, 1},
+                               {&kFlash, 1, true},
+                               {&kFlash, 1, false, true},
+                               {&kFlash, 2},
+                               {&kFlash, 5, true},
+                               {&kFlash, 8},
+                               {&kFlash, 3, false, true},
+                               {&kPro, 1},
+                               {&kPro, 1, true},
+                               {&kPro, 8, true},
+                               {&kPro, 4},
+                               {&kPro, 2, false, true}};
     for (const RouteCase& c : cases) run_route_case(c);
 }
 

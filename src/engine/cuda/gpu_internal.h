@@ -218,10 +218,12 @@ struct GpuModel {
     // pass exceeds kMoeDecodeKernelMaxRows (so the workspace holds the prefill kernel's), to compare the kernels.
     int64_t moe_prefill_above = kMoeDecodeKernelMaxRows;
     // Passes of up to this many rows (at most cuda::kMoeRouteMaxTokens) route inside the fused MoE path's first
-    // launch (MoeDecodeArgs::route); the others run the router's launch and the prepare. 0: measured slower in the
-    // decode graph (dsv4 bench 4K on the H200, 2026-12-02: B = 1 5.94-6.00 vs 5.79-5.85 ms, B = 8 13.05-13.30 vs
-    // 12.59-12.85; docs/kernels/moe.md, "Routing in the first launch"); tests set it to compare the two.
-    int64_t moe_route_max_rows = 0;
+    // launch (MoeDecodeArgs::route); the others run the router's launch and the prepare. 1: one row routes on the
+    // router's own cluster with the prepare's work after its barrier, no prepare launch (docs/kernels/moe.md, "One
+    // token routed and prepared in one launch"); 2-8 rows take the route's ⌈E / 8⌉-block form, measured slower in the
+    // decode graph than the router + prepare (2026-12-02: B = 8 13.05-13.30 vs 12.59-12.85 ms; "Routing in the first
+    // launch"). Tests set it to compare the forms.
+    int64_t moe_route_max_rows = 1;
     // Bytes of indexer scores a prefill pass holds at once (size_gpu_pass_for_cache; run_indexer takes a longer pass
     // in row chunks). A whole 8,192-row pass at a 1M-token capacity would be 4.3 GB of bf16 scores. Tests lower it.
     int64_t index_scores_budget = int64_t(512) << 20;

@@ -23,10 +23,17 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // not defer); the FP8 GEMM, the FP8 and bf16 decode GEMVs and the wo_a decode kernel, which request their first weight
 // tiles before the wait (weights are written only at model load); the mHC collapse at decode, which requests its fn
 // slices into L2.
-__device__ __forceinline__ void pdl_enter(bool wait = true) {
+// The next kernel may be launched once every block of this grid has triggered or exited: its blocks wait in their own
+// pdl_enter until this grid completes.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// trigger = false leaves the trigger to a later pdl_trigger() or to the block's exit: for a small grid whose blocks
+// fill their SMs (the one-token MoE route: 16 CTAs of 64 K registers), a wide grid launched early would be placed on
+// the other SMs only and run its whole length on fewer of them (docs/kernels/moe.md, "One token routed and prepared
+// in one launch").
+__device__ __forceinline__ void pdl_enter(bool wait = true, bool trigger = true) {
     if (wait) pdl_wait();
-    // the next kernel may be launched now: its blocks wait in their own pdl_enter until this grid completes
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (trigger) pdl_trigger();
 }
 
 // Waits when it goes out of scope, on every path out of a kernel that began with pdl_enter(false).

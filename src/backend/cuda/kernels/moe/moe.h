@@ -65,8 +65,10 @@ const char* moe_weight_format_name(MoeWeightFormat f);
 // Routing in the decode path's first launch (MoeDecodeArgs::route): the router's gate GEMV and selection, with
 // sm90_router_gate_select's arithmetic (the same logits, picks and weights bit for bit), in the launch that groups the
 // picks and quantises x — three launches per MoE layer instead of four (the router's, the prepare's and these two).
-// Measured slower than those four in the decode graph (docs/kernels/moe.md, "Routing in the first launch"), so the
-// engine does not use it by default (GpuModel::moe_route_max_rows).
+// One token runs on the router's own 16-CTA cluster, the prepare's work after its barrier: the engine's form at
+// batch 1. For 2-8 tokens the gate is spread over ⌈E / 8⌉ blocks, the last to arrive selecting and grouping: measured
+// slower than the four launches in the decode graph (docs/kernels/moe.md, "Routing in the first launch"), so the
+// engine routes those separately (GpuModel::moe_route_max_rows).
 constexpr int64_t kMoeRouteMaxTokens = 8, kMoeRouteMaxDim = 12288;
 struct MoeRoute {
     DeviceWeightView gate;        // bf16 [E, D], 16-byte aligned

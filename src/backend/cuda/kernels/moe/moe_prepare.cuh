@@ -38,19 +38,67 @@ __device__ __forceinline__ int block_scan4(int (&v)[4], int* warp_sums) {
     return total;
 }
 
-// Token tok's row of x quantised to e4m3 per 128 channels (UE8M0 scale), stored as f16 values in pair order (xq, xs).
-// One block of MoeDecodeConfig::kPrepThreads threads.
-__device__ __forceinline__ void moe_quantize_row(const MoeKernelParams& p, int tok) {
-    using Cfg = MoeDecodeConfig;
-    const int tid = threadIdx.x, nblk = p.D / 32;
-    for (int base = 0; base < nblk; base += Cfg::kPrepThreads) {
+// 32-element chunks c0 .. c1 − 1 (c0 a multiple of 4: whole 128-blocks) of token tok's row of x, read from row (x's
+// row, in global or shared memory), quantised to e4m3 per 128 channels (UE8M0 scale) and stored as f16 values in pair
+// order (xq, xs) by `threads` threads of which this is `tid` (a multiple of 32: whole warps, for the quad shuffles).
+__device__ __forceinline__ void moe_quantize_chunks(const MoeKernelParams& p, int tok, const __nv_bfloat16* row, int c0,
+                                                    int c1, int tid, int threads) {
+    for (int base = c0; base < c1; base += threads) {
         const int blk = base + tid;
-        const bool active = blk < nblk;
+        const bool active = blk < c1;
         float v[32];
-        const __nv_bfloat16* src = p.x + size_t(tok) * p.D + size_t(active ? blk : 0) * 32;
-        load32(src, v);
+        load32(row + size_t(active ? blk : c0) * 32, v);
         const float s = quant_block128_to_f16(v, p.xq + size_t(tok) * p.D + size_t(blk) * 32, active);
         if (active && (blk & 3) == 0) p.xs[size_t(tok) * (p.D / 128) + blk / 4] = s;
+    }
+}
+
+// Token tok's whole row by one block of MoeDecodeConfig::kPrepThreads threads.
+__device__ __forceinline__ void moe_quantize_row(const MoeKernelParams& p, int tok) {
+    moe_quantize_chunks(p, tok, p.x + size_t(tok) * p.D, 0, p.D / 32, int(threadIdx.x), MoeDecodeConfig::kPrepThreads);
+}
+
+// The arrival counters of launches 2 and 3 zeroed by `threads` threads of which this is `tid`.
+__device__ __forceinline__ void moe_zero_counters(const MoeKernelParams& p, int tid, int threads) {
+    for (int i = tid; i < (p.slots + 1) * (p.I / 128); i += threads) p.cnt_up[i] = 0;
+    for (int i = tid; i < p.slots + 1; i += threads) p.up_done[i] = 0;
+    for (int i = tid; i < p.D / MoeDecodeConfig::kMinDownRows; i += threads) p.cnt_down[i] = 0;
+}
+
+// moe_group_picks' lists for one token (T = 1), by one warp once p.idx is visible to it: lane j < K takes pick j. The
+// same values moe_group_picks writes (the order of picks inside an expert is free there and pick order here).
+__device__ __forceinline__ void moe_group_one_token_warp(const MoeKernelParams& p) {
+    const int lane = int(threadIdx.x) & 31, K = p.K;
+    const int e = lane < K ? p.idx[lane] : -1;
+    const bool valid = lane < K && e >= 0 && e < p.E;
+    int below = 0, below_valid = 0, same_before = 0, distinct_below = 0, n_distinct = 0;
+    for (int i = 0; i < K; ++i) {
+        const int ei = __shfl_sync(0xffffffffu, e, i);
+        const bool vi = ei >= 0 && ei < p.E;
+        // is pick i the first pick of its expert? (an expert's slot is counted once)
+        bool first = vi;
+        for (int h = 0; h < i; ++h) first = first && __shfl_sync(0xffffffffu, e, h) != ei;
+        below += ei < e;  // the stable sort of `order`: every id, -1 included
+        same_before += i < lane && ei == e;
+        below_valid += vi && ei < e;
+        distinct_below += first && ei < e;
+        n_distinct += first;
+    }
+    int count = 0;  // the expert's picks
+    for (int i = 0; i < K; ++i) count += __shfl_sync(0xffffffffu, e, i) == e;
+    if (lane < K) p.order[below + same_before] = lane;
+    if (valid) p.list[below_valid + same_before] = lane;
+    if (valid && same_before == 0) {  // the expert's first pick writes its slot
+        p.active_expert[distinct_below] = e;
+        p.active_start[distinct_below] = below_valid;
+        p.active_count[distinct_below] = count;
+    }
+    if (lane == 0) {
+        *p.n_active = n_distinct;
+        if (p.shared_expert) {  // the shared expert: slot n_active, the one token's pick K after the routed ones
+            p.active_expert[n_distinct] = -1, p.active_start[n_distinct] = K, p.active_count[n_distinct] = 1;
+            p.list[K] = K;
+        }
     }
 }
 
@@ -107,9 +155,7 @@ __device__ __forceinline__ void moe_group_picks(const MoeKernelParams& p) {
         }
         for (int j = 0; j < p.K; ++j) p.order[t * p.K + j] = o[j];
     }
-    for (int i = tid; i < (p.slots + 1) * (p.I / 128); i += Cfg::kPrepThreads) p.cnt_up[i] = 0;
-    for (int i = tid; i < p.slots + 1; i += Cfg::kPrepThreads) p.up_done[i] = 0;
-    for (int i = tid; i < p.D / Cfg::kMinDownRows; i += Cfg::kPrepThreads) p.cnt_down[i] = 0;
+    moe_zero_counters(p, tid, Cfg::kPrepThreads);
 }
 
 }  // namespace dsv4::cuda

@@ -5,10 +5,12 @@
 // sm90_router_gate_select) and groups the picks (moe_prepare.cuh). Blocks dot_blocks .. dot_blocks+T-1 quantise x's
 // rows as the prepare's blocks do. One launch instead of the router's and the prepare's, and the gate
 // spread over ⌈E / 8⌉ blocks instead of one 16-CTA cluster per token (docs/kernels/moe.md, "Routing in the first
-// launch").
+// launch"). One token takes the router's cluster form instead, with the prepare's work after its cluster barrier
+// (sm90_moe_route_one_kernel).
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/common/cluster_launch.h"
 #include "backend/cuda/common/cuda_status.cuh"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/ld_stream.cuh"
@@ -145,6 +147,38 @@ __global__ void __launch_bounds__(kRouteThreads)
     select_and_group(p, r, q);
 }
 
+// One token (T = 1): the router's own cluster form (router::gate_scores_cluster: 16 CTAs, the gate rows spread over
+// their warps, scores in the first CTA's shared memory) with the prepare's work in its shadow: after the cluster
+// barrier the first CTA's warp 0 picks and groups (moe_group_one_token_warp) while its other warps zero the counters,
+// and the other 15 CTAs, idle until now at that point, quantise x from their staged copies, a share of the 128-blocks
+// each. No arrival counter, no fence: the expert launches wait for this launch's completion.
+__global__ void __launch_bounds__(router::kGateThreads)
+    sm90_moe_route_one_kernel(MoeKernelParams p, const __nv_bfloat16* __restrict__ gate, float* __restrict__ logits,
+                              router::SelectParams q) {
+    pdl_enter(false, false);
+    __shared__ float sc[router::kMaxExperts], sel[router::kMaxExperts];
+    __shared__ __align__(16) __nv_bfloat16 xs[kMoeRouteMaxDim];
+    const int r = router::gate_scores_cluster(p.x, p.D, gate, logits, q, 0, sc, sel, xs);
+    const int tid = int(threadIdx.x);
+    if (r == 0) {
+        // The gate/up launch after this one: triggered here, once the other CTAs are about to leave (they exit after
+        // their quantisation); triggered at the start, its blocks would be placed beside this launch's, off its SMs.
+        pdl_trigger();
+        if (tid < 32) {
+            router::select_top_k(sc, sel, 0, q);
+            __syncwarp();  // the picks (global) visible to the warp
+            moe_group_one_token_warp(p);
+        } else {
+            moe_zero_counters(p, tid - 32, router::kGateThreads - 32);
+        }
+        return;
+    }
+    constexpr int kQuantCtas = router::kGateCtas - 1;
+    const int blocks = p.D / 128, per = (blocks + kQuantCtas - 1) / kQuantCtas;
+    const int b0 = min(blocks, (r - 1) * per), b1 = min(blocks, r * per);
+    if (tid < 32) moe_quantize_chunks(p, 0, xs, 4 * b0, 4 * b1, tid, 32);
+}
+
 // Dynamic shared memory: x's rows in the dot blocks, the scores and selection values in the last block.
 size_t route_smem_bytes(int64_t tokens, int64_t dim, int64_t n_experts) {
     return size_t(std::max(tokens * dim * 2, 2 * tokens * n_experts * 4));
@@ -203,8 +237,17 @@ Status launch_moe_route(const MoeKernelParams& p, const MoeRoute& route, float* 
     r.arrivals = route.arrivals;
     r.dot_blocks = (p.E + kRouteWarps - 1) / kRouteWarps;
     const router::SelectParams q = router::select_params(route.select);
-    static_assert(kMaxTokens == 8, "the instantiations below cover 1..8 tokens");
-    if (p.T == 1) return launch_route<1>(p, r, q, stream);
+    if (p.T == 1) {
+        static const cudaError_t attr =
+            cudaFuncSetAttribute(sm90_moe_route_one_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        DSV4_CUDA_TRY(attr, "sm90_moe_route: cluster size attribute");
+        const ClusterLaunch launch(dim3(router::kGateCtas), dim3(router::kGateThreads), 0, stream,
+                                   dim3(router::kGateCtas));
+        DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, sm90_moe_route_one_kernel, p, r.gate, r.logits, q),
+                      "sm90_moe_route: cluster launch");
+        return launch_status("sm90_moe_route");
+    }
+    static_assert(kMaxTokens == 8, "the instantiations below cover 2..8 tokens");
     if (p.T == 2) return launch_route<2>(p, r, q, stream);
     if (p.T <= 4) return launch_route<4>(p, r, q, stream);
     return launch_route<8>(p, r, q, stream);
