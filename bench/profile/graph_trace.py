@@ -10,12 +10,14 @@ instead what its end added to the latest end so far (exact on a plain chain; on 
 With programmatic launch a kernel starts while its predecessor runs, so "duration" (end - start) includes its wait.
 
 Usage: graph_trace.py TRACE.csv [--graph ID] [--last N] [--templates] [--order [--all] [--first K] [--count N]]
+                      [--against BASE.csv]
   --graph ID   the graph to read (default: the one whose launches hold the most kernels)
   --last N     the last N launches of it (default 5; the earlier ones include first-replay costs)
   --templates  one row per template instance instead of one per kernel function
   --order      the last launch's critical path in order: offsets from its start, charged time
   --all        with --order: every kernel of the launch in end order, "-" where off the path
   --first K, --count N   with --order: path kernels K .. K + N - 1 (default 0, all)
+  --against BASE.csv   per kernel, the charged time in BASE's largest graph and in this one, largest change first
 """
 import argparse
 import csv
@@ -142,6 +144,50 @@ def path_charges(kernels, edges):
     return path, last["end"] - t0
 
 
+def load(path, graph, last):
+    """The last `last` launches of `graph` (default: the largest) in trace `path`, the charge function, its name."""
+    launches = defaultdict(list)  # (graph, correlation) -> kernels
+    for r in read(path):
+        if r["graph"]:
+            launches[(r["graph"], r["corr"])].append(r)
+    if not launches:
+        fail(f"{path}: no kernel ran from a CUDA graph")
+    if graph is None:
+        graph = max(launches.items(), key=lambda kv: (len(kv[1]), kv[0][0]))[0][0]
+    mine = sorted((ks for (g, _), ks in launches.items() if g == graph), key=lambda ks: min(k["start"] for k in ks))
+    if not mine:
+        fail(f"graph {graph} was not launched (graphs: {sorted({g for g, _ in launches})})")
+    if len(mine) < last:
+        fail(f"graph {graph} ran {len(mine)} launches, fewer than --last {last}")
+    edges = read_edges(path + ".edges")
+    if edges is not None and not edges[0]:
+        edges = None
+    charges = (lambda ks: path_charges(ks, edges)) if edges else frontier_charges
+    how = "critical path through the graph's edges" if edges else "no edges file: each kernel charged what its end added"
+    return graph, mine[-last:], charges, how
+
+
+def summary(mine, charges, templates):
+    """Per kernel name over the launches: (calls, calls charged, charge ns, duration ns) means; the spans in ns."""
+    spans, per_launch = [], []
+    for ks in mine:
+        rows, span = charges(ks)
+        spans.append(span)
+        acc = defaultdict(lambda: [0, 0, 0, 0])  # name -> calls, calls charged, charge, duration
+        for k in ks:
+            s = acc[short_name(k["name"], templates)]
+            s[0] += 1
+            s[3] += k["end"] - k["start"]
+        for k, c in rows:
+            s = acc[short_name(k["name"], templates)]
+            s[1] += 1
+            s[2] += c
+        per_launch.append(acc)
+    names = set().union(*per_launch)
+    table = {n: tuple(statistics.mean(p[n][i] for p in per_launch) for i in range(4)) for n in names}
+    return table, spans
+
+
 def main():
     ap = argparse.ArgumentParser(add_help=True, description=__doc__.split("\n")[0])
     ap.add_argument("trace")
@@ -152,30 +198,11 @@ def main():
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--count", type=int)
+    ap.add_argument("--against")
     a = ap.parse_args()
     if a.last < 1:
         fail("--last must be at least 1")
-
-    launches = defaultdict(list)  # (graph, correlation) -> kernels
-    for r in read(a.trace):
-        if r["graph"]:
-            launches[(r["graph"], r["corr"])].append(r)
-    if not launches:
-        fail(f"{a.trace}: no kernel ran from a CUDA graph")
-    graph = a.graph
-    if graph is None:
-        graph = max(launches.items(), key=lambda kv: (len(kv[1]), kv[0][0]))[0][0]
-    mine = sorted((ks for (g, _), ks in launches.items() if g == graph), key=lambda ks: min(k["start"] for k in ks))
-    if not mine:
-        fail(f"graph {graph} was not launched (graphs: {sorted({g for g, _ in launches})})")
-    if len(mine) < a.last:
-        fail(f"graph {graph} ran {len(mine)} launches, fewer than --last {a.last}")
-    mine = mine[-a.last:]
-    edges = read_edges(a.trace + ".edges")
-    if edges is not None and not edges[0]:
-        edges = None
-    charges = (lambda ks: path_charges(ks, edges)) if edges else frontier_charges
-    how = "critical path through the graph's edges" if edges else "no edges file: each kernel charged what its end added"
+    graph, mine, charges, how = load(a.trace, a.graph, a.last)
 
     if a.order:
         rows, span = charges(mine[-1])
@@ -195,37 +222,30 @@ def main():
                   f"{(k['end'] - t0) / 1e3:.2f} | {cs} |")
         return
 
-    spans, per_launch = [], []
-    for ks in mine:
-        rows, span = charges(ks)
-        spans.append(span)
-        acc = defaultdict(lambda: [0, 0, 0, 0])  # name -> calls, calls charged, charge, duration
-        for k in ks:
-            s = acc[short_name(k["name"], a.templates)]
-            s[0] += 1
-            s[3] += k["end"] - k["start"]
-        for k, c in rows:
-            s = acc[short_name(k["name"], a.templates)]
-            s[1] += 1
-            s[2] += c
-        per_launch.append(acc)
-    names = set().union(*per_launch)
-    table = []
-    for n in names:
-        calls = statistics.mean(p[n][0] for p in per_launch)
-        on_path = statistics.mean(p[n][1] for p in per_launch)
-        charge = statistics.mean(p[n][2] for p in per_launch)
-        duration = statistics.mean(p[n][3] for p in per_launch)
-        table.append((charge, n, calls, on_path, duration))
-    table.sort(key=lambda t: (-t[0], t[1]))
+    table, spans = summary(mine, charges, a.templates)
     kernels = statistics.median(len(ks) for ks in mine)
+    if a.against:
+        _, base_mine, base_charges, base_how = load(a.against, None, a.last)
+        if base_how != how:
+            fail(f"{a.against} and {a.trace} were not charged the same way ({base_how} / {how})")
+        base, base_spans = summary(base_mine, base_charges, a.templates)
+        print(f"{a.trace} against {a.against} ({how}), the last {a.last} launches of each: span median "
+              f"{statistics.median(base_spans) / 1e6:.3f} -> {statistics.median(spans) / 1e6:.3f} ms")
+        print("| kernel | charged calls | charged µs per launch | change µs |")
+        print("|---|---|---|---|")
+        zero = (0, 0, 0, 0)
+        rows = [(table.get(n, zero)[2] - base.get(n, zero)[2], n) for n in set(table) | set(base)]
+        for delta, n in sorted(rows, key=lambda r: (-abs(r[0]), r[1])):
+            b, t = base.get(n, zero), table.get(n, zero)
+            print(f"| {n} | {b[1]:g} -> {t[1]:g} | {b[2] / 1e3:.1f} -> {t[2] / 1e3:.1f} | {delta / 1e3:+.1f} |")
+        return
     print(f"graph {graph}: {kernels:.0f} kernels per launch, the last {len(mine)} launches ({how}); span median "
           f"{statistics.median(spans) / 1e6:.3f} ms (min {min(spans) / 1e6:.3f}, max {max(spans) / 1e6:.3f})")
     print("| kernel | calls | charged calls | charged µs per launch | share | charged µs per charged call | "
           "duration µs per call |")
     print("|---|---|---|---|---|---|---|")
     total = statistics.mean(spans)
-    for charge, n, calls, on_path, duration in table:
+    for n, (calls, on_path, charge, duration) in sorted(table.items(), key=lambda kv: (-kv[1][2], kv[0])):
         per = f"{charge / 1e3 / on_path:.2f}" if on_path else "-"
         print(f"| {n} | {calls:g} | {on_path:g} | {charge / 1e3:.1f} | {100 * charge / total:.1f} % | {per} | "
               f"{duration / 1e3 / calls:.2f} |")

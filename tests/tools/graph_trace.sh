@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/profile/graph_trace.py on a synthetic trace (tests/data/profile/trace_synthetic.csv and its .edges: two
 # launches of a 4-kernel graph whose head is a copy node, a branch beside a GEMV and a join; kernel records carry
-# the instantiated nodes' ids, the edges the originals'): the critical path's charges worked out by hand, the
-# fallback without edges, and the errors.
+# the instantiated nodes' ids, the edges the originals'): the critical path's charges worked out by hand, one launch
+# against the other (--against), the fallback without edges, and the errors.
 # Usage: graph_trace.sh SOURCE_ROOT
 set -euo pipefail
 root="${1:?usage: graph_trace.sh SOURCE_ROOT}"
@@ -31,11 +31,21 @@ cp "$csv" "$tmp/t.csv"
 plain="$(python3 "$tool" "$tmp/t.csv" --last 1 --order)"
 grep -q 'no edges file' <<<"$plain" || fail "fallback not announced"
 grep -q "^| 1 | sm90_fp8_gemv_kernel | 1.50 | 5.00 | 3.00 |$" <<<"$plain" || fail "fallback charges: $plain"
+# --against: launch 2 (the branch on the path) against a base holding launch 1 only (the GEMV on the path)
+grep -v '^200,' "$csv" > "$tmp/base.csv"
+cp "$csv.edges" "$tmp/base.csv.edges"
+vs="$(python3 "$tool" "$csv" --last 1 --against "$tmp/base.csv")"
+grep -q 'span median 0.006 -> 0.006 ms' <<<"$vs" || fail "--against summary: $vs"
+[ "$(grep '^| ' <<<"$vs" | sed -n 2p)" = '| sm90_compressor_decode_fused_kernel | 0 -> 1 | 0.0 -> 3.5 | +3.5 |' ] ||
+    fail "--against: the largest change first: $vs"
+grep -q '^| sm90_fp8_gemv_kernel | 1 -> 0 | 3.0 -> 0.0 | -3.0 |$' <<<"$vs" || fail "--against GEMV row: $vs"
 set +e
+msg="$(python3 "$tool" "$csv" --last 1 --against "$tmp/t.csv" 2>&1)"; rc=$?
+[ $rc = 2 ] && grep -q 'were not charged the same way' <<<"$msg" || fail "--against without edges: rc $rc, '$msg'"
 msg="$(python3 "$tool" "$csv" --last 3 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'ran 2 launches, fewer than --last 3' <<<"$msg" || fail "--last 3: rc $rc, '$msg'"
 msg="$(python3 "$tool" "$root/README.md" 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'no kernel-trace CSV header' <<<"$msg" || fail "non-CSV input: rc $rc, '$msg'"
 msg="$(python3 "$tool" "$csv" --graph 9 2>&1)"; rc=$?
 [ $rc = 2 ] && grep -q 'graph 9 was not launched' <<<"$msg" || fail "--graph 9: rc $rc, '$msg'"
-echo "graph_trace: critical path, fallback and errors as expected"
+echo "graph_trace: critical path, comparison, fallback and errors as expected"
