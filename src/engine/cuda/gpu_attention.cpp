@@ -468,9 +468,9 @@ int64_t decode_entries(const GpuModel& m, const GpuCacheKind& k) {
 // Steps 2-4 and the rings for a decode step: every row at once. The indexer scans the step's span of key entries
 // but computes only the visible keys; HCA lists the span's entry slots, invisible ones -1 (whole blocks of -1 change
 // nothing).
-// beside: the window K=V ran on m.attn_branch, joined here before the attention reads it, with the main compressor
-// (CSA) or beside it on m.index_branch (HCA); CSA: the indexer compressor on m.index_branch, joined before the
-// indexer scores read its keys.
+// beside: the window K=V and the main compressor ran on branches (m.attn_branch, m.compress_branch), joined here
+// before the attention reads them; CSA: the indexer compressor on m.index_branch, joined before the indexer scores
+// read its keys.
 Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, bool beside) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
@@ -505,8 +505,10 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     } else {
         DSV4_RETURN_IF_ERROR(cuda::sm90_attn_index(ia, st));
     }
-    if (beside) DSV4_RETURN_IF_ERROR(m.attn_branch.join(st));
-    if (beside && hca) DSV4_RETURN_IF_ERROR(m.index_branch.join(st));  // its main compressor
+    if (beside) {
+        DSV4_RETURN_IF_ERROR(m.attn_branch.join(st));
+        if (layer.ratio) DSV4_RETURN_IF_ERROR(m.compress_branch.join(st));
+    }
     DSV4_RETURN_IF_ERROR(attend(m, layer, lc, 0, rows, width, true));
     cuda::RingStoreArgs rs;
     rs.n = rows;
@@ -553,11 +555,12 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     //    indexer's queries and weights
     //    normed (and qr after its norm) are quantised once, by the norms' launches, for the W8A8 linears that read
     //    them (up to 7 and 2)
-    //    A decode step runs the window K=V and the main compressor (projections and window close) on m.attn_branch,
-    //    beside the query path and the indexer: they need only normed, and only the attention reads what they write.
-    //    Likewise (CSA) the indexer's compressor (projections and window close) on m.index_branch, joined before the
-    //    indexer scores read its keys, and its head weights on m.weights_branch, joined before the query finish scales
-    //    them. (The head weights on m.index_branch would make the finish wait for the compressor: docs/perf.md.)
+    //    A decode step runs on graph branches beside the query path what only later steps read, each joined where
+    //    it is first read: the window K=V (m.attn_branch) and the main compressor (projections and window close,
+    //    m.compress_branch), joined before the attention; CSA: the indexer's compressor (m.index_branch), joined
+    //    before the indexer scores read its keys, and its head weights (m.weights_branch), joined before the query
+    //    finish scales them. One branch per chain: two chains on one branch were the step's critical path
+    //    (docs/perf.md, "The decode step's critical path").
     const bool csa = layer.kind == model::AttnKind::kCSA;
     const bool beside = decode && rows <= kAttnBranchMaxRows;
     if (beside && csa) {
@@ -571,19 +574,15 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
         DSV4_RETURN_IF_ERROR(decode_index_compressor(m, layer, layer_slot, rows, false, side));
     }
     if (beside) {
-        const cuda::StreamHandle side = m.attn_branch.side();
         DSV4_RETURN_IF_ERROR(m.attn_branch.fork(st));
-        DSV4_RETURN_IF_ERROR(window_kv(m, layer, layer_slot, rows, normed_q, side, s.attn_branch_workspace));
+        DSV4_RETURN_IF_ERROR(
+            window_kv(m, layer, layer_slot, rows, normed_q, m.attn_branch.side(), s.attn_branch_workspace));
         if (layer.ratio) {
-            // HCA: the compressor on the branch CSA layers give the indexer's compressor, beside the window K=V (on
-            // one branch the two were the step's critical path: docs/perf.md, "The decode step's critical path")
-            const bool own = !csa;
-            if (own) DSV4_RETURN_IF_ERROR(m.index_branch.fork(st));
-            const cuda::StreamHandle cs = own ? m.index_branch.side() : side;
-            const DeviceBuffer& ws = own ? s.index_branch_workspace : s.attn_branch_workspace;
+            const cuda::StreamHandle side = m.compress_branch.side();
+            DSV4_RETURN_IF_ERROR(m.compress_branch.fork(st));
             DSV4_RETURN_IF_ERROR(project_rows(m, w.compressor, layer.ratio, rows, s.proj_kv.data(), s.proj_score.data(),
-                                              normed_q, decode, cs, ws));
-            DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, cs));
+                                              normed_q, decode, side, s.compress_branch_workspace));
+            DSV4_RETURN_IF_ERROR(decode_main_compressor(m, layer, layer_slot, rows, side));
         }
     }
     DSV4_RETURN_IF_ERROR(gpu_linear(m, s.normed.data(), rows, w.wq_a, LinearOut::kBF16, s.qr.data(), normed_q));

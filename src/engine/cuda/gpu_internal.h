@@ -122,9 +122,10 @@ struct GpuPass {
     std::vector<int32_t> penalty_counts;
     std::vector<cuda::SamplePenalty> penalty_list;
     DeviceBuffer workspace;          // shared by the linears, experts and the MoE kernel (one stream: one user)
-    DeviceBuffer attn_branch_workspace;  // the linears on m.attn_branch (decode steps' window K=V and compressor)
-    DeviceBuffer index_branch_workspace;    // the linears on m.index_branch (compressor projections)
-    DeviceBuffer weights_branch_workspace;  // the linear on m.weights_branch (the indexer's head weights)
+    DeviceBuffer attn_branch_workspace;      // the linear on m.attn_branch (decode steps' window K=V)
+    DeviceBuffer compress_branch_workspace;  // the linears on m.compress_branch (main compressor projections)
+    DeviceBuffer index_branch_workspace;     // the linears on m.index_branch (indexer compressor projections)
+    DeviceBuffer weights_branch_workspace;   // the linear on m.weights_branch (the indexer's head weights)
     // attention's per-sequence work (one sequence at a time, or every row at once in a decode step)
     DeviceBuffer series_kv, series_score;  // f32 [127 + R, 512] / [3 + R, 1024]: open window + chunk projections
     DeviceBuffer pooled;             // act [max(R, R/4 + 2), 512] pooled and finished entries before packing
@@ -231,13 +232,12 @@ struct GpuModel {
     size_t act_bytes = 2;            // bytes of one activation value
     cuda::Stream stream;
     cuda::StreamFork hc_branch;  // decode steps' split + Sinkhorn, beside `stream` (gpu_forward.cpp enter_sub_block)
-    // decode steps' window K=V and main compressor, beside the query path and the indexer (gpu_attention.cpp)
-    cuda::StreamFork attn_branch;
-    // decode steps' indexer compressor (CSA layers) or main compressor (HCA), beside the query path
-    // (gpu_attention.cpp)
-    cuda::StreamFork index_branch;
-    // decode steps' indexer head weights (CSA layers), beside the query path up to the indexer's query finish
-    cuda::StreamFork weights_branch;
+    // Decode steps' branches beside the query path, each joined where its outputs are first read
+    // (gpu_attention.cpp gpu_attention_block):
+    cuda::StreamFork attn_branch;           // the window K=V
+    cuda::StreamFork compress_branch;       // the main compressor (CSA and HCA layers)
+    cuda::StreamFork index_branch;          // the indexer's compressor (CSA layers)
+    cuda::StreamFork weights_branch;        // the indexer's head weights (CSA layers)
     std::vector<cuda::DeviceWeight> owned;  // every uploaded weight
     std::vector<DeviceBuffer> tables;       // f32 vectors, tid2eid, expert pointer arrays
     uint64_t weight_bytes = 0;
@@ -332,11 +332,11 @@ inline cuda::SparseAttnSplitOptions decode_split_options() {
 // partials: cuda::LinearArgs::partials (the K-split sums left in the pass workspace for the next launch to reduce).
 Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightView& w, backend::LinearOut out,
                   void* y, const QuantizedRows& q = {}, cuda::Fp8GemmPartials* partials = nullptr);
-// The same on another stream with its own workspace: a graph branch beside m.stream (m.attn_branch, m.index_branch).
+// The same on another stream with its own workspace: a graph branch beside m.stream (m.attn_branch and the others).
 Status gpu_linear_on(GpuModel& m, cuda::StreamHandle stream, const DeviceBuffer& workspace, const void* x, int64_t rows,
                      const DeviceWeightView& w, backend::LinearOut out, void* y, const QuantizedRows& q = {});
-// Decode steps of up to this many rows run the window K=V and the main compressor on m.attn_branch, and the
-// indexer's compressor on m.index_branch.
+// Decode steps of up to this many rows run the window K=V, the compressors and the indexer's head weights on
+// graph branches (gpu_attention.cpp gpu_attention_block).
 constexpr int64_t kAttnBranchMaxRows = cuda::kDecodeMaxRows;
 
 // One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out; normed_q:

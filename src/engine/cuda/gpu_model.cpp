@@ -305,21 +305,26 @@ size_t branch_workspace_bytes(const GpuModel& m, int64_t rows, Linears linears) 
     return n;
 }
 
-// m.attn_branch: the window K=V projection and the main compressor's (gpu_attention.cpp).
+// m.attn_branch: the window K=V projection (gpu_attention.cpp).
 size_t attn_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
     return branch_workspace_bytes(m, rows, [](const GpuAttention& a) {
-        return std::array<BranchLinear, 3>{
-            {{&a.wkv, LinearOut::kBF16}, {&a.compressor.wkv, LinearOut::kF32}, {&a.compressor.wgate, LinearOut::kF32}}};
+        return std::array<BranchLinear, 1>{{{&a.wkv, LinearOut::kBF16}}};
     });
 }
 
-// m.index_branch: the indexer compressor's projections (CSA), the main compressor's (HCA).
+// m.compress_branch: the main compressor's projections.
+size_t compress_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
+    return branch_workspace_bytes(m, rows, [](const GpuAttention& a) {
+        return std::array<BranchLinear, 2>{
+            {{&a.compressor.wkv, LinearOut::kF32}, {&a.compressor.wgate, LinearOut::kF32}}};
+    });
+}
+
+// m.index_branch: the indexer compressor's projections.
 size_t index_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
     return branch_workspace_bytes(m, rows, [](const GpuAttention& a) {
-        return std::array<BranchLinear, 4>{{{&a.index_compressor.wkv, LinearOut::kF32},
-                                            {&a.index_compressor.wgate, LinearOut::kF32},
-                                            {&a.compressor.wkv, LinearOut::kF32},
-                                            {&a.compressor.wgate, LinearOut::kF32}}};
+        return std::array<BranchLinear, 2>{
+            {{&a.index_compressor.wkv, LinearOut::kF32}, {&a.index_compressor.wgate, LinearOut::kF32}}};
     });
 }
 
@@ -464,6 +469,8 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_RETURN_IF_ERROR(alloc(s.workspace, int64_t(workspace_bytes(m, R)), "op workspace"));
     DSV4_RETURN_IF_ERROR(
         alloc(s.attn_branch_workspace, int64_t(attn_branch_workspace_bytes(m, R)), "attention branch workspace"));
+    DSV4_RETURN_IF_ERROR(alloc(s.compress_branch_workspace, int64_t(compress_branch_workspace_bytes(m, R)),
+                               "compressor branch workspace"));
     DSV4_RETURN_IF_ERROR(
         alloc(s.index_branch_workspace, int64_t(index_branch_workspace_bytes(m, R)), "indexer branch workspace"));
     DSV4_RETURN_IF_ERROR(alloc(s.weights_branch_workspace, int64_t(weights_branch_workspace_bytes(m, R)),
@@ -507,6 +514,7 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
     DSV4_ASSIGN_OR_RETURN(m->stream, cuda::Stream::create());
     DSV4_ASSIGN_OR_RETURN(m->hc_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->attn_branch, cuda::StreamFork::create());
+    DSV4_ASSIGN_OR_RETURN(m->compress_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->index_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->weights_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->embed, put(*m, views.embed, "embed"));
