@@ -468,9 +468,9 @@ int64_t decode_entries(const GpuModel& m, const GpuCacheKind& k) {
 // Steps 2-4 and the rings for a decode step: every row at once. The indexer scans the step's span of key entries
 // but computes only the visible keys; HCA lists the span's entry slots, invisible ones -1 (whole blocks of -1 change
 // nothing).
-// beside: the window K=V and the main compressor ran on branches (m.attn_branch, m.compress_branch), joined here
-// before the attention reads them; CSA: the indexer compressor on m.index_branch, joined before the indexer scores
-// read its keys.
+// beside: the window K=V, the main compressor and (CSA) the query heads ran on branches (m.attn_branch,
+// m.compress_branch, m.heads_branch), joined here before the attention reads them; CSA: the indexer compressor on
+// m.index_branch, joined before the indexer scores read its keys.
 Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int64_t rows, bool beside) {
     const model::ModelConfig& c = m.cfg;
     GpuPass& s = m.pass;
@@ -508,6 +508,7 @@ Status decode_attention(GpuModel& m, const GpuLayer& layer, int layer_slot, int6
     if (beside) {
         DSV4_RETURN_IF_ERROR(m.attn_branch.join(st));
         if (layer.ratio) DSV4_RETURN_IF_ERROR(m.compress_branch.join(st));
+        if (csa) DSV4_RETURN_IF_ERROR(m.heads_branch.join(st));
     }
     DSV4_RETURN_IF_ERROR(attend(m, layer, lc, 0, rows, width, true));
     cuda::RingStoreArgs rs;
@@ -558,8 +559,9 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     //    A decode step runs on graph branches beside the query path what only later steps read, each joined where
     //    it is first read: the window K=V (m.attn_branch) and the main compressor (projections and window close,
     //    m.compress_branch), joined before the attention; CSA: the indexer's compressor (m.index_branch), joined
-    //    before the indexer scores read its keys, and its head weights (m.weights_branch), joined before the query
-    //    finish scales them. One branch per chain: two chains on one branch were the step's critical path
+    //    before the indexer scores read its keys, its head weights (m.weights_branch), joined before the query finish
+    //    scales them, and the query heads (wq_b, head norm and RoPE, m.heads_branch) beside the indexer's queries,
+    //    joined before the attention. One branch per chain: two chains on one branch were the step's critical path
     //    (docs/perf.md, "The decode step's critical path").
     const bool csa = layer.kind == model::AttnKind::kCSA;
     const bool beside = decode && rows <= kAttnBranchMaxRows;
@@ -599,7 +601,11 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
                                              .codes = qr_q.codes,
                                              .scales = qr_q.scales},
                                             st));
-    DSV4_RETURN_IF_ERROR(gpu_linear(m, s.qr.data(), rows, w.wq_b, LinearOut::kBF16, s.q.data(), qr_q));
+    const bool heads_beside = beside && csa;
+    if (heads_beside) DSV4_RETURN_IF_ERROR(m.heads_branch.fork(st));
+    const cuda::StreamHandle hs = heads_beside ? m.heads_branch.side() : st;
+    DSV4_RETURN_IF_ERROR(gpu_linear_on(m, hs, heads_beside ? s.heads_branch_workspace : s.workspace, s.qr.data(), rows,
+                                       w.wq_b, LinearOut::kBF16, s.q.data(), qr_q));
     cuda::QHeadNormRopeArgs qn;
     qn.q = s.q.data();
     qn.tokens = rows;
@@ -609,7 +615,7 @@ Status gpu_attention_block(GpuModel& m, const GpuLayer& layer, int layer_slot, s
     qn.rope = true;
     qn.positions = s.positions;
     qn.freqs = freqs;
-    DSV4_RETURN_IF_ERROR(cuda::sm90_q_head_norm_rope(m.precision, qn, st));
+    DSV4_RETURN_IF_ERROR(cuda::sm90_q_head_norm_rope(m.precision, qn, hs));
 
     if (!beside) {
         DSV4_RETURN_IF_ERROR(window_kv(m, layer, layer_slot, rows, normed_q, st, s.workspace));

@@ -126,6 +126,7 @@ struct GpuPass {
     DeviceBuffer compress_branch_workspace;  // the linears on m.compress_branch (main compressor projections)
     DeviceBuffer index_branch_workspace;     // the linears on m.index_branch (indexer compressor projections)
     DeviceBuffer weights_branch_workspace;   // the linear on m.weights_branch (the indexer's head weights)
+    DeviceBuffer heads_branch_workspace;     // the linear on m.heads_branch (wq_b)
     // attention's per-sequence work (one sequence at a time, or every row at once in a decode step)
     DeviceBuffer series_kv, series_score;  // f32 [127 + R, 512] / [3 + R, 1024]: open window + chunk projections
     DeviceBuffer pooled;             // act [max(R, R/4 + 2), 512] pooled and finished entries before packing
@@ -238,6 +239,7 @@ struct GpuModel {
     cuda::StreamFork compress_branch;       // the main compressor (CSA and HCA layers)
     cuda::StreamFork index_branch;          // the indexer's compressor (CSA layers)
     cuda::StreamFork weights_branch;        // the indexer's head weights (CSA layers)
+    cuda::StreamFork heads_branch;          // the attention's query heads, beside the indexer's queries (CSA layers)
     std::vector<cuda::DeviceWeight> owned;  // every uploaded weight
     std::vector<DeviceBuffer> tables;       // f32 vectors, tid2eid, expert pointer arrays
     uint64_t weight_bytes = 0;
@@ -335,8 +337,8 @@ Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightVi
 // The same on another stream with its own workspace: a graph branch beside m.stream (m.attn_branch and the others).
 Status gpu_linear_on(GpuModel& m, cuda::StreamHandle stream, const DeviceBuffer& workspace, const void* x, int64_t rows,
                      const DeviceWeightView& w, backend::LinearOut out, void* y, const QuantizedRows& q = {});
-// Decode steps of up to this many rows run the window K=V, the compressors and the indexer's head weights on
-// graph branches (gpu_attention.cpp gpu_attention_block).
+// Decode steps of up to this many rows run the window K=V, the compressors, the indexer's head weights and (CSA)
+// the query heads on graph branches (gpu_attention.cpp gpu_attention_block).
 constexpr int64_t kAttnBranchMaxRows = cuda::kDecodeMaxRows;
 
 // One attention sub-block over the pass (gpu_attention.cpp): x = m.pass.normed → out = m.pass.block_out; normed_q:

@@ -335,6 +335,13 @@ size_t weights_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
     });
 }
 
+// m.heads_branch: the query heads' projection.
+size_t heads_branch_workspace_bytes(const GpuModel& m, int64_t rows) {
+    return branch_workspace_bytes(m, rows, [](const GpuAttention& a) {
+        return std::array<BranchLinear, 1>{{{&a.wq_b, LinearOut::kBF16}}};
+    });
+}
+
 // The largest workspace of split decode attention (CSA and HCA lists) and of the indexer's top-k over any row
 // count up to the pass's: the split plan depends on the row count, so every count a step may have is asked.
 size_t attention_workspace_bytes(const GpuModel& m, int64_t csa_cap, int64_t hca_cap) {
@@ -475,6 +482,8 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
         alloc(s.index_branch_workspace, int64_t(index_branch_workspace_bytes(m, R)), "indexer branch workspace"));
     DSV4_RETURN_IF_ERROR(alloc(s.weights_branch_workspace, int64_t(weights_branch_workspace_bytes(m, R)),
                                "head weights branch workspace"));
+    DSV4_RETURN_IF_ERROR(
+        alloc(s.heads_branch_workspace, int64_t(heads_branch_workspace_bytes(m, R)), "query heads branch workspace"));
     return Status::ok();
 }
 
@@ -517,6 +526,7 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
     DSV4_ASSIGN_OR_RETURN(m->compress_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->index_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->weights_branch, cuda::StreamFork::create());
+    DSV4_ASSIGN_OR_RETURN(m->heads_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->embed, put(*m, views.embed, "embed"));
     DSV4_ASSIGN_OR_RETURN(m->head, put(*m, views.head, "head"));
     DSV4_ASSIGN_OR_RETURN(m->norm, put_norm(*m, views.norm, "norm"));
