@@ -127,6 +127,47 @@ TEST(CudaBf16Gemv, MatchesCpuLinearAtItsLargestWeight) {
     EXPECT_FALSE(bf16_gemv_fits(1, DeviceWeightView{WeightFormat::kBF16, 8192 + 16, 4096, w.dev.view().data}));
 }
 
+// Two weights of one shape against one x (LinearArgs::w2, a compressor's wkv and wgate): one launch on the GEMV
+// (1-8 rows), two linears past it (9 rows: cuBLASLt); either way each output has the bits of its weight's linear alone.
+TEST(CudaBf16Gemv, PairGivesEachWeightsOwnBits) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937_64 rng(fresh_seed());
+    const Precision ref = Precision::kReference;
+    const GemvShape shapes[] = {
+        {"flash compressor wkv/wgate (CSA)", 1024, 4096},
+        {"flash indexer compressor wkv/wgate", 256, 4096},
+        {"pro compressor wkv/wgate (HCA)", 512, 7168},
+        {"ragged rows 40, K 192", 40, 192},
+    };
+    for (const GemvShape& s : shapes) {
+        const Bf16Weight w = make_weight(rng, s), w2 = make_weight(rng, s);
+        if (::testing::Test::HasFailure()) return;
+        const int64_t N = s.rows, K = s.cols;
+        for (const int64_t T : {1, 5, 8, 9})
+            for (const LinearOut out : {LinearOut::kF32, LinearOut::kBF16}) {
+                SCOPED_TRACE(std::string(s.name) + " T " + std::to_string(T) +
+                             (out == LinearOut::kBF16 ? " bf16" : " f32"));
+                const size_t n = size_t(T * N), esize = out == LinearOut::kBF16 ? 2 : 4;
+                auto dx = act_to_device(ref, random_act(ref, rng, size_t(T * K), 1.0f));
+                auto single = poisoned<uint8_t>(2 * n * esize), pair = poisoned<uint8_t>(2 * n * esize);
+                const size_t ws_bytes = std::max<size_t>(sm90_linear_workspace_bytes(ref, T, w.dev.view(), out), 256);
+                auto ws = poisoned<uint8_t>(ws_bytes);
+                ASSERT_TRUE(dx.is_ok() && single.is_ok() && pair.is_ok() && ws.is_ok());
+                uint8_t* ys = single->as<uint8_t>();
+                uint8_t* yp = pair->as<uint8_t>();
+                LinearArgs a{dx->data(), T, w.dev.view(), out, ys, ws->data(), ws_bytes};
+                DSV4_ASSERT_OK(sm90_linear(ref, a, nullptr));
+                a.w = w2.dev.view(), a.y = ys + n * esize;
+                DSV4_ASSERT_OK(sm90_linear(ref, a, nullptr));
+                a.w = w.dev.view(), a.y = yp, a.w2 = w2.dev.view(), a.y2 = yp + n * esize;
+                DSV4_ASSERT_OK(sm90_linear(ref, a, nullptr));
+                const auto got = to_host<uint8_t>(*pair, 2 * n * esize),
+                           want = to_host<uint8_t>(*single, 2 * n * esize);
+                EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
+            }
+    }
+}
+
 // The size rule and the argument checks come before any CUDA call, so they run without a GPU too (the pointers are
 // never dereferenced).
 TEST(CudaBf16GemvArgs, TakesOnlyItsShapes) {
@@ -154,6 +195,18 @@ TEST(CudaBf16GemvArgs, TakesOnlyItsShapes) {
     EXPECT_NE(s.message().find("exactly one output"), std::string::npos) << s.message();
     s = launch_bf16_gemv(p, 1, w, static_cast<float*>(p), p, nullptr);
     EXPECT_NE(s.message().find("exactly one output"), std::string::npos) << s.message();
+    DeviceWeightView taller = w;
+    taller.rows = 80;
+    s = launch_bf16_gemv_pair(p, 1, {w, static_cast<float*>(p), nullptr}, {taller, static_cast<float*>(p), nullptr},
+                              nullptr);
+    EXPECT_NE(s.message().find("one shape"), std::string::npos) << s.message();
+    s = launch_bf16_gemv_pair(p, 1, {w, static_cast<float*>(p), nullptr}, {w, nullptr, p}, nullptr);
+    EXPECT_NE(s.message().find("outputs of one type"), std::string::npos) << s.message();
+    LinearArgs a{p, 1, w, LinearOut::kF32, p, nullptr, 0};
+    a.w2 = taller, a.y2 = p;
+    s = sm90_linear(Precision::kReference, a, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("w2"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -43,8 +43,7 @@ Status rope(GpuModel& m, void* x, int64_t rows, int64_t vecs, int64_t stride, in
 Status project_rows(GpuModel& m, const GpuCompressor& w, int64_t ratio, int64_t rows, void* kv, void* score,
                     const QuantizedRows& normed_q, bool decode, cuda::StreamHandle st, const DeviceBuffer& ws) {
     const void* x = m.pass.normed.data();
-    DSV4_RETURN_IF_ERROR(gpu_linear_on(m, st, ws, x, rows, w.wkv, LinearOut::kF32, kv, normed_q));
-    DSV4_RETURN_IF_ERROR(gpu_linear_on(m, st, ws, x, rows, w.wgate, LinearOut::kF32, score, normed_q));
+    DSV4_RETURN_IF_ERROR(gpu_linear_pair_on(m, st, ws, x, rows, w.wkv, kv, w.wgate, score, LinearOut::kF32, normed_q));
     if (decode) return Status::ok();
     cuda::AddApeArgs a;
     a.score = static_cast<float*>(score);

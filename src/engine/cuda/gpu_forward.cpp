@@ -59,6 +59,15 @@ Status gpu_linear_on(GpuModel& m, cuda::StreamHandle stream, const DeviceBuffer&
     return cuda::sm90_linear(m.precision, linear_args(x, rows, w, out, y, q, workspace), stream);
 }
 
+Status gpu_linear_pair_on(GpuModel& m, cuda::StreamHandle stream, const DeviceBuffer& workspace, const void* x,
+                          int64_t rows, const DeviceWeightView& w, void* y, const DeviceWeightView& w2, void* y2,
+                          LinearOut out, const QuantizedRows& q) {
+    cuda::LinearArgs a = linear_args(x, rows, w, out, y, q, workspace);
+    a.w2 = w2;
+    a.y2 = y2;
+    return cuda::sm90_linear(m.precision, a, stream);
+}
+
 bool fused_moe_shapes(const model::ModelConfig& c) {
     return c.hidden_size % 512 == 0 && c.moe_inter_dim % 512 == 0 && c.n_routed_experts <= 1024 &&
            c.n_experts_per_token <= 16;

@@ -337,6 +337,11 @@ Status gpu_linear(GpuModel& m, const void* x, int64_t rows, const DeviceWeightVi
 // The same on another stream with its own workspace: a graph branch beside m.stream (m.attn_branch and the others).
 Status gpu_linear_on(GpuModel& m, cuda::StreamHandle stream, const DeviceBuffer& workspace, const void* x, int64_t rows,
                      const DeviceWeightView& w, backend::LinearOut out, void* y, const QuantizedRows& q = {});
+// Two linears of one shape on the same rows, y = w·x and y2 = w2·x (a compressor's wkv and wgate): one launch at
+// decode (cuda::LinearArgs::w2).
+Status gpu_linear_pair_on(GpuModel& m, cuda::StreamHandle stream, const DeviceBuffer& workspace, const void* x,
+                          int64_t rows, const DeviceWeightView& w, void* y, const DeviceWeightView& w2, void* y2,
+                          backend::LinearOut out, const QuantizedRows& q = {});
 // Decode steps of up to this many rows run the window K=V, the compressors, the indexer's head weights and (CSA)
 // the query heads on graph branches (gpu_attention.cpp gpu_attention_block).
 constexpr int64_t kAttnBranchMaxRows = cuda::kDecodeMaxRows;

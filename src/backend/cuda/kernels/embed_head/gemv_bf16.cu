@@ -46,11 +46,24 @@ __device__ __forceinline__ uint32_t word8(const uint4 (&v)[2], int i) {
     return (i & 3) == 0 ? h.x : (i & 3) == 1 ? h.y : (i & 3) == 2 ? h.z : h.w;
 }
 
+// One weight of a launch and its output (exactly one of y32, y16 non-null).
+struct Bf16GemvOut {
+    const __nv_bfloat16* w;
+    float* y32;
+    __nv_bfloat16* y16;
+};
+
+// grid: (row-tile blocks, weights); grid row 1 takes `second` (a pair of weights of one shape against one x, e.g. a
+// compressor's wkv and wgate: one launch, each block the same work as in a launch of its weight alone).
 template <int KS>
 __global__ void __launch_bounds__(kThreads, 2)
-    sm90_bf16_gemv_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x, int N, int K, int T,
-                          float* __restrict__ y32, __nv_bfloat16* __restrict__ y16) {
+    sm90_bf16_gemv_kernel(Bf16GemvOut first, Bf16GemvOut second, const __nv_bfloat16* __restrict__ x, int N, int K,
+                          int T) {
     pdl_enter(false);
+    const bool two = blockIdx.y != 0;
+    const __nv_bfloat16* __restrict__ w = two ? second.w : first.w;
+    float* __restrict__ y32 = two ? second.y32 : first.y32;
+    __nv_bfloat16* __restrict__ y16 = two ? second.y16 : first.y16;
     // the first kWeightSets K blocks' weight loads are issued before the wait (weights are written only at model load)
     constexpr int RT = kWarps / KS, S = kWeightSets;
     __shared__ float4 red[kGemvSplitSlots<KS, RT, 1>];
@@ -108,14 +121,45 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 template <int KS>
-Status launch(const void* x, int64_t T, const DeviceWeightView& w, float* y32, __nv_bfloat16* y16, StreamHandle s) {
+Status launch(const void* x, int64_t T, const Bf16GemvJob* jobs, int count, StreamHandle s) {
     constexpr int RT = kWarps / KS;
+    const DeviceWeightView& w = jobs[0].w;
     const int64_t tiles = (w.rows + 15) / 16;
-    const unsigned grid = unsigned((tiles + RT - 1) / RT);
-    sm90_bf16_gemv_kernel<KS><<<grid, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(w.data),
-                                                        static_cast<const __nv_bfloat16*>(x), int(w.rows), int(w.cols),
-                                                        int(T), y32, y16);
+    const dim3 grid(unsigned((tiles + RT - 1) / RT), unsigned(count));
+    Bf16GemvOut out[2];
+    for (int i = 0; i < 2; ++i) {
+        const Bf16GemvJob& j = jobs[i < count ? i : 0];
+        out[i] = {static_cast<const __nv_bfloat16*>(j.w.data), j.y32, static_cast<__nv_bfloat16*>(j.y16)};
+    }
+    sm90_bf16_gemv_kernel<KS><<<grid, kThreads, 0, s>>>(out[0], out[1], static_cast<const __nv_bfloat16*>(x),
+                                                        int(w.rows), int(w.cols), int(T));
     return launch_status("sm90_bf16_gemv");
+}
+
+Status launch_jobs(const void* x, int64_t tokens, const Bf16GemvJob* jobs, int count, StreamHandle stream) {
+    const DeviceWeightView& w = jobs[0].w;
+    for (int i = 0; i < count; ++i) {
+        const Bf16GemvJob& j = jobs[i];
+        if (!bf16_gemv_fits(tokens, j.w))
+            return invalid_argument("sm90_bf16_gemv: " + std::to_string(tokens) + " tokens, weight " +
+                                    std::to_string(j.w.rows) + " x " + std::to_string(j.w.cols) +
+                                    ": expected 1..8 tokens and a bf16 weight of at most 64 MiB with K a multiple of "
+                                    "64");
+        if ((j.y32 == nullptr) == (j.y16 == nullptr))
+            return invalid_argument("sm90_bf16_gemv: give exactly one output");
+        if (j.w.rows != w.rows || j.w.cols != w.cols || (j.y32 == nullptr) != (jobs[0].y32 == nullptr))
+            return invalid_argument("sm90_bf16_gemv: a pair needs two weights of one shape and outputs of one type");
+    }
+    switch (gemv_k_splits(w.rows, w.cols, kWarps)) {
+        case 1:
+            return launch<1>(x, tokens, jobs, count, stream);
+        case 2:
+            return launch<2>(x, tokens, jobs, count, stream);
+        case 4:
+            return launch<4>(x, tokens, jobs, count, stream);
+        default:
+            return launch<8>(x, tokens, jobs, count, stream);
+    }
 }
 
 }  // namespace
@@ -125,24 +169,16 @@ bool bf16_gemv_fits(int64_t tokens, const DeviceWeightView& w) {
            w.cols >= kBK && w.cols % kBK == 0 && w.rows <= kBf16GemvMaxWeightBytes / (2 * w.cols);
 }
 
-Status launch_bf16_gemv(const void* x, int64_t tokens, const DeviceWeightView& w, float* y32, void* y16_out,
+Status launch_bf16_gemv(const void* x, int64_t tokens, const DeviceWeightView& w, float* y32, void* y16,
                         StreamHandle stream) {
-    auto* y16 = static_cast<__nv_bfloat16*>(y16_out);
-    if (!bf16_gemv_fits(tokens, w))
-        return invalid_argument("sm90_bf16_gemv: " + std::to_string(tokens) + " tokens, weight " +
-                                std::to_string(w.rows) + " x " + std::to_string(w.cols) +
-                                ": expected 1..8 tokens and a bf16 weight of at most 64 MiB with K a multiple of 64");
-    if ((y32 == nullptr) == (y16 == nullptr)) return invalid_argument("sm90_bf16_gemv: give exactly one output");
-    switch (gemv_k_splits(w.rows, w.cols, kWarps)) {
-        case 1:
-            return launch<1>(x, tokens, w, y32, y16, stream);
-        case 2:
-            return launch<2>(x, tokens, w, y32, y16, stream);
-        case 4:
-            return launch<4>(x, tokens, w, y32, y16, stream);
-        default:
-            return launch<8>(x, tokens, w, y32, y16, stream);
-    }
+    const Bf16GemvJob job{w, y32, y16};
+    return launch_jobs(x, tokens, &job, 1, stream);
+}
+
+Status launch_bf16_gemv_pair(const void* x, int64_t tokens, const Bf16GemvJob& a, const Bf16GemvJob& b,
+                             StreamHandle stream) {
+    const Bf16GemvJob jobs[2] = {a, b};
+    return launch_jobs(x, tokens, jobs, 2, stream);
 }
 
 }  // namespace dsv4::cuda

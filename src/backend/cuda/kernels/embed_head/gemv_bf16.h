@@ -27,4 +27,15 @@ bool bf16_gemv_fits(int64_t tokens, const DeviceWeightView& w);
 Status launch_bf16_gemv(const void* x, int64_t tokens, const DeviceWeightView& w, float* y32, void* y16,
                         StreamHandle stream);
 
+// A weight and its output (exactly one of y32, y16) for launch_bf16_gemv_pair.
+struct Bf16GemvJob {
+    DeviceWeightView w;
+    float* y32 = nullptr;
+    void* y16 = nullptr;
+};
+// Two weights of one shape against the same x in one launch (e.g. a compressor's wkv and wgate at decode: one grid
+// instead of two launches in a chain), outputs of one type; each output's bits are launch_bf16_gemv's for its weight.
+Status launch_bf16_gemv_pair(const void* x, int64_t tokens, const Bf16GemvJob& a, const Bf16GemvJob& b,
+                             StreamHandle stream);
+
 }  // namespace dsv4::cuda

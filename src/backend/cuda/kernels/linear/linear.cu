@@ -172,6 +172,22 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
         return invalid_argument(op + ": x and weight must be 16-byte aligned");
     if ((a.x_codes == nullptr) != (a.x_scales == nullptr) || !is_aligned(a.x_codes, 16))
         return invalid_argument(op + ": pre-quantised input needs both x_codes (16-byte aligned) and x_scales");
+    if (a.y2) {
+        const DeviceWeightView& w2 = a.w2;
+        if (w2.format != w.format || w2.rows != w.rows || w2.cols != w.cols || !is_aligned(w2.data, 16) ||
+            (quant && !w2.scale))
+            return invalid_argument(op +
+                                    ": the second weight (w2) needs the first's format and shape, 16-byte aligned");
+        if (a.partials) return invalid_argument(op + ": partials with a second weight");
+        if (!(p == Precision::kReference && bf16_gemv_fits(a.tokens, w))) {  // two linears
+            LinearArgs one = a;
+            one.w2 = {}, one.y2 = nullptr;
+            LinearArgs two = one;
+            two.w = w2, two.y = a.y2;
+            DSV4_RETURN_IF_ERROR(sm90_linear(p, one, stream));
+            return sm90_linear(p, two, stream);
+        }
+    }
     const size_t need = sm90_linear_workspace_bytes(p, a.tokens, w, a.out);
     if (need > 0 && (!a.workspace || a.workspace_bytes < need || !is_aligned(a.workspace, 256)))
         return invalid_argument(op + ": needs a 256-byte aligned workspace of " + std::to_string(need) +
@@ -216,7 +232,12 @@ Status sm90_linear(Precision p, const LinearArgs& a, StreamHandle stream) {
     // results differ from the CPU's in the last bits). f32 numerics take the tiled kernel for every format.
     if (p == Precision::kReference && bf16_gemv_fits(T, w)) {
         const bool round = a.out == LinearOut::kBF16;
-        return launch_bf16_gemv(a.x, T, w, round ? nullptr : static_cast<float*>(a.y), round ? a.y : nullptr, stream);
+        const auto job = [&](const DeviceWeightView& wi, void* yi) {
+            return Bf16GemvJob{wi, round ? nullptr : static_cast<float*>(yi), round ? yi : nullptr};
+        };
+        if (a.y2) return launch_bf16_gemv_pair(a.x, T, job(w, a.y), job(a.w2, a.y2), stream);
+        const Bf16GemvJob one = job(w, a.y);
+        return launch_bf16_gemv(a.x, T, one.w, one.y32, one.y16, stream);
     }
     if (p == Precision::kReference && w.format == WeightFormat::kBF16 && is_aligned(a.y, 16)) {
         const size_t lt_bytes = sm90_bf16_gemm_f32_workspace_bytes(p, T, K);

@@ -49,6 +49,11 @@ struct LinearArgs {
     // the workspace (sm90_fp8_gemm_block128_partials), for a consumer that reduces them itself before anything
     // reuses the workspace. Otherwise the linear runs as usual and partials->splits is 0.
     Fp8GemmPartials* partials = nullptr;
+    // Optional: a second weight of w's format and shape read against the same x, its result into y2 (a compressor's
+    // wkv and wgate). Where the linear runs on the bf16 decode GEMV (kReference, BF16, 1-8 rows) both are one launch,
+    // otherwise two linears one after the other; either way each output is what its weight's linear alone gives.
+    DeviceWeightView w2;
+    void* y2 = nullptr;
 };
 
 // From this many rows (the prefill passes; decode batches are at most 256 rows) kReference FP8-block linears run on
