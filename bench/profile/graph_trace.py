@@ -10,7 +10,7 @@ instead what its end added to the latest end so far (exact on a plain chain; on 
 With programmatic launch a kernel starts while its predecessor runs, so "duration" (end - start) includes its wait.
 
 Usage: graph_trace.py TRACE.csv [--graph ID] [--last N] [--templates] [--order [--all] [--first K] [--count N]]
-                      [--against BASE.csv]
+                      [--against BASE.csv] [--segments KERNEL]
   --graph ID   the graph to read (default: the one whose launches hold the most kernels)
   --last N     the last N launches of it (default 5; the earlier ones include first-replay costs)
   --templates  one row per template instance instead of one per kernel function
@@ -18,6 +18,9 @@ Usage: graph_trace.py TRACE.csv [--graph ID] [--last N] [--templates] [--order [
   --all        with --order: every kernel of the launch in end order, "-" where off the path
   --first K, --count N   with --order: path kernels K .. K + N - 1 (default 0, all)
   --against BASE.csv   per kernel, the charged time in BASE's largest graph and in this one, largest change first
+  --segments KERNEL    the critical path cut before each call of KERNEL (e.g. sm90_hc_collapse_kernel: one segment
+                       per sub-block): segments of the same kernels in the same order form a kind; per kind its
+                       count, its median time and its path with each position's median charge
 """
 import argparse
 import csv
@@ -188,6 +191,51 @@ def summary(mine, charges, templates):
     return table, spans
 
 
+def compact(name):
+    """A kernel's short name without the backend's sm90_ prefix and _kernel suffix, for one-line paths."""
+    name = name[len("sm90_"):] if name.startswith("sm90_") else name
+    return name[:-len("_kernel")] if name.endswith("_kernel") else name
+
+
+def segments(mine, charges, cut, templates):
+    """Each launch's critical path cut before every kernel named `cut`; per kind (the segment's kernel names in path
+    order) the segments' charge lists, kinds in order of first appearance."""
+    kinds = {}
+    for ks in mine:
+        rows, _ = charges(ks)
+        seg = []
+        for k, c in rows:
+            n = short_name(k["name"], templates)
+            if n == cut and seg:
+                kinds.setdefault(tuple(x for x, _ in seg), []).append([y for _, y in seg])
+                seg = []
+            seg.append((n, c))
+        if seg:
+            kinds.setdefault(tuple(x for x, _ in seg), []).append([y for _, y in seg])
+    return kinds
+
+
+def print_segments(graph, mine, charges, how, cut, templates):
+    kinds = segments(mine, charges, cut, templates)
+    if not any(cut in sig for sig in kinds):
+        fail(f"no kernel named {cut} on the critical path of graph {graph}")
+    spans = [charges(ks)[1] for ks in mine]
+    total = statistics.mean(spans)
+    count = sum(len(s) for s in kinds.values()) / len(mine)
+    print(f"graph {graph}, the last {len(mine)} launches ({how}): the path cut before each {cut}: "
+          f"{count:g} segments per launch in {len(kinds)} kinds; span median {statistics.median(spans) / 1e6:.3f} ms")
+    print("| kind | segments per launch | µs per segment (median) | µs per launch | share | its path (µs charged, "
+          "median per position) |")
+    print("|---|---|---|---|---|---|")
+    labels = {sig: chr(ord("A") + i) if i < 26 else f"K{i}" for i, sig in enumerate(kinds)}
+    rows = [(sum(map(sum, segs)), sig, segs) for sig, segs in kinds.items()]
+    for charge, sig, segs in sorted(rows, key=lambda r: (-r[0], labels[r[1]])):
+        per_pos = [statistics.median(s[i] for s in segs) / 1e3 for i in range(len(sig))]
+        path = ", ".join(f"{compact(n)} {c:.1f}" for n, c in zip(sig, per_pos))
+        print(f"| {labels[sig]} | {len(segs) / len(mine):g} | {statistics.median(map(sum, segs)) / 1e3:.1f} | "
+              f"{charge / len(mine) / 1e3:.1f} | {100 * charge / len(mine) / total:.1f} % | {path} |")
+
+
 def main():
     ap = argparse.ArgumentParser(add_help=True, description=__doc__.split("\n")[0])
     ap.add_argument("trace")
@@ -199,11 +247,15 @@ def main():
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--count", type=int)
     ap.add_argument("--against")
+    ap.add_argument("--segments", metavar="KERNEL")
     a = ap.parse_args()
     if a.last < 1:
         fail("--last must be at least 1")
     graph, mine, charges, how = load(a.trace, a.graph, a.last)
 
+    if a.segments:
+        print_segments(graph, mine, charges, how, a.segments, a.templates)
+        return
     if a.order:
         rows, span = charges(mine[-1])
         t0 = min(k["start"] for k in mine[-1])
