@@ -43,7 +43,8 @@ BRANCH_TARGET = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9
 
 
 def fail(message):
-    print(f"sass_loops: {message}", file=sys.stderr)
+    tool = os.path.splitext(os.path.basename(sys.argv[0]))[0]  # sass_loops, or sass_waits importing this
+    print(f"{tool}: {message}", file=sys.stderr)
     sys.exit(2)
 
 
