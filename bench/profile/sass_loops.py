@@ -109,6 +109,22 @@ def parse_functions(text):
     return functions
 
 
+def load_functions(path, kernel):
+    """The SASS functions of a file (cuobjdump -sass text or an object) for a --kernel pattern, with the checks both
+    tools make: ([(mangled name, [(address, text)])], {mangled: demangled}, {mangled: (registers, stack)}, pattern)"""
+    if not os.path.isfile(path):
+        fail(f"{path}: no such file")
+    try:
+        pattern = re.compile(kernel)
+    except re.error as e:
+        fail(f"--kernel '{kernel}': {e}")
+    text, usage = read_inputs(path)
+    functions = parse_functions(text)
+    if not functions:
+        fail(f"{path}: no SASS functions (is it cuobjdump -sass output or a CUDA object?)")
+    return functions, demangle([n for n, _ in functions]), usage, pattern
+
+
 def opcode(instruction):
     text = re.sub(r"^@!?U?P[T0-9]+\s+", "", instruction.strip())
     return text.split()[0].split(".")[0] if text else ""
@@ -269,17 +285,7 @@ def main():
     ap.add_argument("--schedule", action="store_true", help="the main loop's loads and their slack to first use")
     ap.add_argument("--loop", type=lambda v: int(v, 16), help="hex address where the loop taken as main starts")
     args = ap.parse_args()
-    if not os.path.isfile(args.file):
-        fail(f"{args.file}: no such file")
-    try:
-        pattern = re.compile(args.kernel)
-    except re.error as e:
-        fail(f"--kernel '{args.kernel}': {e}")
-    text, usage = read_inputs(args.file)
-    functions = parse_functions(text)
-    if not functions:
-        fail(f"{args.file}: no SASS functions (is it cuobjdump -sass output or a CUDA object?)")
-    names = demangle([n for n, _ in functions])
+    functions, names, usage, pattern = load_functions(args.file, args.kernel)
     chosen = [(n, i) for n, i in functions if pattern.search(names[n])]
     if not chosen:
         fail(f"no function matches '{args.kernel}' among {len(functions)}: " +

@@ -22,7 +22,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sass_loops import BRANCH_TARGET, demangle, fail, opcode, parse_functions, read_inputs  # noqa: E402
+from sass_loops import BRANCH_TARGET, fail, load_functions, opcode  # noqa: E402
 
 REQUESTS = ("LDG", "LDGSTS", "UTMALDG", "UBLKPF", "UTMAPF")
 BLOCK_ENDS = ("BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CALL", "BSYNC", "WARPSYNC")
@@ -56,17 +56,7 @@ def main():
     ap.add_argument("file", help="cuobjdump -sass text, or an object / cubin / executable")
     ap.add_argument("--kernel", default="", help="regular expression on the demangled function name (default: all)")
     args = ap.parse_args()
-    if not os.path.isfile(args.file):
-        fail(f"{args.file}: no such file")
-    try:
-        pattern = re.compile(args.kernel)
-    except re.error as e:
-        fail(f"--kernel '{args.kernel}': {e}")
-    text, _ = read_inputs(args.file)
-    functions = parse_functions(text)
-    if not functions:
-        fail(f"{args.file}: no SASS functions (is it cuobjdump -sass output or a CUDA object?)")
-    names = demangle([n for n, _ in functions])
+    functions, names, _, pattern = load_functions(args.file, args.kernel)
     rows = []
     for n, instrs in functions:
         if not pattern.search(names[n]):
