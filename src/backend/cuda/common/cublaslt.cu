@@ -1,11 +1,11 @@
 // cuBLASLt bf16 GEMM (cublaslt.h): descriptors made per call (cheap next to the prefill-sized products this serves),
-// one handle per process.
-#include "backend/cuda/common/cublaslt.h"
-
+// one handle per device.
 #include <cublasLt.h>
 
-#include <mutex>
 #include <string>
+
+#include "backend/cuda/common/cublaslt.h"
+#include "backend/cuda/common/per_device.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -15,14 +15,21 @@ Status cublas_status(cublasStatus_t s, const std::string& what) {
     return internal_error(what + ": cuBLASLt status " + std::to_string(int(s)));
 }
 
-// The handle is thread-safe; descriptors are per call.
+// The handle is thread-safe; descriptors are per call. One per device: a handle is made for the device current
+// at its creation.
 Result<cublasLtHandle_t> lt_handle() {
-    static cublasLtHandle_t h = nullptr;
-    static cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    static std::once_flag once;
-    std::call_once(once, [] { st = cublasLtCreate(&h); });
-    if (st != CUBLAS_STATUS_SUCCESS) return cublas_status(st, "cublasLtCreate");
-    return h;
+    struct Made {
+        cublasLtHandle_t h = nullptr;
+        cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    };
+    static PerDevice<Made> handles;
+    const Made m = handles.get([] {
+        Made made;
+        made.st = cublasLtCreate(&made.h);
+        return made;
+    });
+    if (m.st != CUBLAS_STATUS_SUCCESS) return cublas_status(m.st, "cublasLtCreate");
+    return m.h;
 }
 
 // A column-major layout of rows x cols with leading dimension ld, repeated `batch` times at `stride` elements.

@@ -1,4 +1,5 @@
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/common/stream.h"
 
 namespace dsv4::cuda {
@@ -81,17 +82,25 @@ Result<float> EventTimer::elapsed_ms() const {
     return ms;
 }
 
+int current_device() {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return dev;
+}
+
 int current_sm_count() {
-    static const int n = [] {
-        int dev = 0, sms = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+    static PerDevice<int> count;
+    return count.get([] {
+        int sms = 0;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, current_device()) != cudaSuccess || sms <= 0) {
             (void)cudaGetLastError();  // no device: the H200's count, and no error left for a later launch check
             return 132;
         }
         return sms;
-    }();
-    return n;
+    });
 }
 
 }  // namespace dsv4::cuda

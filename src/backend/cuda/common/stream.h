@@ -81,7 +81,7 @@ private:
     CUevent_st* stop_ = nullptr;
 };
 
-// Multiprocessor count of the current device (cached per process; split-K and grid sizing read it), 132 (an
+// Multiprocessor count of the current device (asked once per device; split-K and grid sizing read it), 132 (an
 // H200's) when no device can be asked, so that sizing works on machines without a GPU.
 int current_sm_count();
 

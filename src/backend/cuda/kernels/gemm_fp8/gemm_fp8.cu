@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.cuh"
 #include "backend/cuda/kernels/gemm_fp8/gemm_fp8.h"
 #include "backend/cuda/kernels/gemm_fp8/gemv_fp8.h"
@@ -42,9 +43,11 @@ Plan make_plan(int64_t tokens, int64_t n, int64_t k) {
 template <int BN>
 Status launch(const Fp8GemmArgs& a, const Plan& p, cudaStream_t s) {
     auto kernel = sm90_fp8_gemm_block128_kernel<BN>;
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes(BN));
-    DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_fp8_gemm_block128 shared memory)");
+    static PerDevice<cudaError_t> attr;
+    DSV4_CUDA_TRY(attr.get([&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes(BN));
+    }),
+                  "cudaFuncSetAttribute(sm90_fp8_gemm_block128 shared memory)");
     const dim3 grid(p.gx, p.gy, unsigned(p.splits));
     kernel<<<grid, Cfg::kThreads, Cfg::smem_bytes(BN), s>>>(
         static_cast<const uint8_t*>(a.w.data), a.w.scale, a.a_codes, a.a_scale, int(a.w.rows), int(a.w.cols),

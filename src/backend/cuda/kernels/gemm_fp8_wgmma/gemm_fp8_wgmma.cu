@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/common/tensor_map.h"
 #include "backend/cuda/kernels/gemm_fp8_wgmma/gemm_fp8_wgmma.cuh"
 #include "backend/cuda/kernels/gemm_fp8_wgmma/gemm_fp8_wgmma.h"
@@ -38,9 +39,12 @@ Status sm90_fp8_gemm_wgmma(const Fp8WgmmaGemmArgs& a, StreamHandle stream) {
     DSV4_ASSIGN_OR_RETURN(CUtensorMap map_b, e4m3_kmajor_tensor_map(a.w.data, a.w.rows, a.w.cols, Cfg::kBN, Cfg::kBK,
                                                                      op.c_str(), "weight"));
 
-    static const cudaError_t attr = cudaFuncSetAttribute(
-        sm90_fp8_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_fp8_gemm_wgmma shared memory)");
+    static PerDevice<cudaError_t> attr;
+    DSV4_CUDA_TRY(attr.get([] {
+        return cudaFuncSetAttribute(sm90_fp8_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    Cfg::kSmemBytes);
+    }),
+                  "cudaFuncSetAttribute(sm90_fp8_gemm_wgmma shared memory)");
 
     const int64_t tiles = ((a.tokens + Cfg::kBM - 1) / Cfg::kBM) * (a.w.rows / Cfg::kBN);
     const unsigned grid = unsigned(std::min<int64_t>(tiles, current_sm_count()));

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/kernels/indexer/indexer_scores_s8.cuh"
 #include "backend/cuda/kernels/indexer/indexer_scores_s8.h"
 
@@ -21,9 +22,12 @@ int64_t indexer_scores_wave_tokens() { return int64_t(IndexerS8Config::kCtasPerS
 
 Status launch_indexer_scores_s8(const IndexerScoresArgs& a, StreamHandle stream) {
     using Cfg = IndexerS8Config;
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(sm90_indexer_scores_s8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
-    DSV4_CUDA_TRY(attr, "cudaFuncSetAttribute(sm90_indexer_scores_s8 shared memory)");
+    static PerDevice<cudaError_t> attr;
+    DSV4_CUDA_TRY(attr.get([] {
+        return cudaFuncSetAttribute(sm90_indexer_scores_s8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    Cfg::kSmem);
+    }),
+                  "cudaFuncSetAttribute(sm90_indexer_scores_s8 shared memory)");
     const int64_t tiles = (a.n + Cfg::kKeys - 1) / Cfg::kKeys;
     // one wave: at most kCtasPerSm x SMs CTAs in all (a second, partial wave would double the time)
     const int64_t want = int64_t(Cfg::kCtasPerSm) * current_sm_count() / a.tokens;

@@ -16,6 +16,7 @@
 #include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/kernels/moe/moe_prepare.cuh"
 #include "backend/cuda/kernels/moe/moe_route.h"
 #include "backend/cuda/kernels/router/router.cuh"
@@ -218,10 +219,12 @@ namespace {
 template <int TB>
 Status launch_route(const MoeKernelParams& p, const RouteParams& r, const router::SelectParams& q,
                     cudaStream_t stream) {
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(sm90_moe_route_kernel<TB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(route_smem_bytes(TB, kMoeRouteMaxDim, router::kMaxExperts)));
-    DSV4_CUDA_TRY(attr, "sm90_moe_route: shared memory attribute");
+    static PerDevice<cudaError_t> attr;
+    DSV4_CUDA_TRY(attr.get([] {
+        return cudaFuncSetAttribute(sm90_moe_route_kernel<TB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(route_smem_bytes(TB, kMoeRouteMaxDim, router::kMaxExperts)));
+    }),
+                  "sm90_moe_route: shared memory attribute");
     sm90_moe_route_kernel<TB>
         <<<unsigned(r.dot_blocks + p.T), kRouteThreads, route_smem_bytes(p.T, p.D, p.E), stream>>>(p, r, q);
     return launch_status("sm90_moe_route");
@@ -238,9 +241,11 @@ Status launch_moe_route(const MoeKernelParams& p, const MoeRoute& route, float* 
     r.dot_blocks = (p.E + kRouteWarps - 1) / kRouteWarps;
     const router::SelectParams q = router::select_params(route.select);
     if (p.T == 1) {
-        static const cudaError_t attr =
-            cudaFuncSetAttribute(sm90_moe_route_one_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        DSV4_CUDA_TRY(attr, "sm90_moe_route: cluster size attribute");
+        static PerDevice<cudaError_t> attr;
+        DSV4_CUDA_TRY(attr.get([] {
+            return cudaFuncSetAttribute(sm90_moe_route_one_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        }),
+                      "sm90_moe_route: cluster size attribute");
         const ClusterLaunch launch(dim3(router::kGateCtas), dim3(router::kGateThreads), 0, stream,
                                    dim3(router::kGateCtas));
         DSV4_CUDA_TRY(cudaLaunchKernelEx(&launch.cfg, sm90_moe_route_one_kernel, p, r.gate, r.logits, q),

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/common/cuda_status.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/common/tensor_map.h"
 #include "backend/cuda/kernels/moe/moe_prepare.cuh"
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.cuh"
@@ -483,18 +484,19 @@ using GemmKernel = void (*)(CUtensorMap, MoePrefillParams);
 struct GemmLaunch {
     GemmKernel gate_up, down;
     int smem;
-    cudaError_t attr;  // of raising the kernels' shared-memory limit, once per tile shape
+    cudaError_t attr;  // of raising the kernels' shared-memory limit, once per tile shape and device
 };
 template <class G>
 GemmLaunch gemm_launch(bool repacked) {
-    static const cudaError_t attr = [] {
+    static PerDevice<cudaError_t> attrs;
+    const cudaError_t attr = attrs.get([] {
         for (GemmKernel k : {moe_prefill_gemm_kernel<true, false, G>, moe_prefill_gemm_kernel<false, false, G>,
                              moe_prefill_gemm_kernel<true, true, G>, moe_prefill_gemm_kernel<false, true, G>}) {
             const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
             if (e != cudaSuccess) return e;
         }
         return cudaSuccess;
-    }();
+    });
     return repacked ? GemmLaunch{moe_prefill_gemm_kernel<true, true, G>, moe_prefill_gemm_kernel<false, true, G>,
                                  G::kSmemBytes, attr}
                     : GemmLaunch{moe_prefill_gemm_kernel<true, false, G>, moe_prefill_gemm_kernel<false, false, G>,

@@ -16,6 +16,7 @@
 #include "backend/cuda/common/ld_stream.cuh"
 #include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/kernels/router/router.cuh"
 
 namespace dsv4::cuda {
@@ -92,9 +93,11 @@ Status sm90_router_gate_select(const RouterGateArgs& g, const RouterSelectArgs& 
         return invalid_argument(op + ": x and gate must be 16-byte aligned");
     DSV4_RETURN_IF_ERROR(check_router_select(a, op));
     if (a.tokens == 0) return Status::ok();
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(sm90_router_gate_select_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    DSV4_CUDA_TRY(attr, op + ": cluster size attribute");
+    static PerDevice<cudaError_t> attr;
+    DSV4_CUDA_TRY(attr.get([] {
+        return cudaFuncSetAttribute(sm90_router_gate_select_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }),
+                  op + ": cluster size attribute");
     const ClusterLaunch launch(dim3(unsigned(a.tokens * kGateCtas)), dim3(kGateThreads), 0, stream, dim3(kGateCtas));
     DSV4_CUDA_TRY(
         cudaLaunchKernelEx(&launch.cfg, sm90_router_gate_select_kernel, static_cast<const __nv_bfloat16*>(g.x),
