@@ -28,6 +28,7 @@ struct LogitsArgs {
     std::string out;
     std::string precision = "reference";
     std::string backend = "auto";
+    std::string devices = "auto";  // EngineOptions::cuda_devices (parse_cuda_devices)
     int64_t chunk = 0;    // 0 = the whole prompt at once
     int64_t context = 0;  // 0 = exactly the prompt length
     int threads = 0;
@@ -89,6 +90,9 @@ int run_logits(const LogitsArgs& a) {
     auto backend = parse_engine_backend(a.backend);
     if (!backend.is_ok()) return report_error(backend.status());
     eo.backend = *backend;
+    auto devices = parse_cuda_devices(a.devices);
+    if (!devices.is_ok()) return report_error(devices.status());
+    eo.cuda_devices = *devices;
     eo.threads = a.threads;
     if (a.chunk < 0) return report_error(invalid_argument("--chunk must be >= 1"));
 
@@ -149,6 +153,7 @@ const CommandRegistration kRegistration("logits", [](CLI::App& app, int& exit_co
     with_env(cmd->add_option("--backend", a->backend, "cpu, cuda, or auto (default: cuda when a supported GPU is present)")
                  ->check(CLI::IsMember({"auto", "cpu", "cuda"})),
              "DSV4_BACKEND");
+    add_devices_flag(*cmd, a->devices);
     cmd->add_option("--chunk", a->chunk,
                     "feed the tokens N at a time through the incremental path (1 = pure decode; default: all at "
                     "once)")

@@ -115,6 +115,7 @@ const CommandRegistration kRegistration("serve", [](CLI::App& app, int& exit_cod
     with_env(cmd->add_option("--backend", o->backend, "cpu, cuda, or auto (default: cuda when a supported GPU is present)")
                  ->check(CLI::IsMember({"auto", "cpu", "cuda"})),
              "DSV4_BACKEND");
+    add_devices_flag(*cmd, o->devices);
     with_env(cmd->add_option("--precision", o->precision, "numerics: reference (DeepSeek's, default) or f32")
                  ->check(CLI::IsMember({"reference", "f32"})),
              "DSV4_PRECISION");

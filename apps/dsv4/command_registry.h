@@ -25,6 +25,9 @@ std::vector<RegisteredCommand>& registered_commands();
 
 // Adds the environment mirror DSV4_<NAME> to an option (DESIGN §7).
 CLI::Option* with_env(CLI::Option* opt, const char* env_name);
+// --devices (DSV4_DEVICES): the GPUs the CUDA backend spreads the model over (EngineOptions::cuda_devices), checked
+// by parse_cuda_devices when the engine loads.
+CLI::Option* add_devices_flag(CLI::App& cmd, std::string& devices);
 
 }  // namespace dsv4::cli
 

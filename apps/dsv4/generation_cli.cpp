@@ -91,6 +91,7 @@ void add_model_flags(CLI::App& cmd, ModelFlags& f) {
                             "passes: up to 8192 rows on CUDA, 256 on the CPU)")
                  ->check(CLI::NonNegativeNumber),
              "DSV4_BATCH_SIZE");
+    add_devices_flag(cmd, f.devices);
 }
 
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
@@ -146,6 +147,7 @@ Result<LoadedModel> load_model(const ModelFlags& f) {
     eo.precision = f.precision == "f32" ? EnginePrecision::kF32 : EnginePrecision::kReference;
     eo.threads = f.threads;
     DSV4_ASSIGN_OR_RETURN(eo.backend, parse_engine_backend(f.backend));
+    DSV4_ASSIGN_OR_RETURN(eo.cuda_devices, parse_cuda_devices(f.devices));
     // GPU caches for the one session below (the load's warm-up gives its pages back before it is made), not the
     // engine's default of 64 sessions of the model's whole context: at V4 that default holds a 1M-token pool and
     // pass buffers at that width, ~3.8 GB (docs/perf.md)
@@ -194,6 +196,7 @@ void print_header(const LoadedModel& m, const ModelFlags& f, uint64_t seed) {
                  engine_precision_name(m.engine->options().precision), engine_backend_name(m.engine->options().backend),
                  threads, static_cast<long long>(m.session->max_context()), static_cast<unsigned long long>(seed));
     // the CUDA load's warm-up passes (EngineOptions::cuda_warmup): the one-time costs the first prompt would pay
+    if (!info.gpus.empty()) std::fprintf(stderr, "dsv4: %s\n", info.gpus.c_str());
     if (const double ms = m.engine->stats().warmup_ms; ms > 0)
         std::fprintf(stderr, "dsv4: warm-up passes at load took %.0f ms\n", ms);
 }

@@ -17,6 +17,13 @@ CommandRegistration::CommandRegistration(std::string name, CommandSetup setup) {
 
 CLI::Option* with_env(CLI::Option* opt, const char* env_name) { return opt->envname(env_name); }
 
+CLI::Option* add_devices_flag(CLI::App& cmd, std::string& devices) {
+    return with_env(cmd.add_option("--devices", devices,
+                                   "CUDA: the GPUs to hold the model, in layer order, e.g. 0,1 (default auto: GPU 0 "
+                                   "when the model fits it, else the fewest GPUs from 0 up that hold it)"),
+                    "DSV4_DEVICES");
+}
+
 int report_error(const Status& status) {
     std::fprintf(stderr, "dsv4: %s\n", status.to_string().c_str());
     return 1;

@@ -23,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dsv4/status.h"
 
@@ -76,6 +77,8 @@ const char* engine_backend_name(EngineBackend b);      // "cpu", "cuda"
 bool cuda_backend_available(std::string* why = nullptr);
 // "cpu", "cuda", or "auto": CUDA when cuda_backend_available(), else CPU (the command line's default).
 Result<EngineBackend> parse_engine_backend(const std::string& name);
+// EngineOptions::cuda_devices from "auto" (or nothing): none named; or GPU indices separated by commas ("0,1").
+Result<std::vector<int>> parse_cuda_devices(const std::string& text);
 
 struct EngineOptions {
     EnginePrecision precision = EnginePrecision::kReference;
@@ -103,13 +106,18 @@ struct EngineOptions {
     // (on an H200 at V4-Flash shapes: +150 ms on the first 8K prompt, +80 ms on the first decode step). No effect
     // on any result: the scratch session's cache pages are returned and every later pass is the same arithmetic.
     bool cuda_warmup = true;
+    // CUDA backend: the GPUs to hold the model, in layer order (a pipeline: each holds a contiguous range of layers
+    // in proportion to its free memory, the embedding with the first and the head with the last; a GPU named twice
+    // holds two stages). Empty: GPU 0 alone when the model fits it, else the fewest GPUs from 0 up that hold it
+    // (V4-Flash's 149 GiB of weights take two H200s).
+    std::vector<int> cuda_devices;
 };
 
 // Counters of the CUDA backend's decode graphs (all zero on the CPU backend), the load's warm-up included.
 struct EngineStats {
     int64_t graph_captures = 0;  // decode steps captured (one per new set of sequences stepping together)
     int64_t graph_replays = 0;   // decode steps run from a captured graph
-    int64_t graph_nodes = 0;     // kernels and copies in the largest captured decode graph
+    int64_t graph_nodes = 0;     // kernels and copies in the largest captured decode graph (of each GPU, summed)
     int64_t graph_programmatic_edges = 0;  // its kernel-to-kernel edges with overlapped launch (most of them)
     double warmup_ms = 0;  // the load's warm-up passes (EngineOptions::cuda_warmup), wall time; 0 when none ran
 };
@@ -122,6 +130,9 @@ struct ModelInfo {
     int64_t num_layers = 0;       // main layers (MTP not included)
     int64_t max_position = 0;     // the model's own context limit (max_position_embeddings)
     bool has_mtp = false;         // the checkpoint holds an MTP block (mtp.0.*)
+    // CUDA backend: which GPU holds which layers, "GPU 0: layers 0-21 (71.3 GiB); GPU 1: layers 22-42 (70.9 GiB)"
+    // (the bytes the placement planned: weights, caches, pass buffers); empty on the CPU
+    std::string gpus;
 };
 
 struct SessionOptions {

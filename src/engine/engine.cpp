@@ -39,6 +39,8 @@ constexpr int64_t kHeadStagingBytes = int64_t(64) << 20;
 // long take the prefill MoE and attention kernels), a short prompt (the small-pass kernels), two decode steps (the
 // first captures the batch-1 decode graph, the second is its first replay, which uploads it).
 constexpr int64_t kWarmupFeeds[] = {300, 16, 1, 1};
+// Entries of a GPU list (EngineOptions::cuda_devices): more than any one host holds.
+constexpr size_t kMaxCudaDevices = 64;
 }  // namespace
 
 const char* engine_precision_name(EnginePrecision p) { return p == EnginePrecision::kF32 ? "f32" : "reference"; }
@@ -51,6 +53,25 @@ Result<EngineBackend> parse_engine_backend(const std::string& name) {
     if (name == "cuda") return EngineBackend::kCuda;
     if (name == "auto") return cuda_backend_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
     return invalid_argument("backend '" + name + "': expected cpu, cuda or auto");
+}
+
+Result<std::vector<int>> parse_cuda_devices(const std::string& text) {
+    std::vector<int> devices;
+    if (text.empty() || text == "auto") return devices;
+    size_t at = 0;
+    while (true) {
+        const size_t comma = std::min(text.find(',', at), text.size());
+        const std::string item = text.substr(at, comma - at);
+        const bool digits = !item.empty() && item.size() <= 4 &&
+                            std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits)
+            return invalid_argument("GPU list '" + text + "': expected auto or GPU indices separated by commas (0,1)");
+        if (devices.size() == kMaxCudaDevices)
+            return invalid_argument("GPU list '" + text + "': more than " + std::to_string(kMaxCudaDevices) + " GPUs");
+        devices.push_back(std::stoi(item));
+        if (comma == text.size()) return devices;
+        at = comma + 1;
+    }
 }
 
 struct Engine::Impl {
@@ -175,8 +196,9 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
         cache.tokens = options.cuda_cache_tokens > 0 ? options.cuda_cache_tokens
                                                      : std::max(options.cuda_sessions * 4096, cache.max_context);
         DSV4_ASSIGN_OR_RETURN(impl->gpu, engine::load_gpu_model(impl->config, impl->views, precision,
-                                                                std::min(batch_rows, engine::kGpuMaxPassRows),
-                                                                cache));
+                                                                std::min(batch_rows, engine::kGpuMaxPassRows), cache,
+                                                                options.cuda_devices));
+        impl->info.gpus = engine::gpu_placement(*impl->gpu);
         engine::set_gpu_graphs(*impl->gpu, options.cuda_graphs);
         engine::set_gpu_host_pool(*impl->gpu, impl->pool.get());
         if (options.cuda_warmup) warmup_capacity = std::min(cache.tokens, cache.max_context);

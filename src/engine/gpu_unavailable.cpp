@@ -10,9 +10,10 @@ struct GpuModel {};
 struct GpuSequence {};
 
 Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig&, const ModelViews&, backend::Precision,
-                                                 int64_t, const GpuCacheOptions&) {
+                                                 int64_t, const GpuCacheOptions&, std::span<const int>) {
     return unsupported("this dsv4 was built without CUDA (no nvcc was found at build time); use --backend cpu");
 }
+std::string gpu_placement(const GpuModel&) { return {}; }
 bool gpu_available(std::string* why) {
     if (why) *why = "this dsv4 was built without CUDA";
     return false;

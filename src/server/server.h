@@ -33,6 +33,7 @@ struct ServerOptions {
     // Model loading (the engine loader only).
     std::string precision = "reference";
     std::string backend = "auto";  // cpu, cuda, or auto (cuda when a supported GPU is present)
+    std::string devices = "auto";  // EngineOptions::cuda_devices (parse_cuda_devices)
     int threads = 0;
     bool fold_vocab = false;
 };

@@ -62,9 +62,35 @@ Status check_device_supported(int index, uint64_t need_bytes) {
     if (need_bytes > info.free_bytes)
         return {StatusCode::kResourceExhausted,
                 "GPU " + std::to_string(index) + " (" + info.name + ") has " + gib(info.free_bytes) +
-                    " free but this model's weights need " + gib(need_bytes) +
-                    "; the CUDA backend runs a model on one GPU (no multi-GPU path yet): use --backend cpu"};
+                    " free but the weights it is to hold need " + gib(need_bytes) +
+                    "; spread the model over more GPUs (--devices) or use --backend cpu"};
     return Status::ok();
+}
+
+Status set_device(int index) {
+    const cudaError_t e = cudaSetDevice(index);
+    if (e != cudaSuccess) return unsupported("cannot use GPU " + std::to_string(index) + ": " + error_text(e));
+    return Status::ok();
+}
+
+Result<bool> enable_peer_access(int from, int to) {
+    if (from == to) return true;
+    int can = 0;
+    cudaError_t e = cudaDeviceCanAccessPeer(&can, from, to);
+    if (e != cudaSuccess)
+        return unsupported("cannot ask whether GPU " + std::to_string(from) + " reaches GPU " + std::to_string(to) +
+                           ": " + error_text(e));
+    if (!can) return false;
+    DSV4_RETURN_IF_ERROR(set_device(from));
+    e = cudaDeviceEnablePeerAccess(to, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+        return true;
+    }
+    if (e != cudaSuccess)
+        return unsupported("cannot let GPU " + std::to_string(from) + " reach GPU " + std::to_string(to) + ": " +
+                           error_text(e));
+    return true;
 }
 
 }  // namespace dsv4::cuda

@@ -24,5 +24,11 @@ Result<int> device_count();
 Result<DeviceInfo> describe_device(int index);
 // Ok when device `index` can run this build's kernels (sm_90 / sm_90a) and has at least `need_bytes` free.
 Status check_device_supported(int index, uint64_t need_bytes);
+// Makes device `index` current for the calling thread (every later allocation, stream and launch is on it).
+Status set_device(int index);
+// Lets kernels and copies on device `from` reach device `to`'s memory directly (NVLink or PCIe peer to peer); false
+// where the pair cannot (copies between them are then staged through host memory by the driver). Leaves `from`
+// current.
+Result<bool> enable_peer_access(int from, int to);
 
 }  // namespace dsv4::cuda

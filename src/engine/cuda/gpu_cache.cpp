@@ -3,6 +3,7 @@
 #include <atomic>
 #include <string>
 
+#include "backend/cuda/device.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "engine/cuda/gpu_internal.h"
 
@@ -24,13 +25,44 @@ bool has_kind(const GpuModel& m, int64_t ratio) {
     return false;
 }
 
+// Pages of 64 entries in the pool of a kind: every session may hold one partly filled page beyond its share of
+// `tokens`.
+int64_t kind_pages(int64_t ratio, int64_t sessions, int64_t tokens) { return ceil_div(tokens / ratio, 64) + sessions; }
+
+// One layer's cache buffers, in bytes (resize_gpu_cache allocates these; gpu_layer_cache_bytes adds them up).
+struct LayerCacheBytes {
+    int64_t kv = 0;           // K=V pool: pass rows, window rings, entry pages
+    int64_t state = 0;        // each compressor state buffer (open / prev, kv / score)
+    int64_t keys = 0;         // CSA: indexer key pool
+    int64_t index_state = 0;  // CSA: each indexer compressor state buffer
+    int64_t width = 0, index_width = 0;
+};
+
+LayerCacheBytes layer_cache_bytes(const model::ModelConfig& cfg, backend::Precision precision, int64_t ratio,
+                                  int64_t pass_rows, int64_t sessions, int64_t tokens) {
+    LayerCacheBytes b;
+    const bool csa = ratio == 4;
+    const int64_t entry_base = pass_rows + cfg.window * sessions;
+    const int64_t entry_rows = ratio ? 64 * kind_pages(ratio, sessions, tokens) : 0;
+    b.kv = (entry_base + entry_rows) * cuda::kv_row_bytes(precision);
+    if (ratio) {
+        b.width = (csa ? 2 : 1) * cfg.head_dim;
+        b.state = sessions * ratio * b.width * 4;
+    }
+    if (csa) {
+        b.keys = entry_rows * cuda::key_row_bytes(precision);
+        b.index_width = 2 * cfg.index_head_dim;
+        b.index_state = sessions * ratio * b.index_width * 4;
+    }
+    return b;
+}
+
 Status make_kind(GpuModel& m, GpuCacheKind& k, int64_t ratio, int64_t sessions, int64_t max_context, int64_t tokens) {
     GpuCache& c = m.cache;
     k.ratio = ratio;
     if (!has_kind(m, ratio)) return Status::ok();
     k.pages_per_session = std::max<int64_t>(1, ceil_div(max_context / ratio, 64));
-    // every session may hold one partly filled page beyond its share of `tokens`
-    k.pages = ceil_div(tokens / ratio, 64) + sessions;
+    k.pages = kind_pages(ratio, sessions, tokens);
     k.free.resize(size_t(k.pages));
     for (int64_t p = 0; p < k.pages; ++p) k.free[size_t(p)] = int32_t(k.pages - 1 - p);  // page 0 is taken first
     const int64_t table_bytes = sessions * k.pages_per_session * 4;
@@ -48,6 +80,7 @@ Status resize_gpu_cache(GpuModel& m, int64_t sessions, int64_t max_context, int6
         return internal_error("the GPU caches cannot be resized while sessions exist");
     if (sessions < 1 || max_context < 1 || tokens < 1)
         return invalid_argument("GPU cache: sessions, context and tokens must be >= 1");
+    DSV4_RETURN_IF_ERROR(cuda::set_device(m.device));
     DSV4_RETURN_IF_ERROR(m.stream.synchronize());
     m.graphs.entries.clear();  // captured steps point into the old pools
     m.cache = GpuCache{};
@@ -63,34 +96,41 @@ Status resize_gpu_cache(GpuModel& m, int64_t sessions, int64_t max_context, int6
     tokens = std::max(tokens, max_context);
     DSV4_RETURN_IF_ERROR(make_kind(m, c.csa, 4, sessions, max_context, tokens));
     DSV4_RETURN_IF_ERROR(make_kind(m, c.hca, 128, sessions, max_context, tokens));
-    const int64_t hd = cfg.head_dim, ihd = cfg.index_head_dim;
     for (const GpuLayer& l : m.layers) {
         GpuLayerCache lc;
         const bool csa = l.kind == model::AttnKind::kCSA;
-        const int64_t entry_rows = l.ratio ? 64 * c.kind(l.ratio).pages : 0;
-        DSV4_RETURN_IF_ERROR(alloc(lc.kv, (c.entry_base + entry_rows) * c.kv_row_bytes, "K=V pool", &c.bytes));
+        if (csa != (l.ratio == 4))
+            return internal_error("resize_gpu_cache: layer " + std::to_string(l.index) + " is " +
+                                  (csa ? "CSA" : "not CSA") + " with ratio " + std::to_string(l.ratio));
+        const LayerCacheBytes b = layer_cache_bytes(cfg, m.precision, l.ratio, c.pass_rows, sessions, tokens);
+        DSV4_RETURN_IF_ERROR(alloc(lc.kv, b.kv, "K=V pool", &c.bytes));
         if (l.ratio) {
-            lc.width = (csa ? 2 : 1) * hd;
-            const int64_t state = sessions * l.ratio * lc.width * 4;
-            DSV4_RETURN_IF_ERROR(alloc(lc.open_kv, state, "compressor state", &c.bytes));
-            DSV4_RETURN_IF_ERROR(alloc(lc.open_score, state, "compressor state", &c.bytes));
+            lc.width = b.width;
+            DSV4_RETURN_IF_ERROR(alloc(lc.open_kv, b.state, "compressor state", &c.bytes));
+            DSV4_RETURN_IF_ERROR(alloc(lc.open_score, b.state, "compressor state", &c.bytes));
             if (csa) {
-                DSV4_RETURN_IF_ERROR(alloc(lc.prev_kv, state, "compressor state", &c.bytes));
-                DSV4_RETURN_IF_ERROR(alloc(lc.prev_score, state, "compressor state", &c.bytes));
+                DSV4_RETURN_IF_ERROR(alloc(lc.prev_kv, b.state, "compressor state", &c.bytes));
+                DSV4_RETURN_IF_ERROR(alloc(lc.prev_score, b.state, "compressor state", &c.bytes));
             }
         }
         if (csa) {
-            DSV4_RETURN_IF_ERROR(alloc(lc.keys, 64 * c.csa.pages * c.key_row_bytes, "indexer key pool", &c.bytes));
-            lc.index_width = 2 * ihd;
-            const int64_t state = sessions * l.ratio * lc.index_width * 4;
-            for (DeviceBuffer* b : {&lc.iopen_kv, &lc.iopen_score, &lc.iprev_kv, &lc.iprev_score})
-                DSV4_RETURN_IF_ERROR(alloc(*b, state, "indexer compressor state", &c.bytes));
+            DSV4_RETURN_IF_ERROR(alloc(lc.keys, b.keys, "indexer key pool", &c.bytes));
+            lc.index_width = b.index_width;
+            for (DeviceBuffer* buf : {&lc.iopen_kv, &lc.iopen_score, &lc.iprev_kv, &lc.iprev_score})
+                DSV4_RETURN_IF_ERROR(alloc(*buf, b.index_state, "indexer compressor state", &c.bytes));
         }
         c.layers.push_back(std::move(lc));
     }
     c.free_slots.resize(size_t(sessions));
     for (int64_t s = 0; s < sessions; ++s) c.free_slots[size_t(s)] = int32_t(sessions - 1 - s);
     return size_gpu_pass_for_cache(m);
+}
+
+uint64_t gpu_layer_cache_bytes(const model::ModelConfig& cfg, backend::Precision precision, int64_t ratio,
+                               int64_t pass_rows, int64_t sessions, int64_t max_context, int64_t tokens) {
+    const LayerCacheBytes b =
+        layer_cache_bytes(cfg, precision, ratio, pass_rows, sessions, std::max(tokens, max_context));
+    return uint64_t(b.kv + (ratio == 4 ? 4 : ratio ? 2 : 0) * b.state + b.keys + 4 * b.index_state);
 }
 
 Status reserve_gpu_pages(GpuModel& m, GpuSequence& s, int64_t position) {
@@ -151,7 +191,10 @@ void GpuSequenceDeleter::operator()(GpuSequence* s) const {
     delete s;
 }
 
-Result<GpuSequencePtr> make_gpu_sequence(GpuModel& m, int64_t max_context, int64_t chunk_rows) {
+namespace {
+
+// One stage's sequence: a session slot of its caches.
+Result<GpuSequencePtr> make_stage_sequence(GpuModel& m, int64_t max_context, int64_t chunk_rows) {
     std::lock_guard<std::mutex> lock(m.cache_lock);
     GpuCache& c = m.cache;
     if (max_context > c.max_context)
@@ -171,15 +214,27 @@ Result<GpuSequencePtr> make_gpu_sequence(GpuModel& m, int64_t max_context, int64
     return s;
 }
 
+}  // namespace
+
+Result<GpuSequencePtr> make_gpu_sequence(GpuModel& m, int64_t max_context, int64_t chunk_rows) {
+    DSV4_ASSIGN_OR_RETURN(GpuSequencePtr s, make_stage_sequence(m, max_context, chunk_rows));
+    if (m.next) {
+        DSV4_ASSIGN_OR_RETURN(s->next, make_gpu_sequence(*m.next, max_context, chunk_rows));
+    }
+    return s;
+}
+
 int64_t gpu_position(const GpuSequence& s) { return s.position; }
 int64_t gpu_chunk_rows(const GpuSequence& s) { return s.chunk_rows; }
 
 void reset_gpu_sequence(GpuSequence& s) {
-    if (s.model) {
-        std::lock_guard<std::mutex> lock(s.model->cache_lock);
-        release_pages(*s.model, s);
+    for (GpuSequence* q = &s; q; q = q->next.get()) {
+        if (q->model) {
+            std::lock_guard<std::mutex> lock(q->model->cache_lock);
+            release_pages(*q->model, *q);
+        }
+        q->position = 0;
     }
-    s.position = 0;
 }
 
 }  // namespace dsv4::engine

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/common/graph.h"
+#include "backend/cuda/device.h"
 #include "backend/cuda/kernels/embed_head/embed_head.h"
 #include "backend/cuda/kernels/experts/experts.h"
 #include "backend/cuda/kernels/glue/glue.h"
@@ -315,6 +316,23 @@ Status head_forward(GpuModel& m, void* streams, int64_t rows, const PendingPost&
     return gpu_linear(m, s.normed.data(), rows, m.head, LinearOut::kF32, s.logits.data());
 }
 
+// A stage without the head: its last layer's pending hc_post run on its own into the streams it writes (streams_a),
+// which the next stage takes over.
+Status finish_streams(GpuModel& m, int64_t rows, const PendingPost& pending) {
+    if (pending.out != m.pass.streams_a.data())
+        return internal_error("finish_streams: the last layer's hc_post does not write the streams handed over");
+    if (pending.on_branch) DSV4_RETURN_IF_ERROR(m.hc_branch.join(m.stream.handle()));
+    cuda::HcPostArgs a;
+    a.a = m.pass.block_out.data();
+    a.residual = pending.residual;
+    a.post = m.pass.post.as<float>();
+    a.comb = m.pass.comb.as<float>();
+    a.tokens = rows;
+    a.dim = m.cfg.hidden_size;
+    a.out = pending.out;
+    return cuda::sm90_hc_post(m.precision, a, m.stream.handle());
+}
+
 // Whether every row of the pass gets logits (no share starts its logits past its first row).
 bool every_row_logits(std::span<const GpuBatchSeq> seqs) {
     for (const GpuBatchSeq& q : seqs)
@@ -448,6 +466,14 @@ Status head_logits(GpuModel& m, std::span<const GpuBatchSeq> seqs) {
 
 namespace {
 
+// A pass as each stage runs it: its rows, whether it is a decode step, whether the head GEMM of every row runs
+// inside it (gpu_forward_batch).
+struct StagePass {
+    int64_t rows = 0;
+    bool decode = false;
+    bool logits_in_pass = false;
+};
+
 // Everything a pass queues between the plan upload and the logits, without waiting for anything: the part a
 // decode step captures as a CUDA graph. The host plan must already hold the pass's positions and tokens. `logits`:
 // the head GEMM of every row runs inside (a decode step's, and short passes whose every row gets logits).
@@ -456,15 +482,18 @@ Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
     DSV4_RETURN_IF_ERROR(cuda::copy_async(s.plan.data(), s.plan_host.data(), s.plan_host.bytes(), st));
-    cuda::EmbeddingArgs ep;
-    ep.tokens = s.tokens;
-    ep.n = rows;
-    ep.table = m.embed;
-    ep.out = s.hc_x.data();  // no bad_position: the engine checked every id on the host (engine.cpp, check_feed)
-    DSV4_RETURN_IF_ERROR(cuda::sm90_embedding(m.precision, ep, st));
-    DSV4_RETURN_IF_ERROR(cuda::sm90_broadcast_streams(
-        m.precision, {.x = s.hc_x.data(), .rows = rows, .dim = c.hidden_size, .hc = c.hc_mult, .streams = s.streams_a.data()},
-        st));
+    if (m.embeds) {  // later stages start from the streams the previous stage handed over into streams_a
+        cuda::EmbeddingArgs ep;
+        ep.tokens = s.tokens;
+        ep.n = rows;
+        ep.table = m.embed;
+        ep.out = s.hc_x.data();  // no bad_position: the engine checked every id on the host (engine.cpp, check_feed)
+        DSV4_RETURN_IF_ERROR(cuda::sm90_embedding(m.precision, ep, st));
+        DSV4_RETURN_IF_ERROR(cuda::sm90_broadcast_streams(
+            m.precision,
+            {.x = s.hc_x.data(), .rows = rows, .dim = c.hidden_size, .hc = c.hc_mult, .streams = s.streams_a.data()},
+            st));
+    }
     if (m.cache.csa.pages) {  // each row's indexer key pages, shared by every CSA layer
         cuda::GatherPagesArgs g;
         g.token_pages = s.token_pages.as<int32_t>();
@@ -478,7 +507,8 @@ Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool
     for (size_t li = 0; li < m.layers.size(); ++li)
         DSV4_RETURN_IF_ERROR(block_forward(m, m.layers[li], int(li), seqs, rows, s.streams_a.data(),
                                            s.streams_b.data(), decode, pending));
-    return head_forward(m, s.streams_a.data(), rows, pending, logits);
+    if (m.heads) return head_forward(m, s.streams_a.data(), rows, pending, logits);
+    return finish_streams(m, rows, pending);
 }
 
 // A decode step (one token per sequence, none at position 0) replays the graph captured for its number of rows and
@@ -522,91 +552,154 @@ Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) 
     return slot->graph.launch(m.stream.handle());
 }
 
+// Queues a stage's pass on its stream: a decode step replays (or captures) the stage's graph, other passes are
+// queued op by op. After the first stage, the stream first waits for the previous stage's handoff; before the
+// last, the final streams are copied to the next stage and the handoff recorded after the copy.
+Status queue_stage(GpuModel& m, std::span<GpuBatchSeq> seqs, const StagePass& p, const GpuModel* prev) {
+    const cuda::StreamHandle st = m.stream.handle();
+    if (prev) DSV4_RETURN_IF_ERROR(prev->handoff.wait(st));
+    if (m.use_graphs && p.decode) {
+        DSV4_RETURN_IF_ERROR(run_decode_graph(m, seqs, p.rows));
+    } else {
+        DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, p.rows, p.decode, p.logits_in_pass));
+    }
+    if (!m.next) return Status::ok();
+    const size_t bytes = size_t(p.rows * m.cfg.hc_mult * m.cfg.hidden_size) * m.act_bytes;
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(m.next->pass.streams_a.data(), m.pass.streams_a.data(), bytes, st));
+    return m.handoff.record(st);
+}
+
 }  // namespace
 
-Status gpu_forward_batch(GpuModel& m, std::span<GpuBatchSeq> seqs) {
-    const model::ModelConfig& c = m.cfg;
+namespace {
+
+// One stage's plan of the pass (positions, tokens, session slots in its pinned plan; each share's row0), the
+// pages its sequences need, the decode span.
+Result<StagePass> plan_stage(GpuModel& m, std::span<GpuBatchSeq> seqs) {
     GpuPass& s = m.pass;
-    if (seqs.empty()) return internal_error("gpu_forward_batch: no sequences");
-    int64_t rows = 0;
+    StagePass p;
     int64_t* positions = s.plan_host.as<int64_t>();
     int32_t* tokens = reinterpret_cast<int32_t*>(s.plan_host.as<uint8_t>() + s.rows * 8);
     int32_t* slots = reinterpret_cast<int32_t*>(s.plan_host.as<uint8_t>() + s.rows * 12);
     for (GpuBatchSeq& q : seqs) {
-        if (q.n <= 0 || q.n > q.seq->chunk_rows || rows + q.n > s.rows)
+        if (q.seq->model != &m)
+            return internal_error("gpu_forward_batch: a sequence made by another model (or stage) was given");
+        if (q.n <= 0 || q.n > q.seq->chunk_rows || p.rows + q.n > s.rows)
             return internal_error("gpu_forward_batch: a share of " + std::to_string(q.n) + " tokens at row " +
-                                  std::to_string(rows) + " does not fit (sequence chunk " +
+                                  std::to_string(p.rows) + " does not fit (sequence chunk " +
                                   std::to_string(q.seq->chunk_rows) + ", pass " + std::to_string(s.rows) + ")");
         if (q.logits_from < 0 || q.logits_from > q.n)
             return internal_error("gpu_forward_batch: logits from row " + std::to_string(q.logits_from) +
                                   " of a share of " + std::to_string(q.n) + " tokens");
-        q.row0 = rows;
+        q.row0 = p.rows;
         for (int64_t i = 0; i < q.n; ++i) {
-            positions[rows + i] = q.seq->position + i;
-            tokens[rows + i] = q.tokens[i];
-            slots[rows + i] = q.seq->slot;
+            positions[p.rows + i] = q.seq->position + i;
+            tokens[p.rows + i] = q.tokens[i];
+            slots[p.rows + i] = q.seq->slot;
         }
-        rows += q.n;
+        p.rows += q.n;
     }
     for (GpuBatchSeq& q : seqs) DSV4_RETURN_IF_ERROR(reserve_gpu_pages(m, *q.seq, q.seq->position + q.n));
     // without graphs a decode step queues the same launches the graph would replay (the batched decode kernels:
     // split attention, for one, rounds its sums unlike the per-sequence path)
-    const bool decode = is_decode_step(seqs);
+    p.decode = is_decode_step(seqs);
     int64_t span_tokens = 0;  // decode: the rows' largest position + 1
     for (const GpuBatchSeq& q : seqs) span_tokens = std::max(span_tokens, q.seq->position + q.n);
-    s.decode_span = decode ? decode_span_for(span_tokens, m.cache.max_context) : 0;
+    s.decode_span = p.decode ? decode_span_for(span_tokens, m.cache.max_context) : 0;
     // passes of at most kHeadChunkRows rows run the head GEMM of every row inside when they are decode steps (the
     // graph holds it) or want every row's logits
-    const bool logits_in_pass = rows <= kHeadChunkRows && (decode || every_row_logits(seqs));
-    if (m.use_graphs && decode) {
-        DSV4_RETURN_IF_ERROR(run_decode_graph(m, seqs, rows));
-    } else {
-        DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, rows, decode, logits_in_pass));
-    }
-    if (logits_in_pass) {
-        s.logits_rows.clear();
-        s.draws.clear();
-        s.penalty_list.clear();
-        auto* params = s.draw_params_host.as<cuda::SampleRowParams>();
-        for (const GpuBatchSeq& q : seqs) {
-            // the share's one logits row, drawn on the device where its penalty list fits
-            int32_t pen_first = 0, pen_count = 0;
-            if (q.sample && q.logits_from == q.n - 1 &&
-                add_penalty_list(s, *q.sample, int32_t(c.vocab_size), pen_first, pen_count)) {
-                const SamplingParams& p = *q.sample->params;
-                params[s.draws.size()] = {.row = q.row0 + q.n - 1,
-                                          .uniform = q.sample->uniform,
-                                          .temperature = p.temperature,
-                                          .top_k = p.top_k,
-                                          .top_p = p.top_p,
-                                          .min_p = p.min_p,
-                                          .top_logprobs = p.top_logprobs,
-                                          .repetition_penalty = p.repetition_penalty,
-                                          .presence_penalty = p.presence_penalty,
-                                          .frequency_penalty = p.frequency_penalty,
-                                          .penalty_first = pen_first,
-                                          .penalty_count = pen_count};
-                s.draws.push_back({q.sample, {q.logits, q.row0 + q.n - 1}});
-                continue;
-            }
-            for (int64_t r = q.logits_from; r < q.n; ++r)
-                s.logits_rows.push_back({q.logits + (r - q.logits_from) * c.vocab_size, q.row0 + r});
+    p.logits_in_pass = p.rows <= kHeadChunkRows && (p.decode || every_row_logits(seqs));
+    return p;
+}
+
+// The head's output of the last stage to the host: the draws and logits rows of a pass that ran the head inside,
+// else the head GEMM over the rows that want logits, chunk by chunk.
+Status land_head(GpuModel& m, std::span<GpuBatchSeq> seqs, const StagePass& p) {
+    if (!p.logits_in_pass) return head_logits(m, seqs);
+    GpuPass& s = m.pass;
+    const int64_t vocab = m.cfg.vocab_size;
+    s.logits_rows.clear();
+    s.draws.clear();
+    s.penalty_list.clear();
+    auto* params = s.draw_params_host.as<cuda::SampleRowParams>();
+    for (const GpuBatchSeq& q : seqs) {
+        // the share's one logits row, drawn on the device where its penalty list fits
+        int32_t pen_first = 0, pen_count = 0;
+        if (q.sample && q.logits_from == q.n - 1 &&
+            add_penalty_list(s, *q.sample, int32_t(vocab), pen_first, pen_count)) {
+            const SamplingParams& sp = *q.sample->params;
+            params[s.draws.size()] = {.row = q.row0 + q.n - 1,
+                                      .uniform = q.sample->uniform,
+                                      .temperature = sp.temperature,
+                                      .top_k = sp.top_k,
+                                      .top_p = sp.top_p,
+                                      .min_p = sp.min_p,
+                                      .top_logprobs = sp.top_logprobs,
+                                      .repetition_penalty = sp.repetition_penalty,
+                                      .presence_penalty = sp.presence_penalty,
+                                      .frequency_penalty = sp.frequency_penalty,
+                                      .penalty_first = pen_first,
+                                      .penalty_count = pen_count};
+            s.draws.push_back({q.sample, {q.logits, q.row0 + q.n - 1}});
+            continue;
         }
-        DSV4_RETURN_IF_ERROR(land_with_draws(m));
-    } else {
-        DSV4_RETURN_IF_ERROR(head_logits(m, seqs));
+        for (int64_t r = q.logits_from; r < q.n; ++r)
+            s.logits_rows.push_back({q.logits + (r - q.logits_from) * vocab, q.row0 + r});
     }
-    DSV4_RETURN_IF_ERROR(m.stream.synchronize());
-    for (GpuBatchSeq& q : seqs) q.seq->position += q.n;
+    return land_with_draws(m);
+}
+
+// The shares each stage runs: the first stage's are the caller's; each later stage's are the same tokens with that
+// stage's sequences (GpuSequence::next).
+Status stage_shares(GpuModel& m, std::span<const GpuBatchSeq> from) {
+    m.shares.assign(from.begin(), from.end());
+    for (GpuBatchSeq& q : m.shares) {
+        if (!q.seq->next) return internal_error("gpu_forward_batch: a sequence without a state on every GPU stage");
+        q.seq = q.seq->next.get();
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+Status gpu_forward_batch(GpuModel& first, std::span<GpuBatchSeq> seqs) {
+    if (seqs.empty()) return internal_error("gpu_forward_batch: no sequences");
+    // every stage's plan and pages before any work is queued (a full cache stops the pass before it runs)
+    StagePass pass;
+    for (GpuModel* m = &first; m; m = m->next.get()) {
+        const std::span<GpuBatchSeq> shares = m == &first ? seqs : std::span<GpuBatchSeq>(m->shares);
+        DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
+        DSV4_ASSIGN_OR_RETURN(pass, plan_stage(*m, shares));
+        if (m->next) DSV4_RETURN_IF_ERROR(stage_shares(*m->next, shares));
+    }
+    GpuModel* last = &first;
+    for (GpuModel *m = &first, *prev = nullptr; m; prev = m, m = m->next.get()) {
+        const std::span<GpuBatchSeq> shares = m == &first ? seqs : std::span<GpuBatchSeq>(m->shares);
+        DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
+        DSV4_RETURN_IF_ERROR(queue_stage(*m, shares, pass, prev));
+        last = m;
+    }
+    const std::span<GpuBatchSeq> last_shares = last == &first ? seqs : std::span<GpuBatchSeq>(last->shares);
+    DSV4_RETURN_IF_ERROR(land_head(*last, last_shares, pass));
+    // the last stage waited for every earlier one; their streams are asked too, for an error of their own
+    for (GpuModel* m = &first; m; m = m->next.get()) {
+        DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
+        DSV4_RETURN_IF_ERROR(m->stream.synchronize());
+    }
+    for (GpuModel* m = &first; m; m = m->next.get())
+        for (GpuBatchSeq& q : m == &first ? seqs : std::span<GpuBatchSeq>(m->shares)) q.seq->position += q.n;
     return Status::ok();
 }
 
 GpuGraphStats gpu_graph_stats(const GpuModel& m) {
+    // a pipeline's stages capture and replay one graph each per step: a step is counted once, its nodes over all
     GpuGraphStats g;
     g.captures = m.graphs.captures;
     g.replays = m.graphs.replays;
-    g.nodes = m.graphs.max_nodes;
-    g.programmatic_edges = m.graphs.max_nodes_programmatic;
+    for (const GpuModel* s = &m; s; s = s->next.get()) {
+        g.nodes += s->graphs.max_nodes;
+        g.programmatic_edges += s->graphs.max_nodes_programmatic;
+    }
     return g;
 }
 

@@ -212,7 +212,20 @@ struct GpuWeightSource {
 constexpr int64_t kMoeDecodeKernelMaxRows = cuda::kDecodeMaxRows;
 
 struct GpuModel {
+    ~GpuModel();  // the later stages first, then this one's memory with its device current
     model::ModelConfig cfg;
+    // The GPU this stage's memory, streams and launches are on, and its layers [first_layer, end_layer) of the
+    // model's (m.layers; the embedding with layer 0, the final norm and head with the last layer).
+    int device = 0;
+    int64_t first_layer = 0, end_layer = 0;
+    bool embeds = true, heads = true;  // holds layer 0 / the last layer
+    // The stage with the following layers (null: this one has the last). A pass queues each stage on its own
+    // stream; a stage's final streams (its last hc_post run, [rows, hc, D] in pass.streams_a) are copied into the
+    // next stage's pass.streams_a and `handoff` is recorded after the copy, which the next stage's stream waits for.
+    std::shared_ptr<GpuModel> next;
+    cuda::Event handoff;
+    std::vector<GpuBatchSeq> shares;  // a pass's shares with this stage's sequences (the stages after the first)
+    uint64_t planned_bytes = 0;       // what the placement charged this stage (gpu_placement)
     const GpuWeightSource* source = nullptr;
     int64_t max_rows = 0;  // the largest pass, known before the weights are uploaded
     bool use_graphs = true;
@@ -260,11 +273,16 @@ struct GpuSequence {
     int32_t slot = -1;
     int64_t position = 0, max_context = 0, chunk_rows = 0;
     std::vector<int32_t> csa_pages, hca_pages;  // entry pages held, in entry order
+    GpuSequencePtr next;                        // the same session on the next stage of a pipeline (GpuModel::next)
 };
 
 // Sizes the caches for `sessions` sessions of up to `max_context` tokens, `tokens` tokens in all (pages are taken
 // as sessions grow). Fails while sessions exist. The bench resizes per point; the engine once at load.
 Status resize_gpu_cache(GpuModel& m, int64_t sessions, int64_t max_context, int64_t tokens);
+// What resize_gpu_cache gives one layer: its K=V pool rows, indexer key rows (CSA) and compressor states, in bytes.
+// ratio: the layer's compression (0: sliding window only, 4: CSA, 128: HCA).
+uint64_t gpu_layer_cache_bytes(const model::ModelConfig& cfg, backend::Precision precision, int64_t ratio,
+                               int64_t pass_rows, int64_t sessions, int64_t max_context, int64_t tokens);
 // Takes the pages a sequence needs to hold `position` tokens (uploading its tables); kResourceExhausted when the
 // pool is out of pages (nothing taken then).
 Status reserve_gpu_pages(GpuModel& m, GpuSequence& s, int64_t position);
@@ -272,10 +290,15 @@ Status reserve_gpu_pages(GpuModel& m, GpuSequence& s, int64_t position);
 // Byte pointer arithmetic on device buffers.
 inline uint8_t* at(const DeviceBuffer& b, int64_t byte_offset) { return b.as<uint8_t>() + byte_offset; }
 
-// Every weight of `views` through `source`, then the pass buffers (load_gpu_model = the checkpoint source).
+// The weights of `views` a stage holds through `source`, then its pass buffers (load_gpu_model = the checkpoint
+// source), on stage.device. The default stage: every layer on GPU 0.
+struct GpuStage {
+    int device = 0;
+    int64_t first_layer = 0, end_layer = -1;  // -1: through the last layer
+};
 Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
                                                   backend::Precision precision, int64_t max_rows,
-                                                  const GpuWeightSource& source);
+                                                  const GpuWeightSource& source, const GpuStage& stage = {});
 // Keeps a weight in m.owned and returns its view.
 Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d);
 Status make_gpu_pass(GpuModel& m, int64_t rows);

@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 #include "core/formats.h"
 #include "engine/cuda/gpu_internal.h"
+#include "engine/gpu_placement.h"
 
 namespace dsv4::engine {
 
@@ -235,17 +236,24 @@ Result<GpuLayer> put_layer(GpuModel& m, const LayerViews& v) {
     return l;
 }
 
-uint64_t model_bytes(const ModelViews& v) {
-    uint64_t n = host_weight_bytes(v.embed) + host_weight_bytes(v.head);
-    for (const LayerViews& l : v.layers) {
-        for (const WeightView* w : {&l.attn.wq_a, &l.attn.wq_b, &l.attn.wkv, &l.attn.wo_a, &l.attn.wo_b,
-                                    &l.attn.compressor.wkv, &l.attn.compressor.wgate, &l.attn.index_wq_b,
-                                    &l.attn.index_compressor.wkv, &l.attn.index_compressor.wgate, &l.ffn.gate,
-                                    &l.ffn.shared.w1, &l.ffn.shared.w2, &l.ffn.shared.w3})
-            n += host_weight_bytes(*w);
-        for (const backend::ExpertWeights& e : l.ffn.experts)
-            n += host_weight_bytes(e.w1) + host_weight_bytes(e.w2) + host_weight_bytes(e.w3);
-    }
+// A layer's matrices on the GPU (the norms, mixes and tables beside them are a few MB per layer at V4-Flash).
+uint64_t layer_weight_bytes(const LayerViews& l) {
+    uint64_t n = 0;
+    for (const WeightView* w :
+         {&l.attn.wq_a, &l.attn.wq_b, &l.attn.wkv, &l.attn.wo_a, &l.attn.wo_b, &l.attn.compressor.wkv,
+          &l.attn.compressor.wgate, &l.attn.index_wq_b, &l.attn.index_compressor.wkv, &l.attn.index_compressor.wgate,
+          &l.ffn.gate, &l.ffn.shared.w1, &l.ffn.shared.w2, &l.ffn.shared.w3})
+        n += host_weight_bytes(*w);
+    for (const backend::ExpertWeights& e : l.ffn.experts)
+        n += host_weight_bytes(e.w1) + host_weight_bytes(e.w2) + host_weight_bytes(e.w3);
+    return n;
+}
+
+// The matrices of a stage's layers, with the embedding / head where it holds them.
+uint64_t stage_weight_bytes(const ModelViews& v, int64_t first, int64_t end) {
+    uint64_t n = first == 0 ? host_weight_bytes(v.embed) : 0;
+    if (end == int64_t(v.layers.size())) n += host_weight_bytes(v.head);
+    for (int64_t i = first; i < end; ++i) n += layer_weight_bytes(v.layers[size_t(i)]);
     return n;
 }
 
@@ -452,11 +460,11 @@ Status make_gpu_pass(GpuModel& m, int64_t R) {
     DSV4_RETURN_IF_ERROR(alloc(s.route_w, R * c.n_experts_per_token * 4, "routes"));
     DSV4_RETURN_IF_ERROR(alloc(s.expert_out, R * c.n_experts_per_token * D * 4, "expert outputs"));
     DSV4_RETURN_IF_ERROR(alloc(s.shared_out, R * D * a, "shared expert output"));
-    DSV4_RETURN_IF_ERROR(alloc(s.logits, std::min(R, kHeadChunkRows) * c.vocab_size * 4, "logits"));
-    DSV4_ASSIGN_OR_RETURN(
-        s.logits_host,
-        cuda::PinnedBuffer::allocate(size_t(std::min(R, kHeadChunkRows) * c.vocab_size * 4), "logits landing buffer"));
-    const int64_t head_rows = std::min(R, kHeadChunkRows);
+    // logits only where the head is (the last stage of a pipeline): 0.5 MB a row at V4's vocabulary
+    const int64_t head_rows = m.heads ? std::min(R, kHeadChunkRows) : 0;
+    DSV4_RETURN_IF_ERROR(alloc(s.logits, head_rows * c.vocab_size * 4, "logits"));
+    DSV4_ASSIGN_OR_RETURN(s.logits_host,
+                          cuda::PinnedBuffer::allocate(size_t(head_rows * c.vocab_size * 4), "logits landing buffer"));
     s.logits_rows.reserve(size_t(head_rows));
     s.draws.reserve(size_t(head_rows));
     DSV4_RETURN_IF_ERROR(alloc(s.draw_params, head_rows * int64_t(sizeof(cuda::SampleRowParams)), "draw parameters"));
@@ -499,22 +507,105 @@ bool gpu_available(std::string* why) {
 
 Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d) { return keep(m, std::move(d)); }
 
+namespace {
+
+// What a stage needs besides its layers' weights and caches: the pass buffers (~100·D bytes a row: 0.41 MB at
+// V4-Flash, where docs/perf.md counts ~0.4 MB) and 2 GiB for the rest, which grows with neither the layers nor the
+// rows: the indexer scores (GpuModel::index_scores_budget), op workspaces, the CUDA context, cuBLASLt, decode graphs.
+uint64_t stage_allowance_bytes(const model::ModelConfig& cfg, int64_t max_rows) {
+    return uint64_t(max_rows) * 100 * uint64_t(cfg.hidden_size) + (uint64_t(2) << 30);
+}
+
+// The GPUs to use with their free memory (a GPU named n times gives each of its stages 1/n), then the layer split.
+Result<std::vector<GpuStagePlan>> plan_gpu_stages(const model::ModelConfig& cfg, const ModelViews& views,
+                                                  Precision precision, int64_t max_rows, const GpuCacheOptions& cache,
+                                                  std::span<const int> devices) {
+    DSV4_ASSIGN_OR_RETURN(int count, cuda::device_count());
+    if (count < 1) return unsupported("no CUDA GPU is visible; use --backend cpu");
+    if (max_rows < 1) return invalid_argument("GPU pass rows must be >= 1");
+    const bool every = !devices.empty();
+    std::vector<int> order(devices.begin(), devices.end());
+    if (!every) {  // every visible Hopper GPU from 0 up; GPU 0's own error when it is not one
+        DSV4_RETURN_IF_ERROR(cuda::check_device_supported(0, 0));
+        for (int d = 0; d < count; ++d)
+            if (cuda::check_device_supported(d, 0)) order.push_back(d);
+    }
+    std::vector<GpuMemory> gpus;
+    for (int d : order) {
+        DSV4_RETURN_IF_ERROR(cuda::check_device_supported(d, 0));
+        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::describe_device(d));
+        gpus.push_back({d, info.free_bytes / uint64_t(std::count(order.begin(), order.end(), d))});
+    }
+    GpuPlacementCosts costs;
+    for (const LayerViews& l : views.layers)
+        costs.layer_bytes.push_back(layer_weight_bytes(l) + gpu_layer_cache_bytes(cfg, precision, l.ratio, max_rows,
+                                                                                  cache.sessions, cache.max_context,
+                                                                                  cache.tokens));
+    costs.first_bytes = host_weight_bytes(views.embed);
+    costs.last_bytes =
+        host_weight_bytes(views.head) + uint64_t(std::min(max_rows, kHeadChunkRows) * cfg.vocab_size) * 4;
+    costs.stage_bytes = stage_allowance_bytes(cfg, max_rows);
+    return place_gpu_stages(costs, gpus, every);
+}
+
+}  // namespace
 
 Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
-                                                 Precision precision, int64_t max_rows, const GpuCacheOptions& cache) {
-    DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m, build_gpu_model(cfg, views, precision, max_rows, kCheckpointSource));
-    DSV4_RETURN_IF_ERROR(resize_gpu_cache(*m, cache.sessions, cache.max_context, cache.tokens));
-    return m;
+                                                 Precision precision, int64_t max_rows, const GpuCacheOptions& cache,
+                                                 std::span<const int> devices) {
+    DSV4_ASSIGN_OR_RETURN(const std::vector<GpuStagePlan> plan,
+                          plan_gpu_stages(cfg, views, precision, max_rows, cache, devices));
+    // built last to first, each stage holding the next
+    std::shared_ptr<GpuModel> next;
+    for (size_t i = plan.size(); i-- > 0;) {
+        const GpuStagePlan& p = plan[i];
+        DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m,
+                              build_gpu_model(cfg, views, precision, max_rows, kCheckpointSource,
+                                              {p.device, p.first_layer, p.end_layer}));
+        DSV4_RETURN_IF_ERROR(resize_gpu_cache(*m, cache.sessions, cache.max_context, cache.tokens));
+        m->planned_bytes = p.bytes;
+        if (next) {
+            DSV4_ASSIGN_OR_RETURN(m->handoff, cuda::Event::create());
+            DSV4_ASSIGN_OR_RETURN(bool direct, cuda::enable_peer_access(m->device, next->device));
+            (void)direct;  // without peer access the handoff copies are staged through host memory, only slower
+            m->shares.reserve(size_t(max_rows));
+            next->shares.reserve(size_t(max_rows));
+        }
+        m->next = std::move(next);
+        next = std::move(m);
+    }
+    return next;
+}
+
+std::string gpu_placement(const GpuModel& m) {
+    std::vector<GpuStagePlan> stages;
+    for (const GpuModel* s = &m; s; s = s->next.get())
+        stages.push_back({s->device, s->first_layer, s->end_layer, s->planned_bytes});
+    return describe_gpu_stages(stages);
+}
+
+GpuModel::~GpuModel() {
+    next.reset();
+    (void)cuda::set_device(device);  // the members below are freed on their own device
 }
 
 Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
-                                                  Precision precision, int64_t max_rows,
-                                                  const GpuWeightSource& source) {
+                                                  Precision precision, int64_t max_rows, const GpuWeightSource& source,
+                                                  const GpuStage& stage) {
     DSV4_ASSIGN_OR_RETURN(int count, cuda::device_count());
     if (count < 1) return unsupported("no CUDA GPU is visible; use --backend cpu");
-    DSV4_RETURN_IF_ERROR(cuda::check_device_supported(0, model_bytes(views)));
+    const int64_t layers = int64_t(views.layers.size());
+    const int64_t end = stage.end_layer < 0 ? layers : stage.end_layer;
+    if (stage.first_layer < 0 || stage.first_layer >= end || end > layers)
+        return invalid_argument("GPU stage: layers [" + std::to_string(stage.first_layer) + ", " + std::to_string(end) +
+                                ") are not a range of the model's " + std::to_string(layers));
+    DSV4_RETURN_IF_ERROR(cuda::check_device_supported(stage.device, stage_weight_bytes(views, stage.first_layer, end)));
+    DSV4_RETURN_IF_ERROR(cuda::set_device(stage.device));
     if (max_rows < 1) return invalid_argument("GPU pass rows must be >= 1");
     auto m = std::make_shared<GpuModel>();
+    m->device = stage.device;
+    m->first_layer = stage.first_layer;
+    m->end_layer = end;
     m->source = &source;
     m->max_rows = max_rows;
     m->cfg = cfg;
@@ -527,13 +618,19 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
     DSV4_ASSIGN_OR_RETURN(m->index_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->weights_branch, cuda::StreamFork::create());
     DSV4_ASSIGN_OR_RETURN(m->heads_branch, cuda::StreamFork::create());
-    DSV4_ASSIGN_OR_RETURN(m->embed, put(*m, views.embed, "embed"));
-    DSV4_ASSIGN_OR_RETURN(m->head, put(*m, views.head, "head"));
-    DSV4_ASSIGN_OR_RETURN(m->norm, put_norm(*m, views.norm, "norm"));
-    DSV4_ASSIGN_OR_RETURN(m->hc_head, put_hc(*m, views.hc_head, "head"));
-    m->owned.reserve(m->owned.size() + 64 * views.layers.size());
-    for (const LayerViews& l : views.layers) {
-        DSV4_ASSIGN_OR_RETURN(GpuLayer g, put_layer(*m, l));
+    m->embeds = stage.first_layer == 0;
+    m->heads = end == layers;
+    if (m->embeds) {
+        DSV4_ASSIGN_OR_RETURN(m->embed, put(*m, views.embed, "embed"));
+    }
+    if (m->heads) {
+        DSV4_ASSIGN_OR_RETURN(m->head, put(*m, views.head, "head"));
+        DSV4_ASSIGN_OR_RETURN(m->norm, put_norm(*m, views.norm, "norm"));
+        DSV4_ASSIGN_OR_RETURN(m->hc_head, put_hc(*m, views.hc_head, "head"));
+    }
+    m->owned.reserve(m->owned.size() + 64 * size_t(end - stage.first_layer));
+    for (int64_t i = stage.first_layer; i < end; ++i) {
+        DSV4_ASSIGN_OR_RETURN(GpuLayer g, put_layer(*m, views.layers[size_t(i)]));
         m->layers.push_back(g);
     }
     m->freqs_window = backend::rope_freqs(cfg.rope_theta, 1.0, cfg.original_max_position, cfg.beta_fast,
@@ -545,9 +642,19 @@ Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg,
 }
 
 int64_t gpu_max_rows(const GpuModel& m) { return m.pass.rows; }
-void set_gpu_graphs(GpuModel& m, bool enabled) { m.use_graphs = enabled; }
-void set_gpu_host_pool(GpuModel& m, ThreadPool* pool) { m.host_pool = pool; }
-uint64_t gpu_weight_bytes(const GpuModel& m) { return m.weight_bytes; }
 
+void set_gpu_graphs(GpuModel& m, bool enabled) {
+    for (GpuModel* s = &m; s; s = s->next.get()) s->use_graphs = enabled;
+}
+
+void set_gpu_host_pool(GpuModel& m, ThreadPool* pool) {
+    for (GpuModel* s = &m; s; s = s->next.get()) s->host_pool = pool;
+}
+
+uint64_t gpu_weight_bytes(const GpuModel& m) {
+    uint64_t n = 0;
+    for (const GpuModel* s = &m; s; s = s->next.get()) n += s->weight_bytes;
+    return n;
+}
 
 }  // namespace dsv4::engine

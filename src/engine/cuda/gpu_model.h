@@ -4,9 +4,12 @@
 //   GpuModel     the checkpoint's weights resident on the GPU in their shipped formats (FP8 blocks, MXFP4, BF16,
 //                F32: no dequantised copies), the pass buffers for up to max_rows token rows, the step's plan
 //                (token ids, positions, session slots) uploaded once per pass from pinned memory, and the paged
-//                caches every session shares (gpu_internal.h GpuCache; docs/architecture.md).
+//                caches every session shares (gpu_internal.h GpuCache; docs/architecture.md). A model larger than
+//                one GPU is a pipeline: each GpuModel holds a contiguous range of layers on its GPU and the next
+//                stage (GpuModel::next) the following ones; the functions below take the first stage and serve
+//                them all.
 //   GpuSequence  one session: its slot in the caches (window ring, compressor states), the entry pages it
-//                holds, its position.
+//                holds, its position; on a pipeline, one per stage (GpuSequence::next).
 //
 // Activations are bf16 in reference numerics and f32 in f32 mode (backend/cuda's convention); compressor
 // projections and states are f32 in both, as on the CPU.
@@ -49,11 +52,15 @@ struct GpuCacheOptions {
 };
 
 // Uploads every weight of `views` (the MTP block is not run on the GPU and is left out), sizes the pass buffers
-// for up to `max_rows` rows and the caches per `cache`. Checks the device first: a missing driver, no GPU, a GPU that is not sm_90 or
-// too little memory each give one clear Status.
+// for up to `max_rows` rows and the caches per `cache`. `devices`: the GPUs to spread the layers over, in order
+// (engine/gpu_placement.h; a GPU named twice holds two stages, which checks the pipeline on one GPU); empty: GPU 0
+// alone when the model fits it, else the fewest GPUs from 0 up that hold it. Checks the devices first: a missing
+// driver, no GPU, a GPU that is not sm_90 or too little memory each give one clear Status.
 Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
                                                  backend::Precision precision, int64_t max_rows,
-                                                 const GpuCacheOptions& cache);
+                                                 const GpuCacheOptions& cache, std::span<const int> devices = {});
+// Which GPU holds which layers: "GPU 0: layers 0-42 (136.2 GiB)", stages separated by "; ".
+std::string gpu_placement(const GpuModel& m);
 // Rows of the largest pass (the pass buffers' size).
 int64_t gpu_max_rows(const GpuModel& m);
 // The largest GPU pass: 8,192 rows. The prefill MoE kernel (above 256 rows: docs/kernels/moe_prefill.md) fills its
@@ -62,7 +69,7 @@ int64_t gpu_max_rows(const GpuModel& m);
 // buffers cost ~0.4 MB per row at V4-Flash plus the indexer scores (2 bytes per row and cached CSA entry: 0.5 MB
 // per row at 1M context); EngineOptions::max_batch_rows lowers it.
 constexpr int64_t kGpuMaxPassRows = 8192;
-// Bytes of weights resident on the GPU.
+// Bytes of weights resident on the GPUs.
 uint64_t gpu_weight_bytes(const GpuModel& m);
 
 // A sequence of up to `max_context` tokens (<= the cache's) in shares of at most `chunk_rows` tokens per pass: a

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "dsv4/engine.h"
+
 namespace dsv4::engine {
 namespace {
 
@@ -149,6 +151,33 @@ TEST(GpuPlacementTest, RejectsEmptyInputs) {
 TEST(GpuPlacementTest, Describes) {
     const std::vector<GpuStagePlan> s = {{0, 0, 22, 75 * kGiB}, {1, 22, 43, 72 * kGiB}};
     EXPECT_EQ(describe_gpu_stages(s), "GPU 0: layers 0-21 (75.0 GiB); GPU 1: layers 22-42 (72.0 GiB)");
+}
+
+TEST(CudaDevicesFlagTest, ParsesAutoAndLists) {
+    for (const char* none : {"", "auto"}) {
+        auto d = parse_cuda_devices(none);
+        ASSERT_TRUE(d.is_ok()) << none;
+        EXPECT_TRUE(d->empty());
+    }
+    auto d = parse_cuda_devices("0,1");
+    ASSERT_TRUE(d.is_ok());
+    EXPECT_EQ(*d, (std::vector<int>{0, 1}));
+    d = parse_cuda_devices("3,0,0");
+    ASSERT_TRUE(d.is_ok());
+    EXPECT_EQ(*d, (std::vector<int>{3, 0, 0}));
+}
+
+TEST(CudaDevicesFlagTest, RejectsWhatIsNotAList) {
+    std::string many = "0";
+    for (int i = 0; i < 64; ++i) many += ",0";
+    for (const std::string& bad :
+         {std::string("x"), std::string("0,"), std::string(",0"), std::string("0,,1"), std::string("-1"),
+          std::string(" 0"), std::string("0;1"), std::string("12345"), std::string("AUTO"), many}) {
+        auto d = parse_cuda_devices(bad);
+        ASSERT_FALSE(d.is_ok()) << "'" << bad << "'";
+        EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(d.status().message().find("GPU"), std::string::npos) << d.status().message();
+    }
 }
 
 }  // namespace

@@ -60,6 +60,29 @@ Status StreamFork::join(StreamHandle main) {
     return cuda_status(cudaStreamWaitEvent(main, done_, 0), "cudaStreamWaitEvent (join)");
 }
 
+Result<Event> Event::create() {
+    Event ev;
+    DSV4_CUDA_TRY(cudaEventCreateWithFlags(&ev.e_, cudaEventDisableTiming), "cudaEventCreate");
+    return Result<Event>(std::move(ev));
+}
+
+Event::~Event() {
+    if (e_) cudaEventDestroy(e_);
+}
+
+Event& Event::operator=(Event&& o) noexcept {
+    if (this != &o) {
+        if (e_) cudaEventDestroy(e_);
+        e_ = std::exchange(o.e_, nullptr);
+    }
+    return *this;
+}
+
+Status Event::record(StreamHandle s) { return cuda_status(cudaEventRecord(e_, s), "cudaEventRecord"); }
+Status Event::wait(StreamHandle waiter) const {
+    return cuda_status(cudaStreamWaitEvent(waiter, e_, 0), "cudaStreamWaitEvent");
+}
+
 Result<EventTimer> EventTimer::create() {
     EventTimer t;
     DSV4_CUDA_TRY(cudaEventCreate(&t.start_), "cudaEventCreate");

@@ -59,6 +59,25 @@ private:
     CUevent_st* done_ = nullptr;    // recorded on side by join
 };
 
+// A point of one stream that another waits for (cudaEvent without timing), also between streams of different
+// devices: record(s) marks what is queued on s so far, wait(t) makes t wait for it.
+class Event {
+public:
+    static Result<Event> create();
+    Event() = default;
+    ~Event();
+    Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+    Event& operator=(Event&& o) noexcept;
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+
+    Status record(StreamHandle s);
+    Status wait(StreamHandle waiter) const;
+
+private:
+    CUevent_st* e_ = nullptr;
+};
+
 // Elapsed GPU time between two points of a stream (CUDA events): record start, queue work, record stop, read.
 class EventTimer {
 public:
