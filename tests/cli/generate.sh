@@ -107,4 +107,7 @@ expect_failure "--prompt is required" generate -m "$model"
 expect_failure "--temp" generate -m "$model" -p hi --temp -1
 expect_failure "--top-p" generate -m "$model" -p hi --top-p 2
 expect_failure "excludes" generate -m "$model" -p hi --think --no-think
+expect_failure "GPU list '0,x': expected auto or GPU indices separated by commas" generate -m "$model" -p hi \
+    --devices 0,x
+DSV4_DEVICES="1;2" expect_failure "GPU list '1;2'" generate -m "$model" -p hi
 echo "generate.sh: all checks passed"
