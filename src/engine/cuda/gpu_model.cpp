@@ -516,26 +516,9 @@ uint64_t stage_allowance_bytes(const model::ModelConfig& cfg, int64_t max_rows) 
     return uint64_t(max_rows) * 100 * uint64_t(cfg.hidden_size) + (uint64_t(2) << 30);
 }
 
-// The GPUs to use with their free memory (a GPU named n times gives each of its stages 1/n), then the layer split.
-Result<std::vector<GpuStagePlan>> plan_gpu_stages(const model::ModelConfig& cfg, const ModelViews& views,
-                                                  Precision precision, int64_t max_rows, const GpuCacheOptions& cache,
-                                                  std::span<const int> devices) {
-    DSV4_ASSIGN_OR_RETURN(int count, cuda::device_count());
-    if (count < 1) return unsupported("no CUDA GPU is visible; use --backend cpu");
-    if (max_rows < 1) return invalid_argument("GPU pass rows must be >= 1");
-    const bool every = !devices.empty();
-    std::vector<int> order(devices.begin(), devices.end());
-    if (!every) {  // every visible Hopper GPU from 0 up; GPU 0's own error when it is not one
-        DSV4_RETURN_IF_ERROR(cuda::check_device_supported(0, 0));
-        for (int d = 0; d < count; ++d)
-            if (cuda::check_device_supported(d, 0)) order.push_back(d);
-    }
-    std::vector<GpuMemory> gpus;
-    for (int d : order) {
-        DSV4_RETURN_IF_ERROR(cuda::check_device_supported(d, 0));
-        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::describe_device(d));
-        gpus.push_back({d, info.free_bytes / uint64_t(std::count(order.begin(), order.end(), d))});
-    }
+// What each layer and stage costs on its GPU (GpuPlacementCosts) at these pass and cache sizes.
+GpuPlacementCosts placement_costs(const model::ModelConfig& cfg, const ModelViews& views, Precision precision,
+                                  int64_t max_rows, const GpuCacheOptions& cache) {
     GpuPlacementCosts costs;
     for (const LayerViews& l : views.layers)
         costs.layer_bytes.push_back(layer_weight_bytes(l) + gpu_layer_cache_bytes(cfg, precision, l.ratio, max_rows,
@@ -545,7 +528,45 @@ Result<std::vector<GpuStagePlan>> plan_gpu_stages(const model::ModelConfig& cfg,
     costs.last_bytes =
         host_weight_bytes(views.head) + uint64_t(std::min(max_rows, kHeadChunkRows) * cfg.vocab_size) * 4;
     costs.stage_bytes = stage_allowance_bytes(cfg, max_rows);
-    return place_gpu_stages(costs, gpus, every);
+    return costs;
+}
+
+// The layer split over the GPUs named, or (none named) over the fewest GPUs from 0 up that hold the model. A GPU
+// named n times gives each of its stages 1/n of its free memory. GPUs are asked for their free memory only as far
+// as they are needed: asking makes the process a CUDA context on each (a few hundred MB).
+Result<std::vector<GpuStagePlan>> plan_gpu_stages(const model::ModelConfig& cfg, const ModelViews& views,
+                                                  Precision precision, int64_t max_rows, const GpuCacheOptions& cache,
+                                                  std::span<const int> devices) {
+    DSV4_ASSIGN_OR_RETURN(int count, cuda::device_count());
+    if (count < 1) return unsupported("no CUDA GPU is visible; use --backend cpu");
+    if (max_rows < 1) return invalid_argument("GPU pass rows must be >= 1");
+    const GpuPlacementCosts costs = placement_costs(cfg, views, precision, max_rows, cache);
+    const auto memory = [](int device, uint64_t share) -> Result<GpuMemory> {
+        DSV4_RETURN_IF_ERROR(cuda::check_device_supported(device, 0));
+        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::describe_device(device));
+        return GpuMemory{device, info.free_bytes / share};
+    };
+    std::vector<GpuMemory> gpus;
+    if (!devices.empty()) {
+        for (int d : devices) {
+            DSV4_ASSIGN_OR_RETURN(GpuMemory g, memory(d, uint64_t(std::count(devices.begin(), devices.end(), d))));
+            gpus.push_back(g);
+        }
+        return place_gpu_stages(costs, gpus, true);
+    }
+    Status last = unsupported("no GPU");
+    for (int d = 0; d < count; ++d) {
+        Result<GpuMemory> g = memory(d, 1);
+        if (!g.is_ok()) {
+            if (d == 0) return g.status();  // GPU 0's own error when it is not a usable Hopper GPU
+            continue;                       // another kind of GPU beside Hopper ones is left out
+        }
+        gpus.push_back(*g);
+        Result<std::vector<GpuStagePlan>> plan = place_gpu_stages(costs, gpus, false);
+        if (plan.is_ok()) return plan;
+        last = plan.status();
+    }
+    return last;
 }
 
 }  // namespace
