@@ -5,6 +5,7 @@
 
 #include "command_registry.h"
 #include "dsv4/bench.h"
+#include "dsv4/engine.h"
 
 namespace dsv4::cli {
 namespace {
@@ -12,12 +13,16 @@ namespace {
 struct BenchFlags {
     GpuBenchOptions o;
     std::string precision = "reference";
+    std::string devices = "auto";
     bool no_graphs = false;
 };
 
 int run_bench(BenchFlags& f) {
     f.o.precision = f.precision == "f32" ? EnginePrecision::kF32 : EnginePrecision::kReference;
     f.o.graphs = !f.no_graphs;
+    auto devices = parse_cuda_devices(f.devices);
+    if (!devices.is_ok()) return report_error(devices.status());
+    f.o.devices = *devices;
     std::string why;
     if (Status st = validate(f.o.sampling); !st) return report_error(st);
     if (!cuda_backend_available(&why)) return report_error(unsupported("dsv4 bench needs a supported GPU: " + why));
@@ -70,6 +75,7 @@ const CommandRegistration kRegistration("bench", [](CLI::App& app, int& exit_cod
     cmd->add_option("--precision", f->precision, "numerics: reference (default) or f32")
         ->check(CLI::IsMember({"reference", "f32"}));
     cmd->add_flag("--no-graphs", f->no_graphs, "queue decode steps op by op instead of replaying CUDA graphs");
+    add_devices_flag(*cmd, f->devices);
     cmd->callback([f, &exit_code] { exit_code = run_bench(*f); });
 });
 

@@ -38,6 +38,9 @@ struct GpuBenchOptions {
     bool draw_on_host = false;
     EnginePrecision precision = EnginePrecision::kReference;
     bool graphs = true;            // replay decode steps as CUDA graphs
+    // the GPUs the model is spread over (EngineOptions::cuda_devices); empty: GPU 0, or the fewest that hold it.
+    // With GPUs named, `layers` = 0 builds every layer that fits 80 % of their free memory together.
+    std::vector<int> devices;
 };
 
 // Runs the benchmark, printing progress and a Markdown table to `out`.

@@ -26,6 +26,33 @@ namespace {
 
 using engine::GpuModel;
 
+// Every layer of every stage, in order.
+template <class F>
+void for_each_layer(const GpuModel& m, F&& f) {
+    for (const GpuModel* s = &m; s; s = s->next.get())
+        for (const engine::GpuLayer& l : s->layers) f(l);
+}
+
+// Free memory of the GPUs given (each counted once; GPU 0 when none is given).
+Result<uint64_t> free_bytes_of(std::vector<int> devices) {
+    if (devices.empty()) devices.push_back(0);
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    uint64_t free = 0;
+    for (int d : devices) {
+        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::describe_device(d));
+        free += info.free_bytes;
+    }
+    return free;
+}
+
+// The GPUs a model's stages are on.
+std::vector<int> devices_of(const GpuModel& m) {
+    std::vector<int> d;
+    for (const GpuModel* s = &m; s; s = s->next.get()) d.push_back(s->device);
+    return d;
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
@@ -98,18 +125,18 @@ double decode_bytes(const GpuModel& m, int64_t batch, int64_t ctx, double expert
     const double expert_bytes_one = expert_layer_bytes / E;
     // the embedding is gathered (B rows), not read whole
     const double embed_bytes = double(c.vocab_size) * double(c.hidden_size) * 2.0;
-    double bytes = double(m.weight_bytes) - expert_layer_bytes * double(c.num_layers) - embed_bytes +
+    double bytes = double(engine::gpu_weight_bytes(m)) - expert_layer_bytes * double(c.num_layers) - embed_bytes +
                    double(batch) * double(c.hidden_size) * 2.0;
     bytes += touched * expert_bytes_one * double(c.num_layers);
     const double row = double(cuda::kv_row_bytes(m.precision)), key = double(cuda::key_row_bytes(m.precision));
-    for (const engine::GpuLayer& l : m.layers) {
+    for_each_layer(m, [&](const engine::GpuLayer& l) {
         double kv = double(c.window) * row;
         if (l.kind == model::AttnKind::kCSA)
             kv += double(std::min<int64_t>(c.index_topk, ctx / 4)) * row + double(ctx / 4) * key;
         else if (l.kind == model::AttnKind::kHCA)
             kv += double(ctx / 128) * row;
         bytes += kv * double(batch);
-    }
+    });
     return bytes;
 }
 
@@ -119,7 +146,7 @@ double decode_bytes(const GpuModel& m, int64_t batch, int64_t ctx, double expert
 double prefill_flops_per_token(const GpuModel& m, double expert_layer_params, int64_t ctx, bool head) {
     const model::ModelConfig& c = m.cfg;
     double dense = 0;
-    for (const engine::GpuLayer& l : m.layers) {
+    for_each_layer(m, [&](const engine::GpuLayer& l) {
         const engine::GpuAttention& a = l.attn;
         for (const cuda::DeviceWeightView* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.index_wq_b,
                                                 &a.index_weights_proj, &a.compressor.wkv, &a.compressor.wgate,
@@ -131,7 +158,7 @@ double prefill_flops_per_token(const GpuModel& m, double expert_layer_params, in
         if (l.kind == model::AttnKind::kCSA) entries += double(std::min<int64_t>(c.index_topk, ctx / 8));
         if (l.kind == model::AttnKind::kHCA) entries += double(ctx / 2 / 128);
         dense += 2.0 * double(c.num_heads) * double(c.head_dim) * entries;
-    }
+    });
     if (head) dense += double(c.vocab_size) * double(c.hidden_size);
     return 2.0 * dense;
 }
@@ -148,13 +175,13 @@ double cache_bytes(const GpuModel& m, int64_t sessions, int64_t ctx) {
     const model::ModelConfig& c = m.cfg;
     const double kv_row = double(cuda::kv_row_bytes(m.precision)), key_row = double(cuda::key_row_bytes(m.precision));
     double bytes = 0;
-    for (const engine::GpuLayer& l : m.layers) {
+    for_each_layer(m, [&](const engine::GpuLayer& l) {
         const double s = double(sessions);
         bytes += (double(m.pass.rows) + 128.0 * s) * kv_row;
         if (l.ratio) bytes += (s * double(ctx / l.ratio) + 64.0 * s) * kv_row;
         if (l.ratio) bytes += s * double(l.ratio) * double(c.head_dim) * 4.0 * (l.ratio == 4 ? 8.0 : 2.0);
         if (l.kind == model::AttnKind::kCSA) bytes += (s * double(ctx / 4) + 64.0 * s) * key_row;
-    }
+    });
     return bytes;
 }
 
@@ -215,6 +242,9 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
         // one named range per decode step: a profiler selects the step's kernels by it (scripts/profile-decode)
         // and skips the model's load, whose in-place expert repack Nsight Compute's kernel replay fails on
         nvtxRangePushA("dsv4_decode_step");
+        // the step's start and end on the first stage's stream (events of one device): the pass ends with the host
+        // waiting for every stage, so the end mark is taken after the last stage's work
+        DSV4_RETURN_IF_ERROR(cuda::set_device(m.device));
         DSV4_RETURN_IF_ERROR(timer.start(m.stream.handle()));
         Status step = engine::gpu_forward_batch(m, pass);
         if (step)  // the host's draws, in parallel as the server makes them
@@ -226,6 +256,7 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
             });
         nvtxRangePop();
         DSV4_RETURN_IF_ERROR(step);
+        DSV4_RETURN_IF_ERROR(cuda::set_device(m.device));
         DSV4_RETURN_IF_ERROR(timer.stop(m.stream.handle()));
         DSV4_ASSIGN_OR_RETURN(float e, timer.elapsed_ms());
         if (it >= o.warmup) ms.push_back(e);
@@ -244,8 +275,9 @@ int64_t bench_pass_rows(const GpuBenchOptions& o, int64_t max_batch) {
 }  // namespace
 
 Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
-    DSV4_ASSIGN_OR_RETURN(cuda::DeviceInfo dev, cuda::describe_device(0));
-    DSV4_ASSIGN_OR_RETURN(model::ModelConfig cfg, bench_config(o, dev.free_bytes));
+    DSV4_ASSIGN_OR_RETURN(cuda::DeviceInfo dev, cuda::describe_device(o.devices.empty() ? 0 : o.devices[0]));
+    DSV4_ASSIGN_OR_RETURN(const uint64_t free_at_start, free_bytes_of(o.devices));
+    DSV4_ASSIGN_OR_RETURN(model::ModelConfig cfg, bench_config(o, free_at_start));
     const int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
     const backend::Precision precision =
         o.precision == EnginePrecision::kF32 ? backend::Precision::kF32 : backend::Precision::kReference;
@@ -256,26 +288,30 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
     const auto t0 = std::chrono::steady_clock::now();
     ThreadPool host_pool;  // copies the logits on from the landing buffer, as the engine's pool does
     DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m,
-                          engine::make_synthetic_gpu_model(cfg, precision, bench_pass_rows(o, max_batch)));
-    DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, 4096, 4096));
+                          engine::make_synthetic_gpu_model(cfg, precision, bench_pass_rows(o, max_batch), o.devices));
     engine::set_gpu_graphs(*m, o.graphs);
     engine::set_gpu_host_pool(*m, &host_pool);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::vector<int> devices = devices_of(*m);
+    if (m->next) std::fprintf(out, "a pipeline of %zu stages: %s\n", devices.size(), engine::gpu_placement(*m).c_str());
+    DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
     DSV4_ASSIGN_OR_RETURN(double copy_bw, measure_copy_bandwidth(m->stream.handle()));
     const double expert_layer_params = 3.0 * double(cfg.moe_inter_dim) * double(cfg.hidden_size) * double(cfg.n_routed_experts);
     const double expert_layer_bytes = expert_layer_params * (0.5 + 1.0 / 32.0);
-    const auto repacked = std::count_if(m->layers.begin(), m->layers.end(),
-                                        [](const engine::GpuLayer& l) { return l.ffn.mxfp4_repacked; });
-    std::fprintf(out, "weights on the GPU: %.2f GB (generated in %.1f s); measured copy bandwidth %.2f TB/s\n",
-                 double(m->weight_bytes) * 1e-9, load_s, copy_bw * 1e-12);
-    const auto shared_fused = std::count_if(m->layers.begin(), m->layers.end(),
-                                            [](const engine::GpuLayer& l) { return l.ffn.shared_fp8 != nullptr; });
-    std::fprintf(out, "routed experts in the decode kernel's repacked MXFP4 layout: %lld of %zu layers\n",
-                 static_cast<long long>(repacked), m->layers.size());
+    int64_t repacked = 0, shared_fused = 0;
+    for_each_layer(*m, [&](const engine::GpuLayer& l) {
+        repacked += l.ffn.mxfp4_repacked;
+        shared_fused += l.ffn.shared_fp8 != nullptr;
+    });
     std::fprintf(out,
-                 "shared expert inside the decode kernel's launches (passes of up to %lld rows): %lld of %zu layers\n",
+                 "weights on the GPU%s: %.2f GB (generated in %.1f s); measured copy bandwidth %.2f TB/s (GPU %d)\n",
+                 m->next ? "s" : "", double(engine::gpu_weight_bytes(*m)) * 1e-9, load_s, copy_bw * 1e-12, m->device);
+    std::fprintf(out, "routed experts in the decode kernel's repacked MXFP4 layout: %lld of %lld layers\n",
+                 static_cast<long long>(repacked), static_cast<long long>(cfg.num_layers));
+    std::fprintf(out,
+                 "shared expert inside the decode kernel's launches (passes of up to %lld rows): %lld of %lld layers\n",
                  static_cast<long long>(engine::kFusedSharedExpertMaxRows), static_cast<long long>(shared_fused),
-                 m->layers.size());
+                 static_cast<long long>(cfg.num_layers));
 
     const SamplingParams& sp = o.sampling;
     std::fprintf(out,
@@ -295,9 +331,9 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
             p.batch = std::min<int64_t>(batch, 256);
             p.ctx = ctx;
             DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, 4096, 4096));  // free the last point's caches
-            DSV4_ASSIGN_OR_RETURN(cuda::DeviceInfo now, cuda::describe_device(0));
+            DSV4_ASSIGN_OR_RETURN(const uint64_t now, free_bytes_of(devices));
             const uint64_t reserve = uint64_t(2) << 30;
-            DSV4_RETURN_IF_ERROR(run_point(*m, p, o, now.free_bytes > reserve ? now.free_bytes - reserve : 0));
+            DSV4_RETURN_IF_ERROR(run_point(*m, p, o, now > reserve ? now - reserve : 0));
             if (!p.ran) {
                 std::fprintf(out, "| %lld | %lld | skipped: %s | | | | | |\n", static_cast<long long>(p.batch),
                              static_cast<long long>(ctx), p.why.c_str());
@@ -315,15 +351,14 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
     if (o.prefill_tokens > 0) {
         const int64_t chunk = engine::gpu_max_rows(*m);
         DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, 4096, 4096));  // free the decode points' caches
-        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo before, cuda::describe_device(0));
+        DSV4_ASSIGN_OR_RETURN(const uint64_t before, free_bytes_of(devices));
         const int64_t capacity = std::max(o.prefill_tokens, o.capacity);
         DSV4_RETURN_IF_ERROR(engine::resize_gpu_cache(*m, 1, capacity, o.prefill_tokens));
-        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo after, cuda::describe_device(0));
+        DSV4_ASSIGN_OR_RETURN(const uint64_t after, free_bytes_of(devices));
         std::fprintf(out,
                      "\nprefill in a session of %lld tokens' capacity: caches and pass buffers take %.2f GB more than "
                      "for 4,096 tokens\n",
-                     static_cast<long long>(capacity),
-                     double(int64_t(before.free_bytes) - int64_t(after.free_bytes)) * 1e-9);
+                     static_cast<long long>(capacity), double(int64_t(before) - int64_t(after)) * 1e-9);
         DSV4_ASSIGN_OR_RETURN(engine::GpuSequencePtr s, engine::make_gpu_sequence(*m, o.prefill_tokens, chunk));
         const int64_t vocab = cfg.vocab_size;
         std::vector<float> logits(size_t((o.prefill_all_logits ? chunk : 1) * vocab));
@@ -346,10 +381,12 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                                       .logits = logits.data(),
                                       .logits_from = o.prefill_all_logits ? 0 : (last_pass ? n - 1 : n)};
                 nvtxRangePushA("dsv4_prefill_pass");  // selects the pass's kernels (scripts/profile-decode --prefill)
+                DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
                 DSV4_RETURN_IF_ERROR(timer.start(m->stream.handle()));
                 const Status pass = engine::gpu_forward_batch(*m, std::span<engine::GpuBatchSeq>(&q, 1));
                 nvtxRangePop();
                 DSV4_RETURN_IF_ERROR(pass);
+                DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
                 DSV4_RETURN_IF_ERROR(timer.stop(m->stream.handle()));
                 DSV4_ASSIGN_OR_RETURN(float e, timer.elapsed_ms());
                 total_ms += e;

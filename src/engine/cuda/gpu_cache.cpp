@@ -74,7 +74,10 @@ Status make_kind(GpuModel& m, GpuCacheKind& k, int64_t ratio, int64_t sessions, 
 
 }  // namespace
 
-Status resize_gpu_cache(GpuModel& m, int64_t sessions, int64_t max_context, int64_t tokens) {
+namespace {
+
+// One stage's caches (resize_gpu_cache).
+Status resize_stage_cache(GpuModel& m, int64_t sessions, int64_t max_context, int64_t tokens) {
     std::lock_guard<std::mutex> lock(m.cache_lock);
     if (int64_t(m.cache.free_slots.size()) != m.cache.sessions)
         return internal_error("the GPU caches cannot be resized while sessions exist");
@@ -124,6 +127,14 @@ Status resize_gpu_cache(GpuModel& m, int64_t sessions, int64_t max_context, int6
     c.free_slots.resize(size_t(sessions));
     for (int64_t s = 0; s < sessions; ++s) c.free_slots[size_t(s)] = int32_t(sessions - 1 - s);
     return size_gpu_pass_for_cache(m);
+}
+
+}  // namespace
+
+Status resize_gpu_cache(GpuModel& m, int64_t sessions, int64_t max_context, int64_t tokens) {
+    for (GpuModel* s = &m; s; s = s->next.get())
+        DSV4_RETURN_IF_ERROR(resize_stage_cache(*s, sessions, max_context, tokens));
+    return Status::ok();
 }
 
 uint64_t gpu_layer_cache_bytes(const model::ModelConfig& cfg, backend::Precision precision, int64_t ratio,

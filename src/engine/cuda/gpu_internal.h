@@ -276,8 +276,9 @@ struct GpuSequence {
     GpuSequencePtr next;                        // the same session on the next stage of a pipeline (GpuModel::next)
 };
 
-// Sizes the caches for `sessions` sessions of up to `max_context` tokens, `tokens` tokens in all (pages are taken
-// as sessions grow). Fails while sessions exist. The bench resizes per point; the engine once at load.
+// Sizes the caches of every stage for `sessions` sessions of up to `max_context` tokens, `tokens` tokens in all
+// (pages are taken as sessions grow). Fails while sessions exist. The bench resizes per point; the engine once at
+// load.
 Status resize_gpu_cache(GpuModel& m, int64_t sessions, int64_t max_context, int64_t tokens);
 // What resize_gpu_cache gives one layer: its K=V pool rows, indexer key rows (CSA) and compressor states, in bytes.
 // ratio: the layer's compression (0: sliding window only, 4: CSA, 128: HCA).
@@ -299,6 +300,12 @@ struct GpuStage {
 Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
                                                   backend::Precision precision, int64_t max_rows,
                                                   const GpuWeightSource& source, const GpuStage& stage = {});
+// The stages of `views` over `devices` (load_gpu_model's placement), each built through `source`, linked, their
+// caches sized per `cache`: load_gpu_model with the checkpoint's weights, benchmarks with generated ones.
+Result<std::shared_ptr<GpuModel>> build_gpu_pipeline(const model::ModelConfig& cfg, const ModelViews& views,
+                                                     backend::Precision precision, int64_t max_rows,
+                                                     const GpuCacheOptions& cache, std::span<const int> devices,
+                                                     const GpuWeightSource& source);
 // Keeps a weight in m.owned and returns its view.
 Result<DeviceWeightView> keep_gpu_weight(GpuModel& m, cuda::DeviceWeight d);
 Status make_gpu_pass(GpuModel& m, int64_t rows);

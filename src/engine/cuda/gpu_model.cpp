@@ -574,15 +574,21 @@ Result<std::vector<GpuStagePlan>> plan_gpu_stages(const model::ModelConfig& cfg,
 Result<std::shared_ptr<GpuModel>> load_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,
                                                  Precision precision, int64_t max_rows, const GpuCacheOptions& cache,
                                                  std::span<const int> devices) {
+    return build_gpu_pipeline(cfg, views, precision, max_rows, cache, devices, kCheckpointSource);
+}
+
+Result<std::shared_ptr<GpuModel>> build_gpu_pipeline(const model::ModelConfig& cfg, const ModelViews& views,
+                                                     Precision precision, int64_t max_rows,
+                                                     const GpuCacheOptions& cache, std::span<const int> devices,
+                                                     const GpuWeightSource& source) {
     DSV4_ASSIGN_OR_RETURN(const std::vector<GpuStagePlan> plan,
                           plan_gpu_stages(cfg, views, precision, max_rows, cache, devices));
     // built last to first, each stage holding the next
     std::shared_ptr<GpuModel> next;
     for (size_t i = plan.size(); i-- > 0;) {
         const GpuStagePlan& p = plan[i];
-        DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m,
-                              build_gpu_model(cfg, views, precision, max_rows, kCheckpointSource,
-                                              {p.device, p.first_layer, p.end_layer}));
+        DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m, build_gpu_model(cfg, views, precision, max_rows, source,
+                                                                           {p.device, p.first_layer, p.end_layer}));
         DSV4_RETURN_IF_ERROR(resize_gpu_cache(*m, cache.sessions, cache.max_context, cache.tokens));
         m->planned_bytes = p.bytes;
         if (next) {

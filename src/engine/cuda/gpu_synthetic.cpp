@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "backend/cuda/device.h"
 #include "backend/cuda/kernels/kv_store/kv_store.h"
 #include "backend/cuda/kernels/synthetic/synthetic.h"
 #include "engine/cuda/gpu_internal.h"
@@ -148,8 +149,8 @@ LayerViews layer_views(const model::ModelConfig& c, int i, std::mt19937_64& rng)
 
 }  // namespace
 
-Result<std::shared_ptr<GpuModel>> make_synthetic_gpu_model(const model::ModelConfig& cfg,
-                                                           backend::Precision precision, int64_t max_rows) {
+Result<std::shared_ptr<GpuModel>> make_synthetic_gpu_model(const model::ModelConfig& cfg, backend::Precision precision,
+                                                           int64_t max_rows, std::span<const int> devices) {
     std::mt19937_64 rng(42);
     ModelViews v;
     v.embed = shape(WeightFormat::kBF16, cfg.vocab_size, cfg.hidden_size);
@@ -157,12 +158,19 @@ Result<std::shared_ptr<GpuModel>> make_synthetic_gpu_model(const model::ModelCon
     v.norm = shape(WeightFormat::kBF16, 1, cfg.hidden_size);
     v.hc_head = hc_views(cfg, cfg.hc_mult);
     for (int i = 0; i < int(cfg.num_layers); ++i) v.layers.push_back(layer_views(cfg, i, rng));
-    DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m, build_gpu_model(cfg, v, precision, max_rows, kSyntheticSource));
-    DSV4_RETURN_IF_ERROR(m->stream.synchronize());
+    DSV4_ASSIGN_OR_RETURN(
+        std::shared_ptr<GpuModel> m,
+        build_gpu_pipeline(cfg, v, precision, max_rows, GpuCacheOptions{1, 4096, 4096}, devices, kSyntheticSource));
+    for (GpuModel* s = m.get(); s; s = s->next.get()) {
+        DSV4_RETURN_IF_ERROR(cuda::set_device(s->device));
+        DSV4_RETURN_IF_ERROR(s->stream.synchronize());
+    }
     return m;
 }
 
-Status fill_gpu_cache_synthetic(GpuModel& m) {
+namespace {
+
+Status fill_stage_cache(GpuModel& m) {
     GpuCache& c = m.cache;
     const bool ref = m.precision == backend::Precision::kReference;
     const cuda::FillKind act = ref ? cuda::FillKind::kBF16 : cuda::FillKind::kF32;
@@ -196,11 +204,27 @@ Status fill_gpu_cache_synthetic(GpuModel& m) {
     return m.stream.synchronize();
 }
 
+}  // namespace
+
+Status fill_gpu_cache_synthetic(GpuModel& m) {
+    for (GpuModel* s = &m; s; s = s->next.get()) {
+        DSV4_RETURN_IF_ERROR(cuda::set_device(s->device));
+        DSV4_RETURN_IF_ERROR(fill_stage_cache(*s));
+    }
+    return Status::ok();
+}
+
 Status set_gpu_sequence_position(GpuModel& m, GpuSequence& s, int64_t position) {
     if (position > s.max_context) return invalid_argument("synthetic position beyond the sequence's context");
-    DSV4_RETURN_IF_ERROR(reserve_gpu_pages(m, s, position));
-    s.position = position;
-    return m.stream.synchronize();
+    GpuSequence* q = &s;
+    for (GpuModel* stage = &m; stage; stage = stage->next.get(), q = q->next.get()) {
+        if (!q || q->model != stage) return internal_error("set_gpu_sequence_position: a sequence of another model");
+        DSV4_RETURN_IF_ERROR(cuda::set_device(stage->device));
+        DSV4_RETURN_IF_ERROR(reserve_gpu_pages(*stage, *q, position));
+        q->position = position;
+        DSV4_RETURN_IF_ERROR(stage->stream.synchronize());
+    }
+    return Status::ok();
 }
 
 }  // namespace dsv4::engine
