@@ -45,6 +45,7 @@ EngineModelBackend::EngineModelBackend(std::unique_ptr<Engine> engine, bool fold
 
 int32_t EngineModelBackend::vocab_size() const { return int32_t(engine_->info().vocab_size); }
 int64_t EngineModelBackend::max_context() const { return engine_->info().max_position; }
+std::string EngineModelBackend::gpus() const { return engine_->info().gpus; }
 int64_t EngineModelBackend::default_prefill_chunk() const {
     return engine_->options().backend == EngineBackend::kCuda ? kCudaPrefillChunk : kCpuPrefillChunk;
 }

@@ -48,6 +48,8 @@ public:
     virtual int64_t max_context() const = 0;  // the model's own limit
     // The prefill chunk the server uses when --chunk is left at 0: what this backend runs well per pass.
     virtual int64_t default_prefill_chunk() const { return kCpuPrefillChunk; }
+    // Which GPU holds which layers (ModelInfo::gpus); empty off the GPU.
+    virtual std::string gpus() const { return {}; }
     // Called once per slot at startup: every buffer of the runner is sized here, never per request.
     virtual Result<std::unique_ptr<SequenceRunner>> create_runner(int64_t context) = 0;
     // Feeds several runners (each at most once) in one step; every feed's result is exactly its runner's feed().
@@ -67,6 +69,7 @@ public:
     int32_t vocab_size() const override;
     int64_t max_context() const override;
     int64_t default_prefill_chunk() const override;
+    std::string gpus() const override;
     Result<std::unique_ptr<SequenceRunner>> create_runner(int64_t context) override;
     // One Engine::step over the runners' sessions; if the step refuses its items (nothing ran), each runner feeds
     // alone so every item gets its own error.

@@ -185,7 +185,10 @@ void Server::Impl::setup_routes() {
         meta["n_ctx"] = options.context;
         meta["slots"] = options.slots;
         meta["ready"] = ready.load();
-        if (ready.load()) meta["vocab_size"] = model.backend->vocab_size();
+        if (ready.load()) {
+            meta["vocab_size"] = model.backend->vocab_size();
+            if (const std::string gpus = model.backend->gpus(); !gpus.empty()) meta["gpus"] = gpus;
+        }
         m["meta"] = std::move(meta);
         send_json(res, Json{{"object", "list"}, {"data", Json::array({std::move(m)})}});
     }));
