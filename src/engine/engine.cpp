@@ -181,6 +181,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::filesystem::path& model_
         return invalid_argument("max_batch_rows is " + std::to_string(options.max_batch_rows) +
                                 "; it must be >= 1, or 0 for the backend's default");
     const bool cuda = options.backend == EngineBackend::kCuda;
+    if (!cuda && !options.cuda_devices.empty())
+        return invalid_argument(
+            "GPUs were named (--devices, EngineOptions::cuda_devices) but the backend is the CPU; "
+            "name none, or use --backend cuda");
     const int64_t batch_rows =
         options.max_batch_rows > 0 ? options.max_batch_rows : cuda ? engine::kGpuMaxPassRows : kCpuDefaultBatchRows;
     impl->options.max_batch_rows = batch_rows;

@@ -110,4 +110,5 @@ expect_failure "excludes" generate -m "$model" -p hi --think --no-think
 expect_failure "GPU list '0,x': expected auto or GPU indices separated by commas" generate -m "$model" -p hi \
     --devices 0,x
 DSV4_DEVICES="1;2" expect_failure "GPU list '1;2'" generate -m "$model" -p hi
+expect_failure "GPUs were named .* but the backend is the CPU" generate -m "$model" -p hi --backend cpu --devices 0
 echo "generate.sh: all checks passed"

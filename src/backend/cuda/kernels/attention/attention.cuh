@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(AttnConfig::kThreads)
     sm90_sparse_attn_ref_kernel(const __nv_bfloat16* __restrict__ q, const void* __restrict__ kv,
                                 const int32_t* __restrict__ idx, int heads, int64_t n_kv, int topk,
                                 const float* __restrict__ sink, float scale, bool derotate,
-                                const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
+                                const int64_t* __restrict__ positions, const __grid_constant__ backend::RopeFreqs freqs,
                                 __nv_bfloat16* __restrict__ out) {
     pdl_enter();
     using Cfg = AttnConfig;
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(AttnConfig::kF32Warps * 32)
     sm90_sparse_attn_f32_kernel(const float* __restrict__ q, const float* __restrict__ kv,
                                 const int32_t* __restrict__ idx, int64_t tokens, int heads, int64_t n_kv, int topk,
                                 const float* __restrict__ sink, float scale, bool derotate,
-                                const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
+                                const int64_t* __restrict__ positions, const __grid_constant__ backend::RopeFreqs freqs,
                                 float* __restrict__ out) {
     pdl_enter();
     using Cfg = AttnConfig;

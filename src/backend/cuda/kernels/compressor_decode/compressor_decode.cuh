@@ -83,7 +83,8 @@ inline constexpr int kRollWords = (3 * (kDim / 2) + (kDim - 32) - 1) / (kDim - 3
 // the token's projection words with the position (they need neither position nor slot); the window, the page, the
 // finish's norm weights and RoPE cos / sin (warp 0) and the roll's rows (warps 1..) in one round trip after it.
 template <typename ActT, int kDim>
-__global__ void __launch_bounds__(kDim, 1) sm90_compressor_decode_fused_kernel(const CompressorDecodeParams a) {
+__global__ void __launch_bounds__(kDim, 1)
+    sm90_compressor_decode_fused_kernel(const __grid_constant__ CompressorDecodeParams a) {
     pdl_enter(!a.independent_of_previous);
     const PdlWaitAtExit wait_at_exit{a.independent_of_previous};  // every return below waits (common/pdl.cuh)
     static_assert(kDim == CompressorDecodeConfig::kMainThreads || kDim == CompressorDecodeConfig::kKeyThreads);

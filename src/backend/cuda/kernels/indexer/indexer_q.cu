@@ -29,10 +29,10 @@ constexpr float kE2m1Max = 6.0f;
 // minimum as all four exponents.
 __global__ void __launch_bounds__(kWarps * 32)
     sm90_indexer_q_finish_kernel(__nv_bfloat16* __restrict__ q, int64_t vectors, int heads,
-                                 const int64_t* __restrict__ positions, backend::RopeFreqs freqs,
-                                 int8_t* __restrict__ q_int, int8_t* __restrict__ q_exp,
-                                 const float* __restrict__ partials, int splits, __nv_bfloat16* __restrict__ w,
-                                 float w_scale) {
+                                 const int64_t* __restrict__ positions,
+                                 const __grid_constant__ backend::RopeFreqs freqs, int8_t* __restrict__ q_int,
+                                 int8_t* __restrict__ q_exp, const float* __restrict__ partials, int splits,
+                                 __nv_bfloat16* __restrict__ w, float w_scale) {
     pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t v = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);

@@ -175,9 +175,10 @@ template <typename ActT, int kDim>
 __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     sm90_kv_row_finish_kernel(const ActT* x, int64_t rows, const __nv_bfloat16* __restrict__ norm, float eps,
                               const int64_t* __restrict__ positions, int64_t first_window, int64_t ratio,
-                              backend::RopeFreqs freqs, FinishSim sim, ActT* __restrict__ normed, ActT* y,
-                              const int64_t* __restrict__ decode_position, const int64_t* __restrict__ decode_positions,
-                              void* __restrict__ pack_pool, int64_t pack_first) {
+                              const __grid_constant__ backend::RopeFreqs freqs, FinishSim sim,
+                              ActT* __restrict__ normed, ActT* y, const int64_t* __restrict__ decode_position,
+                              const int64_t* __restrict__ decode_positions, void* __restrict__ pack_pool,
+                              int64_t pack_first) {
     pdl_enter();
     static_assert(kDim == 512 || kDim == 128);
     const int64_t r = int64_t(blockIdx.x) * KvFinishConfig::kWarps + (threadIdx.x >> 5);

@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
 template <typename ActT>
 __global__ void __launch_bounds__(NormRopeConfig::kWarpsPerBlock * 32)
     sm90_q_head_norm_rope_kernel(ActT* __restrict__ q, int64_t tokens, int heads, int head_dim, int hpw, float eps,
-                                 bool rope, const int64_t* __restrict__ positions, backend::RopeFreqs freqs) {
+                                 bool rope, const int64_t* __restrict__ positions,
+                                 const __grid_constant__ backend::RopeFreqs freqs) {
     pdl_enter();
     constexpr bool kRef = std::is_same_v<ActT, __nv_bfloat16>;
     constexpr int kC = NormRopeConfig::kHeadMaxChunks;
@@ -184,7 +185,8 @@ __global__ void __launch_bounds__(NormRopeConfig::kWarpsPerBlock * 32)
 template <typename ActT>
 __global__ void __launch_bounds__(NormRopeConfig::kWarpsPerBlock * 32)
     sm90_rope_kernel(ActT* __restrict__ x, int64_t tokens, int64_t vecs, int64_t vec_stride, int64_t offset,
-                     const int64_t* __restrict__ positions, backend::RopeFreqs freqs, bool inverse) {
+                     const int64_t* __restrict__ positions, const __grid_constant__ backend::RopeFreqs freqs,
+                     bool inverse) {
     pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t t = int64_t(blockIdx.x) * NormRopeConfig::kWarpsPerBlock + (threadIdx.x >> 5);
