@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/common/buffer.h"
@@ -266,6 +267,27 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
     return Status::ok();
 }
 
+// What the load took on each GPU (its free memory before and after: weights, pass buffers, caches for one session of
+// 4,096 tokens, the CUDA context where it was new) against what the placement planned for its stages there
+// (GpuStagePlan::bytes): the plan must not be short, or a load it accepts can run out of memory.
+Status report_load_memory(const GpuModel& m, const std::vector<std::pair<int, uint64_t>>& free_before, std::FILE* out) {
+    std::vector<std::pair<int, uint64_t>> seen;
+    for (const auto& [device, before] : free_before) {
+        if (std::any_of(seen.begin(), seen.end(), [&](const auto& s) { return s.first == device; })) continue;
+        seen.emplace_back(device, before);
+        uint64_t planned = 0;
+        for (const GpuModel* s = &m; s; s = s->next.get())
+            if (s->device == device) planned += s->planned_bytes;
+        if (planned == 0) continue;  // a GPU named that holds no stage
+        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo now, cuda::describe_device(device));
+        const double used = double(int64_t(before) - int64_t(now.free_bytes));
+        std::fprintf(out, "GPU %d: the load took %.2f GiB, the placement planned %.2f GiB (%+.1f%%)\n", device,
+                     used / double(uint64_t(1) << 30), double(planned) / double(uint64_t(1) << 30),
+                     100.0 * (double(planned) - used) / used);
+    }
+    return Status::ok();
+}
+
 // The model's largest pass: the decode batches (up to 256 sequences) and the prefill's passes (the engine's).
 int64_t bench_pass_rows(const GpuBenchOptions& o, int64_t max_batch) {
     const int64_t decode = std::min<int64_t>(max_batch, 256);
@@ -285,6 +307,12 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
                  o.preset.c_str(), static_cast<long long>(cfg.num_layers),
                  static_cast<long long>(cfg.n_routed_experts), engine_precision_name(o.precision), dev.name.c_str(),
                  dev.driver_version.c_str());
+    // each named GPU's free memory before the load, to set what the load took beside what the placement planned
+    std::vector<std::pair<int, uint64_t>> free_before;
+    for (int d : o.devices.empty() ? std::vector<int>{0} : o.devices) {
+        DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::describe_device(d));
+        free_before.emplace_back(d, info.free_bytes);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     ThreadPool host_pool;  // copies the logits on from the landing buffer, as the engine's pool does
     DSV4_ASSIGN_OR_RETURN(std::shared_ptr<GpuModel> m,
@@ -294,6 +322,7 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::vector<int> devices = devices_of(*m);
     if (m->next) std::fprintf(out, "a pipeline of %zu stages: %s\n", devices.size(), engine::gpu_placement(*m).c_str());
+    DSV4_RETURN_IF_ERROR(report_load_memory(*m, free_before, out));
     DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
     DSV4_ASSIGN_OR_RETURN(double copy_bw, measure_copy_bandwidth(m->stream.handle()));
     const double expert_layer_params = 3.0 * double(cfg.moe_inter_dim) * double(cfg.hidden_size) * double(cfg.n_routed_experts);
