@@ -27,8 +27,8 @@ Status check_device_supported(int index, uint64_t need_bytes);
 // Makes device `index` current for the calling thread (every later allocation, stream and launch is on it).
 Status set_device(int index);
 // Lets kernels and copies on device `from` reach device `to`'s memory directly (NVLink or PCIe peer to peer); false
-// where the pair cannot (copies between them are then staged through host memory by the driver). Leaves `from`
-// current.
+// where the pair cannot or the driver refuses (copies between them are then staged through host memory by the
+// driver, only slower). Leaves `from` current when it gets that far.
 Result<bool> enable_peer_access(int from, int to);
 
 }  // namespace dsv4::cuda
