@@ -227,6 +227,9 @@ Status run_point(GpuModel& m, Point& p, const GpuBenchOptions& o, uint64_t free_
         requests[size_t(b)] = {&draw, 0.5, &drawn[size_t(b)]};
         samplers.push_back(std::make_unique<Sampler>(int32_t(vocab), draw));
     }
+    // the timer's events on the first stage's device, whose stream they are recorded on (the caches' filling left
+    // the last stage's current)
+    DSV4_RETURN_IF_ERROR(cuda::set_device(m.device));
     DSV4_ASSIGN_OR_RETURN(cuda::EventTimer timer, cuda::EventTimer::create());
     std::vector<double> ms;
     for (int it = 0; it < o.warmup + o.steps; ++it) {
@@ -393,6 +396,7 @@ Status run_gpu_bench(const GpuBenchOptions& o, std::FILE* out) {
         std::vector<float> logits(size_t((o.prefill_all_logits ? chunk : 1) * vocab));
         std::vector<int32_t> tokens(size_t(o.prefill_tokens));
         for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % size_t(vocab));
+        DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));  // the timer's events with the first stage's stream
         DSV4_ASSIGN_OR_RETURN(cuda::EventTimer timer, cuda::EventTimer::create());
         // The prompt twice on the same sequence, reset in between: the first time includes what a process pays once
         // (first launches of every kernel, cuBLASLt's first calls per shape), the second is what every later prompt
