@@ -3,7 +3,8 @@
 // handoff runs the last layer's hc_post on its own (as the fused collapse would store it), so every result is the
 // single GPU's bit for bit, in reference numerics: prompts in one pass and in chunks, a long pass whose head runs
 // in chunks on the wanted rows, decode steps replayed as graphs on every stage, batched steps of sessions of
-// different lengths. On one GPU the stages share it (the GPU named several times); with two GPUs, across them.
+// different lengths, and a long prompt whose passes are left running so that the stages overlap. On one GPU the
+// stages share it (the GPU named several times); with two GPUs, across them.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -25,8 +26,10 @@ const std::filesystem::path& flash_like() {
     return dir;
 }
 
-Result<std::unique_ptr<Engine>> load_on(const std::vector<int>& devices) {
+// max_rows: EngineOptions::max_batch_rows (0: the backend's 8,192).
+Result<std::unique_ptr<Engine>> load_on(const std::vector<int>& devices, int64_t max_rows = 0) {
     EngineOptions o;
+    o.max_batch_rows = max_rows;
     o.precision = EnginePrecision::kReference;
     o.backend = EngineBackend::kCuda;
     o.threads = kTestThreads;
@@ -82,12 +85,12 @@ std::vector<float> results(Engine& e, EngineStats* stats) {
 }
 
 // Stages on `devices` give the one-GPU engine's bits, with as many graph captures and replays (counted once per step).
-void expect_same_bits_as_one_gpu(const std::vector<int>& devices, size_t min_stages) {
-    auto one = load_on({0});
+void expect_same_bits_as_one_gpu(const std::vector<int>& devices, size_t min_stages, int64_t max_rows = 0) {
+    auto one = load_on({0}, max_rows);
     ASSERT_TRUE(one.is_ok()) << one.status().to_string();
     EngineStats one_stats, spread_stats;
     const std::vector<float> a = results(**one, &one_stats);
-    auto spread = load_on(devices);
+    auto spread = load_on(devices, max_rows);
     ASSERT_TRUE(spread.is_ok()) << spread.status().to_string();
     const std::string& placement = (*spread)->info().gpus;
     std::printf("stages: %s\n", placement.c_str());
@@ -117,12 +120,21 @@ TEST(GpuPipeline, FourStagesOnOneGpuGiveItsBits) {
     expect_same_bits_as_one_gpu({0, 0, 0, 0}, 2);
 }
 
+// Passes of 64 rows: a prompt's passes before its last return nothing to the host and are left running, the first
+// stage starting the next pass while the second finishes this one (the handoff through the second stage's inbox).
+TEST(GpuPipeline, PromptPassesLeftRunningGiveTheSameBits) {
+    DSV4_REQUIRE_GPU();
+    expect_same_bits_as_one_gpu({0, 0}, 2, 64);
+    expect_same_bits_as_one_gpu({0, 0, 0}, 2, 64);
+}
+
 TEST(GpuPipeline, TwoGpusGiveOneGpusBits) {
     DSV4_REQUIRE_GPU();
     auto n = cuda::device_count();
     if (!n.is_ok() || *n < 2) GTEST_SKIP() << "one GPU on this machine; the two-GPU pipeline needs two";
     expect_same_bits_as_one_gpu({0, 1}, 2);
     expect_same_bits_as_one_gpu({1, 0}, 2);
+    expect_same_bits_as_one_gpu({0, 1}, 2, 64);
 }
 
 TEST(GpuPipeline, BadDeviceListsAreClearErrors) {

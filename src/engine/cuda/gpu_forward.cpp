@@ -482,6 +482,9 @@ Status enqueue_pass(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows, bool
     GpuPass& s = m.pass;
     const cuda::StreamHandle st = m.stream.handle();
     DSV4_RETURN_IF_ERROR(cuda::copy_async(s.plan.data(), s.plan_host.data(), s.plan_host.bytes(), st));
+    // a pipeline's passes other than decode steps may be left running (gpu_forward_batch): mark where this stage has
+    // read its pinned inputs (the plan, and the page tables reserve_gpu_pages queued before it)
+    if (!decode && (m.next || !m.embeds)) DSV4_RETURN_IF_ERROR(m.inputs_read.record(st));
     if (m.embeds) {  // later stages start from the streams the previous stage handed over into streams_a
         cuda::EmbeddingArgs ep;
         ep.tokens = s.tokens;
@@ -554,18 +557,30 @@ Status run_decode_graph(GpuModel& m, std::span<GpuBatchSeq> seqs, int64_t rows) 
 
 // Queues a stage's pass on its stream: a decode step replays (or captures) the stage's graph, other passes are
 // queued op by op. After the first stage, the stream first waits for the previous stage's handoff; before the
-// last, the final streams are copied to the next stage and the handoff recorded after the copy.
-Status queue_stage(GpuModel& m, std::span<GpuBatchSeq> seqs, const StagePass& p, const GpuModel* prev) {
+// last, the final streams are copied to the next stage and the handoff recorded after the copy. via_inbox: an
+// earlier pass may still be running on the later stages, so the handoff goes through their inboxes (GpuModel::inbox).
+Status queue_stage(GpuModel& m, std::span<GpuBatchSeq> seqs, const StagePass& p, const GpuModel* prev, bool via_inbox) {
     const cuda::StreamHandle st = m.stream.handle();
-    if (prev) DSV4_RETURN_IF_ERROR(prev->handoff.wait(st));
+    const size_t bytes = size_t(p.rows * m.cfg.hc_mult * m.cfg.hidden_size) * m.act_bytes;
+    if (prev) {
+        DSV4_RETURN_IF_ERROR(prev->handoff.wait(st));
+        if (via_inbox) {
+            DSV4_RETURN_IF_ERROR(cuda::copy_async(m.pass.streams_a.data(), m.inbox.data(), bytes, st));
+            DSV4_RETURN_IF_ERROR(m.inbox_free.record(st));
+        }
+    }
     if (m.use_graphs && p.decode) {
         DSV4_RETURN_IF_ERROR(run_decode_graph(m, seqs, p.rows));
     } else {
         DSV4_RETURN_IF_ERROR(enqueue_pass(m, seqs, p.rows, p.decode, p.logits_in_pass));
     }
     if (!m.next) return Status::ok();
-    const size_t bytes = size_t(p.rows * m.cfg.hc_mult * m.cfg.hidden_size) * m.act_bytes;
-    DSV4_RETURN_IF_ERROR(cuda::copy_async(m.next->pass.streams_a.data(), m.pass.streams_a.data(), bytes, st));
+    void* dst = m.next->pass.streams_a.data();
+    if (via_inbox) {  // after the next stage has copied in the previous pass's streams (never recorded: no wait)
+        DSV4_RETURN_IF_ERROR(m.next->inbox_free.wait(st));
+        dst = m.next->inbox.data();
+    }
+    DSV4_RETURN_IF_ERROR(cuda::copy_async(dst, m.pass.streams_a.data(), bytes, st));
     return m.handoff.record(st);
 }
 
@@ -664,6 +679,14 @@ Status stage_shares(GpuModel& m, std::span<const GpuBatchSeq> from) {
 
 Status gpu_forward_batch(GpuModel& first, std::span<GpuBatchSeq> seqs) {
     if (seqs.empty()) return internal_error("gpu_forward_batch: no sequences");
+    // A pass left running: each stage must have read the pinned plan and page tables it was given before they are
+    // written for this one; this pass's handoffs then go through the inboxes.
+    const bool after_running = first.next && first.in_flight;
+    if (after_running)
+        for (GpuModel* m = &first; m; m = m->next.get()) {
+            DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
+            DSV4_RETURN_IF_ERROR(m->inputs_read.synchronize());
+        }
     // every stage's plan and pages before any work is queued (a full cache stops the pass before it runs)
     StagePass pass;
     for (GpuModel* m = &first; m; m = m->next.get()) {
@@ -673,18 +696,28 @@ Status gpu_forward_batch(GpuModel& first, std::span<GpuBatchSeq> seqs) {
         if (m->next) DSV4_RETURN_IF_ERROR(stage_shares(*m->next, shares));
     }
     GpuModel* last = &first;
+    if (first.next) first.in_flight = true;  // until every stage is synchronised below
     for (GpuModel *m = &first, *prev = nullptr; m; prev = m, m = m->next.get()) {
         const std::span<GpuBatchSeq> shares = m == &first ? seqs : std::span<GpuBatchSeq>(m->shares);
         DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
-        DSV4_RETURN_IF_ERROR(queue_stage(*m, shares, pass, prev));
+        DSV4_RETURN_IF_ERROR(queue_stage(*m, shares, pass, prev, after_running));
         last = m;
     }
     const std::span<GpuBatchSeq> last_shares = last == &first ? seqs : std::span<GpuBatchSeq>(last->shares);
     DSV4_RETURN_IF_ERROR(land_head(*last, last_shares, pass));
-    // the last stage waited for every earlier one; their streams are asked too, for an error of their own
-    for (GpuModel* m = &first; m; m = m->next.get()) {
-        DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
-        DSV4_RETURN_IF_ERROR(m->stream.synchronize());
+    // A pipeline's pass that returns nothing to the host (no share wants a logits row: a long prompt's passes before
+    // its last) is left running, so that the first stage starts the next pass while the others finish this one;
+    // any other pass ends with every stage synchronised (the last stage waited for every earlier one; their streams
+    // are asked too, for an error of their own).
+    const bool leave_running =
+        first.next && !pass.decode &&
+        std::all_of(seqs.begin(), seqs.end(), [](const GpuBatchSeq& q) { return q.logits_from == q.n; });
+    if (!leave_running) {
+        for (GpuModel* m = &first; m; m = m->next.get()) {
+            DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
+            DSV4_RETURN_IF_ERROR(m->stream.synchronize());
+        }
+        first.in_flight = false;
     }
     for (GpuModel* m = &first; m; m = m->next.get())
         for (GpuBatchSeq& q : m == &first ? seqs : std::span<GpuBatchSeq>(m->shares)) q.seq->position += q.n;

@@ -224,6 +224,15 @@ struct GpuModel {
     // next stage's pass.streams_a and `handoff` is recorded after the copy, which the next stage's stream waits for.
     std::shared_ptr<GpuModel> next;
     cuda::Event handoff;
+    // A pipeline's pass that returns nothing to the host (a long prompt's passes before its last) is left running
+    // (gpu_forward_batch): the first stage starts the next pass while the later stages finish this one. A pass
+    // queued while another runs hands its streams into the next stage's `inbox` instead (that stage may still be
+    // reading its streams), which the stage copies in when it starts, recording `inbox_free` for the previous stage
+    // to wait on before its next handoff; `inputs_read` is recorded once a stage's pass has read its pinned plan and
+    // page tables, which the host waits for before writing them again. Pipelines only (empty on one GPU).
+    DeviceBuffer inbox;
+    cuda::Event inbox_free, inputs_read;
+    bool in_flight = false;           // the first stage: a pass may still be running on the stages
     std::vector<GpuBatchSeq> shares;  // a pass's shares with this stage's sequences (the stages after the first)
     uint64_t planned_bytes = 0;       // what the placement charged this stage (gpu_placement)
     const GpuWeightSource* source = nullptr;

@@ -591,6 +591,14 @@ Result<std::shared_ptr<GpuModel>> build_gpu_pipeline(const model::ModelConfig& c
                                                                            {p.device, p.first_layer, p.end_layer}));
         DSV4_RETURN_IF_ERROR(resize_gpu_cache(*m, cache.sessions, cache.max_context, cache.tokens));
         m->planned_bytes = p.bytes;
+        if (plan.size() > 1) {
+            DSV4_ASSIGN_OR_RETURN(m->inputs_read, cuda::Event::create());
+            if (i > 0) {  // the streams handed over while this stage may still run an earlier pass land here
+                DSV4_ASSIGN_OR_RETURN(m->inbox_free, cuda::Event::create());
+                DSV4_RETURN_IF_ERROR(alloc(m->inbox, max_rows * cfg.hc_mult * cfg.hidden_size * int64_t(m->act_bytes),
+                                           "pipeline inbox"));
+            }
+        }
         if (next) {
             DSV4_ASSIGN_OR_RETURN(m->handoff, cuda::Event::create());
             DSV4_ASSIGN_OR_RETURN(bool direct, cuda::enable_peer_access(m->device, next->device));
@@ -614,6 +622,7 @@ std::string gpu_placement(const GpuModel& m) {
 GpuModel::~GpuModel() {
     next.reset();
     (void)cuda::set_device(device);  // the members below are freed on their own device
+    (void)stream.synchronize();      // after a pass left running (in_flight)
 }
 
 Result<std::shared_ptr<GpuModel>> build_gpu_model(const model::ModelConfig& cfg, const ModelViews& views,

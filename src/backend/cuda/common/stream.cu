@@ -82,6 +82,7 @@ Status Event::record(StreamHandle s) { return cuda_status(cudaEventRecord(e_, s)
 Status Event::wait(StreamHandle waiter) const {
     return cuda_status(cudaStreamWaitEvent(waiter, e_, 0), "cudaStreamWaitEvent");
 }
+Status Event::synchronize() const { return cuda_status(cudaEventSynchronize(e_), "cudaEventSynchronize"); }
 
 Result<EventTimer> EventTimer::create() {
     EventTimer t;

@@ -73,6 +73,8 @@ public:
 
     Status record(StreamHandle s);
     Status wait(StreamHandle waiter) const;
+    // Blocks the host until the work recorded last has run (at once when the event was never recorded).
+    Status synchronize() const;
 
 private:
     CUevent_st* e_ = nullptr;
