@@ -687,24 +687,23 @@ Status gpu_forward_batch(GpuModel& first, std::span<GpuBatchSeq> seqs) {
             DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
             DSV4_RETURN_IF_ERROR(m->inputs_read.synchronize());
         }
+    // the caller's shares on the first stage, the same tokens with each later stage's sequences (stage_shares)
+    const auto shares_of = [&](GpuModel* m) { return m == &first ? seqs : std::span<GpuBatchSeq>(m->shares); };
     // every stage's plan and pages before any work is queued (a full cache stops the pass before it runs)
     StagePass pass;
     for (GpuModel* m = &first; m; m = m->next.get()) {
-        const std::span<GpuBatchSeq> shares = m == &first ? seqs : std::span<GpuBatchSeq>(m->shares);
         DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
-        DSV4_ASSIGN_OR_RETURN(pass, plan_stage(*m, shares));
-        if (m->next) DSV4_RETURN_IF_ERROR(stage_shares(*m->next, shares));
+        DSV4_ASSIGN_OR_RETURN(pass, plan_stage(*m, shares_of(m)));
+        if (m->next) DSV4_RETURN_IF_ERROR(stage_shares(*m->next, shares_of(m)));
     }
     GpuModel* last = &first;
     if (first.next) first.in_flight = true;  // until every stage is synchronised below
     for (GpuModel *m = &first, *prev = nullptr; m; prev = m, m = m->next.get()) {
-        const std::span<GpuBatchSeq> shares = m == &first ? seqs : std::span<GpuBatchSeq>(m->shares);
         DSV4_RETURN_IF_ERROR(cuda::set_device(m->device));
-        DSV4_RETURN_IF_ERROR(queue_stage(*m, shares, pass, prev, after_running));
+        DSV4_RETURN_IF_ERROR(queue_stage(*m, shares_of(m), pass, prev, after_running));
         last = m;
     }
-    const std::span<GpuBatchSeq> last_shares = last == &first ? seqs : std::span<GpuBatchSeq>(last->shares);
-    DSV4_RETURN_IF_ERROR(land_head(*last, last_shares, pass));
+    DSV4_RETURN_IF_ERROR(land_head(*last, shares_of(last), pass));
     // A pipeline's pass that returns nothing to the host (no share wants a logits row: a long prompt's passes before
     // its last) is left running, so that the first stage starts the next pass while the others finish this one;
     // any other pass ends with every stage synchronised (the last stage waited for every earlier one; their streams
@@ -720,7 +719,7 @@ Status gpu_forward_batch(GpuModel& first, std::span<GpuBatchSeq> seqs) {
         first.in_flight = false;
     }
     for (GpuModel* m = &first; m; m = m->next.get())
-        for (GpuBatchSeq& q : m == &first ? seqs : std::span<GpuBatchSeq>(m->shares)) q.seq->position += q.n;
+        for (GpuBatchSeq& q : shares_of(m)) q.seq->position += q.n;
     return Status::ok();
 }
 
