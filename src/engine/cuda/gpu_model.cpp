@@ -603,8 +603,7 @@ Result<std::shared_ptr<GpuModel>> build_gpu_pipeline(const model::ModelConfig& c
             DSV4_ASSIGN_OR_RETURN(m->handoff, cuda::Event::create());
             DSV4_ASSIGN_OR_RETURN(bool direct, cuda::enable_peer_access(m->device, next->device));
             (void)direct;  // without peer access the handoff copies are staged through host memory, only slower
-            m->shares.reserve(size_t(max_rows));
-            next->shares.reserve(size_t(max_rows));
+            next->shares.reserve(size_t(max_rows));  // the pass's shares with the next stage's sequences
         }
         m->next = std::move(next);
         next = std::move(m);
