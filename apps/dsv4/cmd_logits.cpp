@@ -29,6 +29,7 @@ struct LogitsArgs {
     std::string precision = "reference";
     std::string backend = "auto";
     std::string devices = "auto";  // EngineOptions::cuda_devices (parse_cuda_devices)
+    int64_t pass_rows = 0;         // EngineOptions::max_batch_rows
     int64_t chunk = 0;    // 0 = the whole prompt at once
     int64_t context = 0;  // 0 = exactly the prompt length
     int threads = 0;
@@ -93,6 +94,7 @@ int run_logits(const LogitsArgs& a) {
     auto devices = parse_cuda_devices(a.devices);
     if (!devices.is_ok()) return report_error(devices.status());
     eo.cuda_devices = *devices;
+    eo.max_batch_rows = a.pass_rows;
     eo.threads = a.threads;
     if (a.chunk < 0) return report_error(invalid_argument("--chunk must be >= 1"));
 
@@ -154,6 +156,7 @@ const CommandRegistration kRegistration("logits", [](CLI::App& app, int& exit_co
                  ->check(CLI::IsMember({"auto", "cpu", "cuda"})),
              "DSV4_BACKEND");
     add_devices_flag(*cmd, a->devices);
+    add_pass_rows_flag(*cmd, a->pass_rows);
     cmd->add_option("--chunk", a->chunk,
                     "feed the tokens N at a time through the incremental path (1 = pure decode; default: all at "
                     "once)")

@@ -116,6 +116,7 @@ const CommandRegistration kRegistration("serve", [](CLI::App& app, int& exit_cod
                  ->check(CLI::IsMember({"auto", "cpu", "cuda"})),
              "DSV4_BACKEND");
     add_devices_flag(*cmd, o->devices);
+    add_pass_rows_flag(*cmd, o->pass_rows);
     with_env(cmd->add_option("--precision", o->precision, "numerics: reference (DeepSeek's, default) or f32")
                  ->check(CLI::IsMember({"reference", "f32"})),
              "DSV4_PRECISION");

@@ -28,6 +28,8 @@ CLI::Option* with_env(CLI::Option* opt, const char* env_name);
 // --devices (DSV4_DEVICES): the GPUs the CUDA backend spreads the model over (EngineOptions::cuda_devices), checked
 // by parse_cuda_devices when the engine loads.
 CLI::Option* add_devices_flag(CLI::App& cmd, std::string& devices);
+// --pass-rows (DSV4_PASS_ROWS): rows of one forward pass, EngineOptions::max_batch_rows (0: the backend's default).
+CLI::Option* add_pass_rows_flag(CLI::App& cmd, int64_t& rows);
 
 }  // namespace dsv4::cli
 

@@ -92,6 +92,7 @@ void add_model_flags(CLI::App& cmd, ModelFlags& f) {
                  ->check(CLI::NonNegativeNumber),
              "DSV4_BATCH_SIZE");
     add_devices_flag(cmd, f.devices);
+    add_pass_rows_flag(cmd, f.pass_rows);
 }
 
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
@@ -148,6 +149,7 @@ Result<LoadedModel> load_model(const ModelFlags& f) {
     eo.threads = f.threads;
     DSV4_ASSIGN_OR_RETURN(eo.backend, parse_engine_backend(f.backend));
     DSV4_ASSIGN_OR_RETURN(eo.cuda_devices, parse_cuda_devices(f.devices));
+    eo.max_batch_rows = f.pass_rows;
     // GPU caches for the one session below (the load's warm-up gives its pages back before it is made), not the
     // engine's default of 64 sessions of the model's whole context: at V4 that default holds a 1M-token pool and
     // pass buffers at that width, ~3.8 GB (docs/perf.md)

@@ -26,6 +26,7 @@ struct ModelFlags {
     int64_t context = 0;  // 0: min(model limit, 4096)
     int64_t batch = 0;  // prompt tokens per feed; 0: the whole prompt (the engine splits it into its passes)
     std::string devices = "auto";  // EngineOptions::cuda_devices (parse_cuda_devices)
+    int64_t pass_rows = 0;         // EngineOptions::max_batch_rows
 };
 
 struct SamplingFlags {

@@ -86,7 +86,7 @@ Result<std::vector<GpuStagePlan>> place_gpu_stages(const GpuPlacementCosts& cost
                       gib(costs.stage_bytes) + " of buffers on each GPU it uses) and GPU" +
                       (gpus.size() > 1 ? "s " : " ") + names + " have " + gib(free) +
                       " free; use more GPUs (--devices), a shorter context or fewer sessions (-c, -np), or fewer rows "
-                      "per pass (EngineOptions::max_batch_rows)");
+                      "per pass (--pass-rows)");
 }
 
 std::string describe_gpu_stages(std::span<const GpuStagePlan> stages) {

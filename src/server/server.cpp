@@ -38,6 +38,7 @@ Result<LoadedModel> load_engine_model(const ServerOptions& o) {
     eo.threads = o.threads;
     DSV4_ASSIGN_OR_RETURN(eo.backend, parse_engine_backend(o.backend));
     DSV4_ASSIGN_OR_RETURN(eo.cuda_devices, parse_cuda_devices(o.devices));
+    eo.max_batch_rows = o.pass_rows;
     eo.cuda_sessions = std::max<int64_t>(eo.cuda_sessions, o.slots + 1);
     // GPU caches for the slots' sessions (each keeps up to --ctx-size tokens between requests), not the engine's
     // default sessions of the model's whole context (1M tokens at V4: a pool of that size and pass buffers at that

@@ -34,6 +34,7 @@ struct ServerOptions {
     std::string precision = "reference";
     std::string backend = "auto";  // cpu, cuda, or auto (cuda when a supported GPU is present)
     std::string devices = "auto";  // EngineOptions::cuda_devices (parse_cuda_devices)
+    int64_t pass_rows = 0;         // EngineOptions::max_batch_rows (0: the backend's default)
     int threads = 0;
     bool fold_vocab = false;
 };
