@@ -26,9 +26,10 @@ CLI::Option* add_devices_flag(CLI::App& cmd, std::string& devices) {
 
 CLI::Option* add_pass_rows_flag(CLI::App& cmd, int64_t& rows) {
     return with_env(cmd.add_option("--pass-rows", rows,
-                                   "rows of one forward pass (default 0: 8192 on CUDA, 512 on the CPU); fewer leave "
-                                   "more GPU memory to the model (~0.4 MB a row at V4-Flash) at some prefill speed")
-                        ->check(CLI::Range(int64_t(0), int64_t(1) << 20)),
+                                   "rows of one forward pass, at most 8192 (default 0: 8192 on CUDA, 512 on the "
+                                   "CPU); fewer leave more GPU memory to the model (~0.4 MB a row at V4-Flash) at "
+                                   "some prefill speed")
+                        ->check(CLI::Range(int64_t(0), int64_t(8192))),
                     "DSV4_PASS_ROWS");
 }
 

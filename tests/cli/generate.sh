@@ -112,6 +112,7 @@ expect_failure "GPU list '0,x': expected auto or GPU indices separated by commas
 DSV4_DEVICES="1;2" expect_failure "GPU list '1;2'" generate -m "$model" -p hi
 expect_failure "GPUs were named .* but the backend is the CPU" generate -m "$model" -p hi --backend cpu --devices 0
 expect_failure "--pass-rows" generate -m "$model" -p hi --pass-rows -5
+expect_failure "--pass-rows" generate -m "$model" -p hi --pass-rows 100000
 # --pass-rows sets the engine's pass size: the same text in passes of 4 rows as in one pass
 gen -p "Once upon a time" -n 12 --seed 11 --pass-rows 4 >"$tmp/e" 2>/dev/null || fail "--pass-rows run"
 cmp -s "$tmp/a" "$tmp/e" || fail "--pass-rows 4 changed the text"
