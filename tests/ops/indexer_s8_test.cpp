@@ -73,6 +73,7 @@ struct Case {
     bool visible_only, paged;
     double wide_keys = 0, wide_q = 0;  // share of blocks scaled by 2^-6
     int64_t negative_pages = 0;
+    float w_scale = 0.02f;  // head weights' scale
 };
 
 TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
@@ -90,16 +91,21 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
         {64, 4096, {16383, 9000}, true, true, 0.0, 0.05},              // some tokens take the general fold
         {4, 200, {3, 63, 200, 799, 0}, true, true, 0.0, 0.0, 1},       // test models' heads, a negative page
         {64, 1000, {3999, 2000, 64}, false, false},                    // contiguous keys, partial last tile
-        {20, 75, {299, 30, 1}, false, true, 0.05, 0.05, 0}};
+        {20, 75, {299, 30, 1}, false, true, 0.05, 0.05, 0},
+        // head weights near the edge of the range the folded form keeps normal (its products and sums scaled by
+        // 2^-100), and at it (2^-112: the tokens or tiles past it fall back to the general fold)
+        {64, 4096, {16383, 9000}, true, true, 0.0, 0.0, 0, std::ldexp(1.0f, -100)},
+        {64, 4096, {16383, 9000}, true, true, 0.0, 0.0, 0, std::ldexp(1.0f, -112)}};
     for (const Case& c : cases) {
         const int64_t T = int64_t(c.pos.size()), H = c.heads, n = c.n, ppt = (n + kPage - 1) / kPage;
         SCOPED_TRACE("heads " + std::to_string(H) + " n " + std::to_string(n) + " tokens " + std::to_string(T) +
-                     " wide keys " + std::to_string(c.wide_keys) + " wide q " + std::to_string(c.wide_q));
+                     " wide keys " + std::to_string(c.wide_keys) + " wide q " + std::to_string(c.wide_q) + " w scale " +
+                     std::to_string(c.w_scale));
         auto q = random_act(prec, rng, size_t(T * H * kDim), 1.0f);
         spread_and_simulate(q, T * H, c.wide_q, 6, rng);
         auto keys = random_act(prec, rng, size_t(n * kDim), 1.0f);
         spread_and_simulate(keys, n, c.wide_keys, 6, rng);
-        auto w = random_act(prec, rng, size_t(T * H), 0.02f);
+        auto w = random_act(prec, rng, size_t(T * H), c.w_scale);
         // one page table for all tokens (paged) or contiguous rows; pages shuffled, the first `negative_pages`
         // logical pages unmapped (their keys read as zero on both paths)
         const int64_t phys_pages = ppt + 2;

@@ -10,7 +10,13 @@
 //  * fast (a tile whose 64 keys each span at most 3 binades over their four blocks, a token whose heads each have
 //    one exponent): the key's block scales are folded into its integers — 2e·2^(s_b - s_min) <= 96, the query's
 //    are already (<= 96) — so one accumulator over K = 128 (4 k32 steps) gives dot = I · 2^q_exp · 2^(s_min - 128),
-//    |I| <= 128·96·96 < 2^24 exact in f32;
+//    |I| <= 128·96·96 < 2^21 exact in f32. Both factors are powers of two, and rounding commutes with them while
+//    every value stays a normal float: bf16(I·2^q·2^k) = bf16(I)·2^q·2^k, ReLU and the bf16 product with w_h
+//    likewise, and each f32 partial sum of the heads scales exactly. So the fast path multiplies bf16(I) by
+//    w'_h = w_h·2^q_exp[h] (one bf16 per head, made once per CTA) and applies the key's 2^(s_min - 128) to the head
+//    sum only: the same bits with two multiplies per value fewer. The ranges that keep every value normal on both
+//    forms are checked per token (the heads' exponents) and per key (its s_min) in the tile's vote; a tile outside
+//    them takes the general fold;
 //  * general (any other tile): four k32 wgmmas into their own accumulators on the unscaled key integers, dot =
 //    Σ_b I_b · 2^q_exp[b] · 2^(s_b - 128) in block order.
 // Then, as the bf16 path: bf16(dot), ReLU, bf16(· w_h), f32 sum over the heads in head order, bf16 out.
@@ -50,7 +56,9 @@ struct IndexerS8Config {
     static constexpr int kSqOff = kProdOff + kKeys * kProdLd * 2;      // [4][64] f32: the query's scale per head
     static constexpr int kWOff = kSqOff + kBlocks * kHeads * 4;        // [32] bf16 pairs: head weights (0 past heads)
     static constexpr int kSkOff = kWOff + kHeads * 2;                  // [4][64] f32: the keys' scales
-    static constexpr int kBarOff = kSkOff + kBlocks * kKeys * 4;       // kStages mbarriers
+    static constexpr int kWqOff = kSkOff + kBlocks * kKeys * 4;        // [32] bf16 pairs: w_h · 2^q_exp[h] (fast)
+    static constexpr int kBoundOff = kWqOff + kHeads * 2;              // [2 warps][lo, hi] key exponents (fast)
+    static constexpr int kBarOff = kBoundOff + 16;                     // kStages mbarriers
     static constexpr int kSmem = kBarOff + kStages * 8 + 1024;         // + alignment slack
     static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "kCtasPerSm CTAs must fit one SM's shared memory");
 };
@@ -125,6 +133,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
     auto* sq_s = reinterpret_cast<float*>(smem + Cfg::kSqOff);
     auto* w_s = reinterpret_cast<__nv_bfloat162*>(smem + Cfg::kWOff);
     auto* sk_s = reinterpret_cast<float*>(smem + Cfg::kSkOff);
+    auto* wq_s = reinterpret_cast<__nv_bfloat162*>(smem + Cfg::kWqOff);
+    auto* bound_s = reinterpret_cast<int*>(smem + Cfg::kBoundOff);
     auto* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);
 
     const int tid = threadIdx.x;
@@ -161,7 +171,10 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
 
     // The query's integer form (sm90_indexer_q_finish): 64 rows of 128 int8 into the 128-byte swizzle (heads past
     // `heads` zero), per head and block the scale 2^exp, and the head weights. The token folds fast when every head
-    // has one exponent for its four blocks (its integers carry the block offsets).
+    // has one exponent q for its four blocks (its integers carry the block offsets) and w'_h = w_h·2^q is a normal
+    // bf16 (or 0) within the range the head sum needs; then each head bounds the key exponents k = s_min - 128 the
+    // fast form allows (header): 2^(q+k) normal for |I| in [1, 2^21], and for w'_h != 0 (exponent e) the products
+    // and partial sums — multiples of 2^(e-7), at most 64·2^(e+22) — normal with and without the key's 2^k.
     for (int c = tid; c < Cfg::kHeads * 8; c += Cfg::kThreads) {
         const int h = c >> 3, chunk = c & 7;
         const uint4 v = h < heads ? *reinterpret_cast<const uint4*>(q_int + (t * heads + h) * Cfg::kDim + 16 * chunk)
@@ -174,10 +187,26 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
         head_fast = ex == (ex & 0xffu) * 0x01010101u;
 #pragma unroll
         for (int b = 0; b < 4; ++b) sq_s[b * Cfg::kHeads + tid] = exp2_int(int(int8_t(ex >> (8 * b))));
-        reinterpret_cast<__nv_bfloat16*>(w_s)[tid] = tid < heads ? w[t * heads + tid] : __float2bfloat16_rn(0.0f);
+        const __nv_bfloat16 wh = tid < heads ? w[t * heads + tid] : __float2bfloat16_rn(0.0f);
+        reinterpret_cast<__nv_bfloat16*>(w_s)[tid] = wh;
+        const int q = int(int8_t(ex & 0xffu));
+        int lo = -126 - q, hi = 102 - q;
+        const float wf = __bfloat162float(wh);
+        float wq = 0.0f;
+        head_fast = head_fast && q >= -126;
+        if (wf != 0.0f) {
+            const int biased = int((__float_as_uint(wf) >> 23) & 0xffu), e = biased - 127 + q;
+            head_fast = head_fast && biased != 0 && biased != 0xff && e >= -119 && e <= 95;
+            lo = max(lo, -119 - e), hi = min(hi, 95 - e);
+            if (head_fast) wq = __fmul_rn(wf, exp2_int(q));  // exact: a normal result
+        }
+        reinterpret_cast<__nv_bfloat16*>(wq_s)[tid] = __float2bfloat16_rn(wq);
+        lo = __reduce_max_sync(0xffffffffu, lo), hi = __reduce_min_sync(0xffffffffu, hi);  // warps 0 and 1
+        if ((tid & 31) == 0) bound_s[2 * (tid >> 5)] = lo, bound_s[2 * (tid >> 5) + 1] = hi;
     }
     fence_proxy_async_smem();
     const bool token_fast = __syncthreads_and(head_fast);
+    const int k_lo = max(bound_s[0], bound_s[2]), k_hi = min(bound_s[1], bound_s[3]);
 
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int key = tid >> 1, half = tid & 1;  // conversion: key row, channels 64·half .. 64·half + 63
@@ -204,7 +233,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
         const int smin = min(min(s0b, s1b), min(s2b, s3b)), smax = max(max(s0b, s1b), max(s2b, s3b));
         // one barrier: every thread has its bytes out of the stage, the previous tile's wgmmas and head sums are
         // done (k_s, the scales and the product buffer are free), and the tile's fold is agreed on
-        const bool fast = __syncthreads_and(smax - smin <= 3) && token_fast;
+        const bool fast = __syncthreads_and(smax - smin <= 3 && smin - 128 >= k_lo && smin - 128 <= k_hi) && token_fast;
         if (tid == 0 && i + Cfg::kStages < count) {
             fence_proxy_async_smem();
             issue(i + Cfg::kStages);
@@ -239,15 +268,9 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
             wgmma_commit();
             wgmma_wait_all();
             fence_accumulators(acc);
-            const float sk0 = sk_s[r0], sk1 = sk_s[r1];
+            // I itself (exact: |I| < 2^21); 2^q is in w', 2^k in the head sum's last multiply
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float sq = sq_s[8 * j + 2 * qd + e];
-                    dot[4 * j + e] = __fmul_rn(__fmul_rn(float(acc[4 * j + e]), sq), sk0);
-                    dot[4 * j + 2 + e] = __fmul_rn(__fmul_rn(float(acc[4 * j + 2 + e]), sq), sk1);
-                }
+            for (int k = 0; k < 32; ++k) dot[k] = float(acc[k]);
         } else {
 #pragma unroll
             for (int k = 0; k < 32; ++k) dot[k] = 0.0f;
@@ -272,13 +295,14 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
                     }
             }
         }
-        // bf16(w · ReLU(bf16(dot))) per (key, head), parked by key, on bf16 pairs: the pack rounds each dot to bf16
-        // (round_bf16), the max against 0 is ReLU (a NaN dot gives 0, as fmaxf), and the bf16 product is the exact
-        // product of two bf16 values rounded once, as the f32 product (exact) rounded to bf16
+        // bf16(w · ReLU(bf16(dot))) per (key, head) (fast: w' and I), parked by key, on bf16 pairs: the pack rounds
+        // each dot to bf16 (round_bf16), the max against 0 is ReLU (a NaN dot gives 0, as fmaxf), and the bf16 product
+        // is the exact product of two bf16 values rounded once, as the f32 product (exact) rounded to bf16
+        const __nv_bfloat162* wsrc = fast ? wq_s : w_s;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const int h = 8 * j + 2 * qd;
-            const __nv_bfloat162 wh = w_s[h / 2];
+            const __nv_bfloat162 wh = wsrc[h / 2];
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
                 const __nv_bfloat162 d = __floats2bfloat162_rn(dot[4 * j + 2 * rr], dot[4 * j + 2 * rr + 1]);
@@ -304,6 +328,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
             } else {
                 for (int h0 = 0; h0 < heads; h0 += 8) add8(*reinterpret_cast<const uint4*>(row + h0), heads - h0);
             }
+            // the fast form's key scale 2^(s_min - 128): exact on the normal partial sums (header)
+            if (fast) total = __fmul_rn(total, sk_s[tid]);
             out[tl.s0 + tid] = __float2bfloat16_rn(tl.s0 + tid >= visible ? -INFINITY : total);
         }
     }
