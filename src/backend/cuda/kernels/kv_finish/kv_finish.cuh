@@ -226,6 +226,12 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
 // registers loaded earlier (the fused decode compressor, kM = m known at compile time: each exp is computed once and
 // kept, where a runtime m computes it in the sum pass and again in the weighting pass), with the same values either
 // way.
+// exp_f32 (the CPU reference's f64 exp) out of line, for the pool with m known at compile time (the fused decode
+// compressor: eight exps per pooled value, unrolled): at batch 1 that kernel runs once per launch on a cold
+// instruction cache, where each inlined copy of the ~50-instruction f64 polynomial is fetched again
+// (docs/kernels/attention.md, "The layer as decode runs it"). The runtime-m loops keep one inlined copy per loop.
+__device__ __noinline__ float exp_f32_call(float x) { return exp_f32(x); }
+
 template <int kM, typename PrevKv, typename PrevScore, typename Kv, typename Score>
 __device__ __forceinline__ float compressor_pool_values(int m, bool with_prev, PrevKv prev_kv, PrevScore prev_score,
                                                         Kv kv, Score score) {
@@ -238,12 +244,12 @@ __device__ __forceinline__ float compressor_pool_values(int m, bool with_prev, P
     float sum = 0;
     if (with_prev)
         for (int t = 0; t < m; ++t) {
-            const float e = exp_f32(__fsub_rn(prev_score(t), mx));
+            const float e = kM > 0 ? exp_f32_call(__fsub_rn(prev_score(t), mx)) : exp_f32(__fsub_rn(prev_score(t), mx));
             if constexpr (kM > 0) ep[t] = e;
             sum = __fadd_rn(sum, e);
         }
     for (int t = 0; t < m; ++t) {
-        const float e = exp_f32(__fsub_rn(score(t), mx));
+        const float e = kM > 0 ? exp_f32_call(__fsub_rn(score(t), mx)) : exp_f32(__fsub_rn(score(t), mx));
         if constexpr (kM > 0) ec[t] = e;
         sum = __fadd_rn(sum, e);
     }
@@ -281,8 +287,8 @@ __global__ void __launch_bounds__(KvFinishConfig::kPoolThreads)
     sm90_compressor_pool_kernel(const float* __restrict__ kv, const float* __restrict__ score,
                                 const float* __restrict__ prev_kv, const float* __restrict__ prev_score,
                                 int64_t n_windows, int m, int c, bool overlap, ActT* __restrict__ out,
-                                const int64_t* __restrict__ decode_positions,
-                                const int32_t* __restrict__ slots, int64_t slot_stride) {
+                                const int64_t* __restrict__ decode_positions, const int32_t* __restrict__ slots,
+                                int64_t slot_stride) {
     pdl_enter();
     const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (g >= n_windows * c) return;
