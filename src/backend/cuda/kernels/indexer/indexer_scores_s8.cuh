@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
         int lo = -126 - q, hi = 102 - q;
         const float wf = __bfloat162float(wh);
         float wq = 0.0f;
-        head_fast = head_fast && q >= -126;
+        head_fast = head_fast && q >= -126 && q <= 105;  // the old form's I·2^q itself normal
         if (wf != 0.0f) {
             const int biased = int((__float_as_uint(wf) >> 23) & 0xffu), e = biased - 127 + q;
             head_fast = head_fast && biased != 0 && biased != 0xff && e >= -119 && e <= 95;
