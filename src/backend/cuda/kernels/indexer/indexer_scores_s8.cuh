@@ -10,13 +10,11 @@
 //  * fast (a tile whose 64 keys each span at most 3 binades over their four blocks, a token whose heads each have
 //    one exponent): the key's block scales are folded into its integers — 2e·2^(s_b - s_min) <= 96, the query's
 //    are already (<= 96) — so one accumulator over K = 128 (4 k32 steps) gives dot = I · 2^q_exp · 2^(s_min - 128),
-//    |I| <= 128·96·96 < 2^21 exact in f32. Both factors are powers of two, and rounding commutes with them while
-//    every value stays a normal float: bf16(I·2^q·2^k) = bf16(I)·2^q·2^k, ReLU and the bf16 product with w_h
-//    likewise, and each f32 partial sum of the heads scales exactly. So the fast path multiplies bf16(I) by
-//    w'_h = w_h·2^q_exp[h] (one bf16 per head, made once per CTA) and applies the key's 2^(s_min - 128) to the head
-//    sum only: the same bits with two multiplies per value fewer. The ranges that keep every value normal on both
-//    forms are checked per token (the heads' exponents) and per key (its s_min) in the tile's vote; a tile outside
-//    them takes the general fold;
+//    |I| <= 128·96·96 < 2^21 exact in f32. Both factors are powers of two, so the tile computes bf16(I), ReLU,
+//    bf16(· w'_h) with w'_h = w_h·2^q_exp made once per CTA, and applies the key's 2^(s_min - 128) to the head sum
+//    only: the same bits as the product of all three, two multiplies per value fewer, inside the range that
+//    indexer_fold_range.h derives (checked per head and per key in the tile's vote; a tile outside it takes the
+//    general fold);
 //  * general (any other tile): four k32 wgmmas into their own accumulators on the unscaled key integers, dot =
 //    Σ_b I_b · 2^q_exp[b] · 2^(s_b - 128) in block order.
 // Then, as the bf16 path: bf16(dot), ReLU, bf16(· w_h), f32 sum over the heads in head order, bf16 out.
@@ -37,6 +35,7 @@
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/swizzle.cuh"
 #include "backend/cuda/common/wgmma.cuh"
+#include "backend/cuda/kernels/indexer/indexer_fold_range.h"
 #include "backend/cuda/kernels/kv_store/kv_store.cuh"
 
 namespace dsv4::cuda {
@@ -171,10 +170,8 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
 
     // The query's integer form (sm90_indexer_q_finish): 64 rows of 128 int8 into the 128-byte swizzle (heads past
     // `heads` zero), per head and block the scale 2^exp, and the head weights. The token folds fast when every head
-    // has one exponent q for its four blocks (its integers carry the block offsets) and w'_h = w_h·2^q is a normal
-    // bf16 (or 0) within the range the head sum needs; then each head bounds the key exponents k = s_min - 128 the
-    // fast form allows (header): 2^(q+k) normal for |I| in [1, 2^21], and for w'_h != 0 (exponent e) the products
-    // and partial sums — multiples of 2^(e-7), at most 64·2^(e+22) — normal with and without the key's 2^k.
+    // has one exponent q for its four blocks (its integers carry the block offsets) and allows the short form
+    // (folded_head_range); the key exponents every head allows bound the keys that may.
     for (int c = tid; c < Cfg::kHeads * 8; c += Cfg::kThreads) {
         const int h = c >> 3, chunk = c & 7;
         const uint4 v = h < heads ? *reinterpret_cast<const uint4*>(q_int + (t * heads + h) * Cfg::kDim + 16 * chunk)
@@ -190,16 +187,11 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
         const __nv_bfloat16 wh = tid < heads ? w[t * heads + tid] : __float2bfloat16_rn(0.0f);
         reinterpret_cast<__nv_bfloat16*>(w_s)[tid] = wh;
         const int q = int(int8_t(ex & 0xffu));
-        int lo = -126 - q, hi = 102 - q;
-        const float wf = __bfloat162float(wh);
-        float wq = 0.0f;
-        head_fast = head_fast && q >= -126 && q <= 105;  // the old form's I·2^q itself normal
-        if (wf != 0.0f) {
-            const int biased = int((__float_as_uint(wf) >> 23) & 0xffu), e = biased - 127 + q;
-            head_fast = head_fast && biased != 0 && biased != 0xff && e >= -119 && e <= 95;
-            lo = max(lo, -119 - e), hi = min(hi, 95 - e);
-            if (head_fast) wq = __fmul_rn(wf, exp2_int(q));  // exact: a normal result
-        }
+        const FoldedHeadRange range = folded_head_range(q, __bfloat16_as_ushort(wh));
+        head_fast = head_fast && range.ok;
+        int lo = range.k_lo, hi = range.k_hi;
+        // w'_h, exact for an admitted head (a normal product); unused where the token is not folded
+        const float wq = head_fast ? __fmul_rn(__bfloat162float(wh), exp2_int(q)) : 0.0f;
         reinterpret_cast<__nv_bfloat16*>(wq_s)[tid] = __float2bfloat16_rn(wq);
         lo = __reduce_max_sync(0xffffffffu, lo), hi = __reduce_min_sync(0xffffffffu, hi);  // warps 0 and 1
         if ((tid & 31) == 0) bound_s[2 * (tid >> 5)] = lo, bound_s[2 * (tid >> 5) + 1] = hi;
@@ -328,7 +320,7 @@ __global__ void __launch_bounds__(IndexerS8Config::kThreads, IndexerS8Config::kC
             } else {
                 for (int h0 = 0; h0 < heads; h0 += 8) add8(*reinterpret_cast<const uint4*>(row + h0), heads - h0);
             }
-            // the fast form's key scale 2^(s_min - 128): exact on the normal partial sums (header)
+            // the short form's key scale 2^(s_min - 128): exact on the normal partial sums (indexer_fold_range.h)
             if (fast) total = __fmul_rn(total, sk_s[tid]);
             out[tl.s0 + tid] = __float2bfloat16_rn(tl.s0 + tid >= visible ? -INFINITY : total);
         }
