@@ -230,7 +230,8 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
 // compressor: eight exps per pooled value, unrolled): at batch 1 that kernel runs once per launch on a cold
 // instruction cache, where each inlined copy of the ~50-instruction f64 polynomial is fetched again
 // (docs/kernels/attention.md, "The layer as decode runs it"). The runtime-m loops keep one inlined copy per loop.
-__device__ __noinline__ float exp_f32_call(float x) { return exp_f32(x); }
+// Internal linkage: each translation unit that includes this header keeps its own copy.
+static __device__ __noinline__ float exp_f32_call(float x) { return exp_f32(x); }
 
 template <int kM, typename PrevKv, typename PrevScore, typename Kv, typename Score>
 __device__ __forceinline__ float compressor_pool_values(int m, bool with_prev, PrevKv prev_kv, PrevScore prev_score,
