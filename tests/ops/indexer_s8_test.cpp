@@ -99,8 +99,8 @@ TEST(IndexerScoresS8, MatchesTheBf16PathBitForBit) {
     for (const Case& c : cases) {
         const int64_t T = int64_t(c.pos.size()), H = c.heads, n = c.n, ppt = (n + kPage - 1) / kPage;
         SCOPED_TRACE("heads " + std::to_string(H) + " n " + std::to_string(n) + " tokens " + std::to_string(T) +
-                     " wide keys " + std::to_string(c.wide_keys) + " wide q " + std::to_string(c.wide_q) + " w scale " +
-                     std::to_string(c.w_scale));
+                     " wide keys " + std::to_string(c.wide_keys) + " wide q " + std::to_string(c.wide_q) +
+                     " w scale 2^" + std::to_string(std::ilogb(c.w_scale)));
         auto q = random_act(prec, rng, size_t(T * H * kDim), 1.0f);
         spread_and_simulate(q, T * H, c.wide_q, 6, rng);
         auto keys = random_act(prec, rng, size_t(n * kDim), 1.0f);

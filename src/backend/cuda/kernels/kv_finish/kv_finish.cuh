@@ -220,12 +220,6 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     }
 }
 
-// Pooled value (f32) of one channel of one window, backend/cpu/compressor.cpp compressor_pool's order of operations:
-// a softmax over the window's m rows (kv(t), score(t), t < m) and, with_prev, first over the previous window's m rows
-// (prev_kv(t), prev_score(t)), weighting the kv values. The accessors read memory (compressor_pool_channel) or
-// registers loaded earlier (the fused decode compressor, kM = m known at compile time: each exp is computed once and
-// kept, where a runtime m computes it in the sum pass and again in the weighting pass), with the same values either
-// way.
 // exp_f32 (the CPU reference's f64 exp) out of line, for the pool with m known at compile time (the fused decode
 // compressor: eight exps per pooled value, unrolled): at batch 1 that kernel runs once per launch on a cold
 // instruction cache, where each inlined copy of the ~50-instruction f64 polynomial is fetched again
@@ -233,6 +227,12 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
 // Internal linkage: each translation unit that includes this header keeps its own copy.
 static __device__ __noinline__ float exp_f32_call(float x) { return exp_f32(x); }
 
+// Pooled value (f32) of one channel of one window, backend/cpu/compressor.cpp compressor_pool's order of operations:
+// a softmax over the window's m rows (kv(t), score(t), t < m) and, with_prev, first over the previous window's m rows
+// (prev_kv(t), prev_score(t)), weighting the kv values. The accessors read memory (compressor_pool_channel) or
+// registers loaded earlier (the fused decode compressor, kM = m known at compile time: each exp is computed once and
+// kept, where a runtime m computes it in the sum pass and again in the weighting pass), with the same values either
+// way.
 template <int kM, typename PrevKv, typename PrevScore, typename Kv, typename Score>
 __device__ __forceinline__ float compressor_pool_values(int m, bool with_prev, PrevKv prev_kv, PrevScore prev_score,
                                                         Kv kv, Score score) {
@@ -245,12 +245,14 @@ __device__ __forceinline__ float compressor_pool_values(int m, bool with_prev, P
     float sum = 0;
     if (with_prev)
         for (int t = 0; t < m; ++t) {
-            const float e = kM > 0 ? exp_f32_call(__fsub_rn(prev_score(t), mx)) : exp_f32(__fsub_rn(prev_score(t), mx));
+            const float d = __fsub_rn(prev_score(t), mx);
+            const float e = kM > 0 ? exp_f32_call(d) : exp_f32(d);
             if constexpr (kM > 0) ep[t] = e;
             sum = __fadd_rn(sum, e);
         }
     for (int t = 0; t < m; ++t) {
-        const float e = kM > 0 ? exp_f32_call(__fsub_rn(score(t), mx)) : exp_f32(__fsub_rn(score(t), mx));
+        const float d = __fsub_rn(score(t), mx);
+        const float e = kM > 0 ? exp_f32_call(d) : exp_f32(d);
         if constexpr (kM > 0) ec[t] = e;
         sum = __fadd_rn(sum, e);
     }
