@@ -290,8 +290,8 @@ __global__ void __launch_bounds__(KvFinishConfig::kPoolThreads)
     sm90_compressor_pool_kernel(const float* __restrict__ kv, const float* __restrict__ score,
                                 const float* __restrict__ prev_kv, const float* __restrict__ prev_score,
                                 int64_t n_windows, int m, int c, bool overlap, ActT* __restrict__ out,
-                                const int64_t* __restrict__ decode_positions, const int32_t* __restrict__ slots,
-                                int64_t slot_stride) {
+                                const int64_t* __restrict__ decode_positions,
+                                const int32_t* __restrict__ slots, int64_t slot_stride) {
     pdl_enter();
     const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (g >= n_windows * c) return;
