@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/common/ld_stream.cuh"
+
 namespace dsv4::cuda {
 
 // A warp's share of the block: lane (g, t), row tile rt of RT (rows row0 + g and row0 + g + 8, clamped to the last
@@ -26,12 +28,13 @@ struct GemvWarp {
     }
 };
 
-// Requests the first S K blocks of the warp's run into r[0..S-1]: load(kb, regs).
+// Requests the first S K blocks of the warp's run into r[0..S-1], before the programmatic wait: load(kb, regs, ld)
+// with ld = EarlyLoad16 (ld_stream.cuh: the loads the wait cannot overtake); the walk's refills pass StreamLoad16.
 template <int S, class Regs, class Load>
 __device__ __forceinline__ void gemv_first_loads(Regs (&r)[S], int kb_begin, int kb_end, Load&& load) {
 #pragma unroll
     for (int i = 0; i < S; ++i)
-        if (kb_begin + i < kb_end) load(kb_begin + i, r[i]);
+        if (kb_begin + i < kb_end) load(kb_begin + i, r[i], EarlyLoad16{});
 }
 
 // Every K block of the run in order, block kb from set (kb − kb_begin) mod S: step(kb, regs), which refills regs.

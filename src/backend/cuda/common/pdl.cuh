@@ -21,9 +21,9 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // (attention_split.cu); the decode compressor when told that the launch before it is independent
 // (CompressorDecodeArgs::independent_of_previous: the indexer-key compressor after the layer's main one, which does
 // not defer); the FP8 GEMM, the FP8 and bf16 decode GEMVs and the wo_a decode kernel, which request their first weight
-// tiles before the wait (weights are written only at model load; the GEMVs' in the source only: ptxas moves the wait
-// above their ld.global.nc requests, docs/kernels/cuda-backend.md "Early weight requests that issued after the
-// wait"); the mHC collapse at decode, which requests its fn slices into L2.
+// tiles before the wait (weights are written only at model load); the mHC collapse at decode, which requests its fn
+// slices into L2. Such requests must be coherent loads (ld_early16), cp.async, TMA or bulk prefetches: ptxas moves
+// the wait above ld.global.nc loads of its basic block (ld_stream.cuh), and the requests then issue after it.
 // The next kernel may be launched once every block of this grid has triggered or exited: its blocks wait in their own
 // pdl_enter until this grid completes.
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }

@@ -72,10 +72,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int r_lo = wp.r_lo, r_hi = wp.r_hi, kb_begin = wp.kb_begin, kb_end = wp.kb_end;
     const uint8_t* wl = reinterpret_cast<const uint8_t*>(w + size_t(r_lo) * size_t(K)) + 16 * t;
     const uint8_t* wh = reinterpret_cast<const uint8_t*>(w + size_t(r_hi) * size_t(K)) + 16 * t;
-    auto load = [&](int kb, Bf16WeightRegs& r) {
+    auto load = [&](int kb, Bf16WeightRegs& r, auto ld) {
         const size_t o = size_t(kb) * kBK * 2;
-        r.lo[0] = ld_stream16(wl + o), r.lo[1] = ld_stream16(wl + o + 64);
-        r.hi[0] = ld_stream16(wh + o), r.hi[1] = ld_stream16(wh + o + 64);
+        r.lo[0] = ld(wl + o), r.lo[1] = ld(wl + o + 64);
+        r.hi[0] = ld(wh + o), r.hi[1] = ld(wh + o + 64);
     };
     Bf16WeightRegs r[S];
     gemv_first_loads(r, kb_begin, kb_end, load);
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             a[j][0] = word8(regs.lo, 2 * j), a[j][1] = word8(regs.hi, 2 * j);
             a[j][2] = word8(regs.lo, 2 * j + 1), a[j][3] = word8(regs.hi, 2 * j + 1);
         }
-        if (kb + S < kb_end) load(kb + S, regs);
+        if (kb + S < kb_end) load(kb + S, regs, StreamLoad16{});
 #pragma unroll
         for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[j & 1], a[j], word8(xv, 2 * j), word8(xv, 2 * j + 1));
     };

@@ -74,10 +74,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<NT>)
     const int r_lo = wp.r_lo, r_hi = wp.r_hi, kb_begin = wp.kb_begin, kb_end = wp.kb_end, KB = K / kBK;
     const uint8_t* wl = w + size_t(r_lo) * size_t(K) + 16 * t;
     const uint8_t* wh = w + size_t(r_hi) * size_t(K) + 16 * t;
-    auto load = [&](int kb, WeightRegs& r) {
+    auto load = [&](int kb, WeightRegs& r, auto ld) {
         const size_t o = size_t(kb) * kBK;
-        r.lo[0] = ld_stream16(wl + o), r.lo[1] = ld_stream16(wl + o + 64);
-        r.hi[0] = ld_stream16(wh + o), r.hi[1] = ld_stream16(wh + o + 64);
+        r.lo[0] = ld(wl + o), r.lo[1] = ld(wl + o + 64);
+        r.hi[0] = ld(wh + o), r.hi[1] = ld(wh + o + 64);
     };
     WeightRegs r[S];
     gemv_first_loads(r, kb_begin, kb_end, load);
@@ -123,9 +123,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<NT>)
         }
         if constexpr (NT == 1) {
             tile_mma(kb, 0, af, sw);
-            if (kb + S < kb_end) load(kb + S, regs);
+            if (kb + S < kb_end) load(kb + S, regs, StreamLoad16{});
         } else {
-            if (kb + S < kb_end) load(kb + S, regs);
+            if (kb + S < kb_end) load(kb + S, regs, StreamLoad16{});
 #pragma unroll
             for (int n = 0; n < NT; ++n) tile_mma(kb, n, af, sw);
         }

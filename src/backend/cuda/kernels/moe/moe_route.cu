@@ -37,12 +37,15 @@ struct RouteParams {
     int dot_blocks;
 };
 
-__device__ __forceinline__ void load_row_chunks(const __nv_bfloat16* row, int c0, int dim, uint4 (&g)[kRowChunks]) {
+// ld: EarlyLoad16 for the requests before the programmatic wait, else StreamLoad16 (ld_stream.cuh).
+template <class Ld>
+__device__ __forceinline__ void load_row_chunks(const __nv_bfloat16* row, int c0, int dim, uint4 (&g)[kRowChunks],
+                                                Ld ld) {
     const int lane = int(threadIdx.x) & 31;
 #pragma unroll
     for (int i = 0; i < kRowChunks; ++i) {
         const int c = c0 + lane * 8 + 256 * i;
-        if (c < dim) g[i] = ld_stream16(row + c);
+        if (c < dim) g[i] = ld(row + c);
     }
 }
 
@@ -61,7 +64,7 @@ __device__ __forceinline__ void gate_dots(const MoeKernelParams& p, const RouteP
     const int E = q.n_experts, D = p.D, T = TB == 1 ? 1 : p.T;
     const __nv_bfloat16* row = r.gate + int64_t(e) * D;
     uint4 g[kRowChunks];
-    if (e < E) load_row_chunks(row, 0, D, g);  // weights, written only at load (pdl.cuh)
+    if (e < E) load_row_chunks(row, 0, D, g, EarlyLoad16{});  // weights, written only at load (pdl.cuh)
     pdl_wait();
     for (int c = int(threadIdx.x) * 8; c < T * D; c += kRouteThreads * 8)
         *reinterpret_cast<uint4*>(xs + c) = *reinterpret_cast<const uint4*>(p.x + c);
@@ -71,7 +74,7 @@ __device__ __forceinline__ void gate_dots(const MoeKernelParams& p, const RouteP
 #pragma unroll
     for (int t = 0; t < TB; ++t) acc[t] = 0.0f;
     for (int c0 = 0; c0 < D; c0 += 256 * kRowChunks) {
-        if (c0 != 0) load_row_chunks(row, c0, D, g);
+        if (c0 != 0) load_row_chunks(row, c0, D, g, StreamLoad16{});
         const int chunks = min(kRowChunks, (D - c0) >> 8);  // D is a multiple of 256: the same for every lane
         const __nv_bfloat16* xc = xs + c0 + lane * 8;
 #pragma unroll

@@ -156,7 +156,7 @@ __device__ __forceinline__ int gate_scores_cluster(const __nv_bfloat16* __restri
 #pragma unroll
         for (int i = 0; i < kGateChunks; ++i) {
             const int c = lane * 8 + 256 * i;
-            if (c < dim) g[i] = ld_stream16(gr + c);
+            if (c < dim) g[i] = ld_early16(gr + c);  // not ld_stream16: the wait would overtake it (ld_stream.cuh)
         }
         if (q.bias) bias_first = __ldg(q.bias + first);
     }
