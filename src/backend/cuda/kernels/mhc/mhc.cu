@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels/mhc/mhc.cuh"
 #include "backend/cuda/kernels/mhc/mhc.h"
 #include "backend/cuda/kernels/mhc/mhc_rows.cuh"
+#include "backend/cuda/kernels/mhc/mhc_wide.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -116,6 +117,7 @@ Status sm90_hc_pre(Precision precision, const HcPreArgs& a, StreamHandle stream)
     if (!is_aligned(a.x, 16) || !is_aligned(a.x_out, 16) || !is_aligned(a.fn.data, 16))
         return invalid_argument(op + ": x, x_out and fn must be 16-byte aligned");
     if (a.tokens == 0) return Status::ok();
+    if (a.wide.counters) return launch_hc_collapse_wide(precision, a, post_first, stream);
     void* x = const_cast<void*>(a.x);  // written only with post_first (HcPreArgs)
     float* post = a.sinkhorn_apart ? nullptr : a.post;  // null comb: the kernels leave the split + Sinkhorn out
     float* comb = a.sinkhorn_apart ? nullptr : a.comb;

@@ -70,14 +70,15 @@ __device__ __forceinline__ void hc_split_sinkhorn_warp(float m, const float* __r
     comb = c;
 }
 
-// hc_post's arithmetic for stream k of 8 channels of one token: post_k·a + Σ_j comb[j][k]·r_j, each product rounded
+// hc_post's arithmetic for stream k of N channels of one token: post_k·a + Σ_j comb[j][k]·r_j, each product rounded
 // and the sum taken left to right (the CPU reference's order); `cm` is the token's comb [4, 4].
-__device__ __forceinline__ void hc_post_mix8(const float* cm, float pk, int k, const float (&av)[8],
-                                             const float (&r)[MhcConfig::kHc][8], float (&o)[8]) {
+template <int N>
+__device__ __forceinline__ void hc_post_mix(const float* cm, float pk, int k, const float (&av)[N],
+                                            const float (&r)[MhcConfig::kHc][N], float (&o)[N]) {
     constexpr int kHc = MhcConfig::kHc;
     const float c0 = cm[k], c1 = cm[kHc + k], c2 = cm[2 * kHc + k], c3 = cm[3 * kHc + k];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < N; ++i) {
         float s = __fmul_rn(c0, r[0][i]);
         s = __fadd_rn(s, __fmul_rn(c1, r[1][i]));
         s = __fadd_rn(s, __fmul_rn(c2, r[2][i]));
@@ -87,22 +88,28 @@ __device__ __forceinline__ void hc_post_mix8(const float* cm, float pk, int k, c
 }
 
 // The previous sub-block's hc_post, for a collapse that runs it first (HcPostInput): its output chunk of stream k,
-// channels ch .. ch+7 of token t, out = post[k]·a + Σ_j comb[j][k]·R[j] with sm90_hc_post_kernel's arithmetic.
+// channels ch .. ch+N-1 (N = 8 or 4) of token t, out = post[k]·a + Σ_j comb[j][k]·R[j] with sm90_hc_post_kernel's
+// arithmetic.
 struct HcPostInput {
     const void* a;         // [T, D]
     const void* residual;  // [T, 4, D]
     const float* post;     // [T, 4]
     const float* comb;     // [T, 4, 4]
 };
-template <typename ActT>
+template <typename ActT, int N>
 __device__ __forceinline__ void hc_post_chunk(const HcPostInput& in, int64_t t, int k, int ch, int dim,
-                                              float (&o)[8]) {
+                                              float (&o)[N]) {
+    static_assert(N == 8 || N == 4);
     constexpr int kHc = MhcConfig::kHc;
-    float av[8], r[kHc][8];
-    load8(static_cast<const ActT*>(in.a) + t * dim + ch, av);
+    const auto load = [](const void* p, float(&v)[N]) {
+        if constexpr (N == 8) load8(static_cast<const ActT*>(p), v);
+        else load4(static_cast<const ActT*>(p), v);
+    };
+    float av[N], r[kHc][N];
+    load(static_cast<const ActT*>(in.a) + t * dim + ch, av);
 #pragma unroll
-    for (int j = 0; j < kHc; ++j) load8(static_cast<const ActT*>(in.residual) + (t * kHc + j) * dim + ch, r[j]);
-    hc_post_mix8(in.comb + t * kHc * kHc, in.post[t * kHc + k], k, av, r, o);
+    for (int j = 0; j < kHc; ++j) load(static_cast<const ActT*>(in.residual) + (t * kHc + j) * dim + ch, r[j]);
+    hc_post_mix(in.comb + t * kHc * kHc, in.post[t * kHc + k], k, av, r, o);
 }
 
 // A token's mixes finished on one warp, as every collapse kernel does it: lane r holds tot = the f64 sum of mix r
@@ -198,7 +205,7 @@ __global__ void __launch_bounds__(MhcConfig::kThreads, 2)  // 2 blocks per SM at
         float v[8];
         if constexpr (kPostFirst) {
             const int k = c / dim;  // dim % 8 == 0: a chunk never straddles two streams
-            hc_post_chunk<ActT>(post_in, t, k, c - k * dim, dim, v);
+            hc_post_chunk<ActT, 8>(post_in, t, k, c - k * dim, dim, v);
             store8(xt + c, v);  // the stream as sm90_hc_post stores it (bf16 RNE in kReference) ...
 #pragma unroll
             for (int i = 0; i < 8; ++i) v[i] = to_f32(from_f32<ActT>(v[i]));  // ... and its stored values are used
@@ -289,7 +296,7 @@ __global__ void __launch_bounds__(MhcConfig::kThreads)
 #pragma unroll
         for (int k = 0; k < kHc; ++k) {
             float o[8];
-            hc_post_mix8(cm, post[t * kHc + k], k, av, r, o);
+            hc_post_mix(cm, post[t * kHc + k], k, av, r, o);
             store8(out + (t * kHc + k) * dim + c, o);
         }
     }

@@ -25,6 +25,26 @@ struct HcPostFirst {
     const float* comb = nullptr;     // [T, 4, 4]
 };
 
+// Optional for hc_pre at decode (HcPreArgs::wide): the collapse spread over hc_wide_blocks(dim) blocks per token,
+// joined by a ticket instead of a cluster, and the sub-block's RMSNorm of x_out in the same launch, so that the norm
+// is not a launch of its own: y (and its e4m3 codes and scales) exactly as sm90_rmsnorm writes them from x_out.
+// Needs sinkhorn_apart (the wide collapse computes pre and the mixes only), hc_wide_blocks(dim) > 0 and a norm weight.
+struct HcWideNorm {
+    int32_t* counters = nullptr;  // [T], zero before the launch; the launch leaves them zero
+    double* partials = nullptr;   // [T, hc_wide_blocks(dim), 25] workspace
+    DeviceWeightView weight;      // the RMSNorm's, bf16 or f32 [D]
+    float eps = 1e-6f;
+    void* y = nullptr;            // [T, D]
+    // optional, both or neither (kReference, D % 128 == 0): y's e4m3 codes [T, D] and f32 scales [T, D / 128], as
+    // RmsNormArgs::codes / scales
+    uint8_t* codes = nullptr;
+    float* scales = nullptr;
+};
+// Blocks per token of the wide collapse (4·dim / 1,024), 0 where it does not apply (dim % 256 != 0 or dim > 8,192).
+int64_t hc_wide_blocks(int64_t dim);
+// Decode steps up to this many rows take the wide collapse (the engine's choice; the launch itself takes any count).
+constexpr int64_t kHcWideMaxTokens = 64;
+
 // m = (fn @ flat(X)) · rsqrt(mean(flat(X)²) + norm_eps) (f64 dot products and sum of squares, as the CPU);
 // pre = σ(m[0:4]·s0 + b) + eps; post = 2σ(m[4:8]·s1 + b); comb = Sinkhorn(softmax_rows(m[8:24]·s2 + b) + eps);
 // x_out = Σ_j pre[j]·X[j] (bf16 in kReference).
@@ -47,6 +67,7 @@ struct HcPreArgs {
     // the collapse's own chain; the split + 20 Sinkhorn iterations (a serial ~4.5 µs on one warp at decode) can then
     // run beside the sub-block, whose hc_post is the first reader of post and comb.
     bool sinkhorn_apart = false;
+    HcWideNorm wide;  // optional (counters set): the wide collapse with the RMSNorm (HcWideNorm)
 };
 Status sm90_hc_pre(backend::Precision precision, const HcPreArgs& a, StreamHandle stream);
 

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(MhcRowsConfig::kThreads, 2)
 #pragma unroll
                 for (int j = 0; j < kHc; ++j)
                     load8(static_cast<const ActT*>(post_in.residual) + (t * kHc + j) * dim + ch, res[j]);
-                hc_post_mix8(cm, pc[q], 0, av, res, o);  // comb[j][q] sits at cm[4j] here
+                hc_post_mix(cm, pc[q], 0, av, res, o);  // comb[j][q] sits at cm[4j] here
                 store8(x + t * n + k0, o);               // the stream as sm90_hc_post stores it, and its stored
                 a[m].set(o);                             // values are what the collapse uses
             } else {

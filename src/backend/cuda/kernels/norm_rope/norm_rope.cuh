@@ -51,23 +51,21 @@ __device__ __forceinline__ void rotate_pair(float& a, float& b, float c, float s
     b = im;
 }
 
-// grid: rows; block: kNormThreads. WeightT: void (none), __nv_bfloat16 or float. codes / scales (bf16 activations,
-// dim % 128 == 0, or null): y's e4m3 block-128 quantisation, the 16 lanes of a half warp holding a block's chunks.
+// sm90_rmsnorm's arithmetic on one row that a block of kNormThreads holds (thread t: the 8-value chunks c = (t +
+// kNormThreads·j)·8 < dim in v[j]): the f64 sum of squares (per thread in chunk order, warp_sum, then the warps in
+// order), y = w·(v·rs) (rounded by the store: bf16 RNE in kReference) and, with codes (bf16 activations, dim % 128 ==
+// 0), y's e4m3 block-128 codes and scale, the 16 lanes of a half warp holding a block's chunks. Every thread of the
+// block calls it (one __syncthreads inside); yr, codes_row and scales_row point at the row's outputs. WeightT: void
+// (none), __nv_bfloat16 or float.
 template <typename ActT, typename WeightT>
-__global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
-    sm90_rmsnorm_kernel(const ActT* __restrict__ x, const WeightT* __restrict__ w, int dim, float eps,
-                        ActT* __restrict__ y, uint8_t* __restrict__ codes, float* __restrict__ scales) {
-    pdl_enter();
+__device__ __forceinline__ void rmsnorm_block_row(const float (&v)[NormRopeConfig::kNormMaxChunks][8], int dim,
+                                                  const WeightT* __restrict__ w, float eps, ActT* __restrict__ yr,
+                                                  uint8_t* __restrict__ codes_row, float* __restrict__ scales_row) {
     constexpr int kT = NormRopeConfig::kNormThreads, kC = NormRopeConfig::kNormMaxChunks;
-    const int64_t row = blockIdx.x;
-    const ActT* xr = x + row * dim;
-    float v[kC][8];
     double ss = 0;
 #pragma unroll
     for (int j = 0; j < kC; ++j) {
-        const int c = (threadIdx.x + j * kT) * 8;
-        if (c < dim) {
-            load8(xr + c, v[j]);
+        if ((threadIdx.x + j * kT) * 8 < dim) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) ss += double(v[j][i]) * double(v[j][i]);
         }
@@ -80,7 +78,6 @@ __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
 #pragma unroll
     for (int i = 0; i < kT / 32; ++i) total += partial[i];
     const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(total / double(dim)), eps)));
-    ActT* yr = y + row * dim;
 #pragma unroll
     for (int j = 0; j < kC; ++j) {
         const int c = (threadIdx.x + j * kT) * 8;
@@ -99,17 +96,36 @@ __global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
             store8(yr + c, out);  // bf16 store rounds (RNE) in kReference
         }
         if constexpr (std::is_same_v<ActT, __nv_bfloat16>) {
-            if (codes) {  // the stored bf16 values, quantised as act_quant would read them back
+            if (codes_row) {  // the stored bf16 values, quantised as act_quant would read them back
 #pragma unroll
                 for (int i = 0; i < 8; ++i) out[i] = round_bf16(out[i]);
                 const E4m3Chunk q = e4m3_quantize_chunk(out, 16);
                 if (c < dim) {
-                    *reinterpret_cast<uint2*>(codes + row * dim + c) = make_uint2(q.packed[0], q.packed[1]);
-                    if ((threadIdx.x & 15) == 0) scales[row * (dim / 128) + c / 128] = exp2_int(q.e);
+                    *reinterpret_cast<uint2*>(codes_row + c) = make_uint2(q.packed[0], q.packed[1]);
+                    if ((threadIdx.x & 15) == 0) scales_row[c / 128] = exp2_int(q.e);
                 }
             }
         }
     }
+}
+
+// grid: rows; block: kNormThreads. codes / scales (bf16 activations, dim % 128 == 0, or null): rmsnorm_block_row's.
+template <typename ActT, typename WeightT>
+__global__ void __launch_bounds__(NormRopeConfig::kNormThreads)
+    sm90_rmsnorm_kernel(const ActT* __restrict__ x, const WeightT* __restrict__ w, int dim, float eps,
+                        ActT* __restrict__ y, uint8_t* __restrict__ codes, float* __restrict__ scales) {
+    pdl_enter();
+    constexpr int kT = NormRopeConfig::kNormThreads, kC = NormRopeConfig::kNormMaxChunks;
+    const int64_t row = blockIdx.x;
+    const ActT* xr = x + row * dim;
+    float v[kC][8];
+#pragma unroll
+    for (int j = 0; j < kC; ++j) {
+        const int c = (threadIdx.x + j * kT) * 8;
+        if (c < dim) load8(xr + c, v[j]);
+    }
+    rmsnorm_block_row<ActT, WeightT>(v, dim, w, eps, y + row * dim, codes ? codes + row * dim : nullptr,
+                                     codes ? scales + row * (dim / 128) : nullptr);
 }
 
 // grid: ceil(tokens·ceil(heads/hpw) / kWarpsPerBlock); one warp per hpw head vectors of one token (the f64 cos/sin
