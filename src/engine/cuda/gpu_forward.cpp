@@ -94,8 +94,9 @@ Result<cuda::HcPostFirst> take_post_first(GpuModel& m, const PendingPost& p) {
 
 // [pending hc_post +] hc_pre + RMSNorm: streams [rows, hc, D] → pass.normed; pre / post / comb filled. branch: the
 // split + Sinkhorn (post / comb, first read by this sub-block's hc_post in the next collapse) runs on m.hc_branch
-// from the mixes, beside the sub-block instead of on the step's chain (HcPreArgs::sinkhorn_apart). quantized: where
-// normed's e4m3 codes go when its linears want them (written by the norm's launch), else null.
+// from the mixes, beside the sub-block instead of on the step's chain (HcPreArgs::sinkhorn_apart), and steps of up
+// to pass.hc_wide_rows rows take the wide collapse, which applies the RMSNorm in its own launch (HcPreArgs::wide).
+// quantized: where normed's e4m3 codes go when its linears want them (written by the norm), else null.
 Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& norm, void* streams, int64_t rows,
                        const PendingPost& pending, bool branch, QuantizedRows* quantized) {
     const model::ModelConfig& c = m.cfg;
@@ -119,6 +120,19 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
     DSV4_ASSIGN_OR_RETURN(hp.post_first, take_post_first(m, pending));
     hp.sinkhorn_apart = branch;
     if (branch) hp.mixes = s.mixes.as<float>();
+    if (quantized) {
+        DSV4_ASSIGN_OR_RETURN(
+            *quantized, quantized_rows_in(m, s.normed.data(), rows, c.hidden_size, s.normed_codes, s.normed_scales));
+    }
+    const bool wide = branch && rows <= s.hc_wide_rows;
+    if (wide) {
+        hp.wide.counters = s.hc_tickets.as<int32_t>();
+        hp.wide.partials = s.hc_partials.as<double>();
+        hp.wide.weight = norm;
+        hp.wide.eps = float(c.rms_norm_eps);
+        hp.wide.y = s.normed.data();
+        if (quantized) hp.wide.codes = quantized->codes, hp.wide.scales = quantized->scales;
+    }
     DSV4_RETURN_IF_ERROR(cuda::sm90_hc_pre(m.precision, hp, m.stream.handle()));
     if (branch) {
         DSV4_RETURN_IF_ERROR(m.hc_branch.fork(m.stream.handle()));
@@ -133,6 +147,7 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
         sp.comb = s.comb.as<float>();
         DSV4_RETURN_IF_ERROR(cuda::sm90_hc_split_sinkhorn(sp, m.hc_branch.side()));
     }
+    if (wide) return Status::ok();  // normed (and its codes) written by the collapse's launch
     cuda::RmsNormArgs np;
     np.x = s.hc_x.data();
     np.rows = rows;
@@ -140,12 +155,7 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
     np.weight = norm;
     np.eps = float(c.rms_norm_eps);
     np.y = s.normed.data();
-    if (quantized) {
-        DSV4_ASSIGN_OR_RETURN(
-            *quantized, quantized_rows_in(m, s.normed.data(), rows, c.hidden_size, s.normed_codes, s.normed_scales));
-        np.codes = quantized->codes;
-        np.scales = quantized->scales;
-    }
+    if (quantized) np.codes = quantized->codes, np.scales = quantized->scales;
     return cuda::sm90_rmsnorm(m.precision, np, m.stream.handle());
 }
 

@@ -83,6 +83,11 @@ struct GpuPass {
     DeviceBuffer qr_codes, qr_scales;          // e4m3 [R, q_lora], f32 [R, q_lora/128]: the same for qr
     DeviceBuffer pre, post, comb;    // f32 [R, hc], [R, hc], [R, hc, hc]
     DeviceBuffer mixes;              // f32 [R, 24]: a decode step's hc_pre mixes, for the branch's Sinkhorn
+    // The wide decode collapse with the sub-block's RMSNorm (cuda::HcWideNorm) for steps of up to hc_wide_rows rows
+    // (at most the sessions and cuda::kHcWideMaxTokens; 0 where the model's width does not fit it): per-row tickets,
+    // zero between uses, and the blocks' partial sums.
+    int64_t hc_wide_rows = 0;
+    DeviceBuffer hc_tickets, hc_partials;  // int32 [hc_wide_rows], f64 [hc_wide_rows, cuda::hc_wide_blocks(D), 25]
     DeviceBuffer qr, q, attn, z;     // act [R, q_lora], [R, H, 512], [R, H, 512], [R, G·R_o]
     DeviceBuffer window_kv;          // act [R, 512]
     DeviceBuffer proj_kv, proj_score;              // f32 [R, 2·512]

@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels/glue/glue.h"
 #include "backend/cuda/kernels/indexer/indexer.h"
 #include "backend/cuda/kernels/linear/linear.h"
+#include "backend/cuda/kernels/mhc/mhc.h"
 #include "backend/cuda/kernels/moe/mxfp4_repack.h"
 #include "backend/cuda/kernels/moe_prefill/moe_prefill.h"
 #include "core/formats.h"
@@ -401,6 +402,11 @@ Status size_gpu_pass_for_cache(GpuModel& m) {
     DSV4_RETURN_IF_ERROR(
         alloc(s.select_counters, std::min(R, k.sessions) * cuda::kTopkSelectCounterWords * 4, "top-k select counters"));
     DSV4_RETURN_IF_ERROR(s.select_counters.fill_bytes(0));
+    const int64_t hc_blocks = cuda::hc_wide_blocks(c.hidden_size);
+    s.hc_wide_rows = hc_blocks > 0 ? std::min({R, k.sessions, cuda::kHcWideMaxTokens}) : 0;
+    DSV4_RETURN_IF_ERROR(alloc(s.hc_tickets, s.hc_wide_rows * 4, "mHC collapse tickets"));
+    DSV4_RETURN_IF_ERROR(s.hc_tickets.fill_bytes(0));
+    DSV4_RETURN_IF_ERROR(alloc(s.hc_partials, s.hc_wide_rows * hc_blocks * 25 * 8, "mHC collapse partial sums"));
     DSV4_RETURN_IF_ERROR(alloc(s.index_topk, R * c.index_topk * 4, "indexer top-k"));
     DSV4_RETURN_IF_ERROR(alloc(s.token_pages, R * std::max<int64_t>(k.csa.pages_per_session, 1) * 4, "key pages"));
     // passes that can take the wgmma prefill kernel decode their K=V rows once (gpu_attention.cpp, decode_pass_rows)

@@ -11,6 +11,25 @@
 #include "backend/cuda/kernels/mhc/mhc_wide.h"
 
 namespace dsv4::cuda {
+
+// (here, not in mhc.cuh: a non-template kernel, which two translation units may not both define)
+// sm90_hc_split_sinkhorn: warp w of block b takes token 8b + w; lanes 0..23 hold its mixes.
+__global__ void __launch_bounds__(256)
+    sm90_hc_split_sinkhorn_kernel(const float* __restrict__ mixes, int64_t tokens, const float* __restrict__ scale,
+                                  const float* __restrict__ base, int iters, float hc_eps, float* __restrict__ post,
+                                  float* __restrict__ comb) {
+    pdl_enter();
+    constexpr int kHc = MhcConfig::kHc;
+    const int64_t t = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+    if (t >= tokens) return;  // warp-uniform
+    const int lane = threadIdx.x & 31;
+    const float m = lane < MhcConfig::kMixMax ? mixes[t * MhcConfig::kMixMax + lane] : 0.0f;
+    float p, po, cb;
+    hc_split_sinkhorn_warp(m, scale, base, iters, hc_eps, p, po, cb);
+    if (lane < kHc) post[t * kHc + lane] = po;
+    if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
+}
+
 namespace {
 
 using backend::Precision;

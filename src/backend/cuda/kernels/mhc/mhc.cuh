@@ -139,23 +139,6 @@ __device__ __forceinline__ float hc_finish_token_warp(double tot, int n, int64_t
     return __fadd_rn(sigmoid_f32(__fadd_rn(__fmul_rn(m, scale[0]), base[lane & 3])), hc_eps);
 }
 
-// sm90_hc_split_sinkhorn: warp w of block b takes token 8b + w; lanes 0..23 hold its mixes.
-__global__ void __launch_bounds__(256)
-    sm90_hc_split_sinkhorn_kernel(const float* __restrict__ mixes, int64_t tokens, const float* __restrict__ scale,
-                                  const float* __restrict__ base, int iters, float hc_eps, float* __restrict__ post,
-                                  float* __restrict__ comb) {
-    pdl_enter();
-    constexpr int kHc = MhcConfig::kHc;
-    const int64_t t = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
-    if (t >= tokens) return;  // warp-uniform
-    const int lane = threadIdx.x & 31;
-    const float m = lane < MhcConfig::kMixMax ? mixes[t * MhcConfig::kMixMax + lane] : 0.0f;
-    float p, po, cb;
-    hc_split_sinkhorn_warp(m, scale, base, iters, hc_eps, p, po, cb);
-    if (lane < kHc) post[t * kHc + lane] = po;
-    if (lane < kHc * kHc) comb[t * kHc * kHc + lane] = cb;
-}
-
 // The collapse of 8 channels: out = Σ_j pre[j]·X[j], each product rounded and the sum taken left to right (the CPU's
 // order); v[j] holds stream j's 8 values.
 __device__ __forceinline__ void hc_collapse8(float p0, float p1, float p2, float p3,

@@ -102,11 +102,11 @@ __global__ void __launch_bounds__(MhcWideConfig::kThreads, 1)
     const int n = kHc * dim;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c = b * Cfg::kBlockVals + int(threadIdx.x) * kV;  // this thread's first value (n % kBlockVals == 0)
-    // fn's columns by volatile loads: plain loads of restrict data were sunk below the wait by the compiler
+    // fn's columns by loads the wait cannot overtake (ld_stream.cuh, ld_early16)
     float f[kMix][kV];
 #pragma unroll
     for (int r = 0; r < kMix; ++r) {
-        const uint4 u = ld_stream16(fn + int64_t(r) * n + c);
+        const uint4 u = ld_early16(fn + int64_t(r) * n + c);
         f[r][0] = __uint_as_float(u.x), f[r][1] = __uint_as_float(u.y), f[r][2] = __uint_as_float(u.z),
         f[r][3] = __uint_as_float(u.w);
     }
