@@ -129,6 +129,35 @@ void bench_mhc(StreamHandle s, std::mt19937_64& rng, int64_t T, int64_t D) {
                            s);
     });
     row("sm90_hc_pre", shape, T, us, double(xbytes + T * D * 2 + 24 * 4 * D * 4), 0);
+    const int64_t wide_blocks = hc_wide_blocks(D);
+    if (T <= kHcWideMaxTokens && wide_blocks > 0) {
+        // a decode sub-block's entry as the engine runs it: the collapse with the Sinkhorn apart, then the RMSNorm
+        // writing normed's e4m3 codes — as two launches, and as the wide collapse that applies the norm itself
+        DeviceBuffer mixes = zeros(size_t(T) * 24 * 4), normed = zeros(size_t(T * D) * 2), codes = zeros(size_t(T * D));
+        DeviceBuffer scales = zeros(size_t(T * D / 128) * 4), nw = device_copy(std::vector<uint16_t>(size_t(D), 0x3f80));
+        DeviceBuffer tickets = zeros(size_t(T) * 4), partials = zeros(size_t(T * wide_blocks * 25) * 8);
+        const DeviceWeightView nwv{WeightFormat::kBF16, 1, D, nw.data(), nullptr};
+        auto apart = [&](int i) {
+            HcPreArgs a{x[size_t(i)].data(), T, D, fv(fn, 24, 4 * D), fv(sc, 1, 3), fv(base, 1, 24), 20, 1e-6f, 1e-6f,
+                        mixes.as<float>(), pre.as<float>(), nullptr, nullptr, y.data()};
+            a.sinkhorn_apart = true;
+            return a;
+        };
+        const double bytes = double(xbytes + 2 * T * D * 2 + T * D + 24 * 4 * D * 4);
+        us = time_us(s, n, [&](int i) {
+            if (Status st = sm90_hc_pre(ref, apart(i), s); !st.is_ok()) return st;
+            return sm90_rmsnorm(ref,
+                                {y.data(), T, D, nwv, 1e-6f, normed.data(), codes.as<uint8_t>(), scales.as<float>()}, s);
+        });
+        row("hc_pre + rmsnorm", shape, T, us, bytes, 0);
+        us = time_us(s, n, [&](int i) {
+            HcPreArgs a = apart(i);
+            a.wide = {tickets.as<int32_t>(), partials.as<double>(), nwv, 1e-6f, normed.data(), codes.as<uint8_t>(),
+                      scales.as<float>()};
+            return sm90_hc_pre(ref, a, s);
+        });
+        row("hc_pre wide, its norm", shape, T, us, bytes, 0);
+    }
     us = time_us(s, n, [&](int i) {
         return sm90_hc_post(
             ref, {y.data(), x[size_t(i)].data(), post.as<float>(), comb.as<float>(), T, D, out.data()}, s);
