@@ -124,7 +124,7 @@ Status enter_sub_block(GpuModel& m, const GpuHc& hc, const DeviceWeightView& nor
         DSV4_ASSIGN_OR_RETURN(
             *quantized, quantized_rows_in(m, s.normed.data(), rows, c.hidden_size, s.normed_codes, s.normed_scales));
     }
-    const bool wide = branch && rows <= s.hc_wide_rows;
+    const bool wide = branch && rows <= s.hc_wide_rows && !norm.empty();  // the wide launch applies a weighted norm
     if (wide) {
         hp.wide.counters = s.hc_tickets.as<int32_t>();
         hp.wide.partials = s.hc_partials.as<double>();
