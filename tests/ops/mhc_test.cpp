@@ -1,11 +1,13 @@
 // sm90_hc_pre, sm90_hc_post and sm90_hc_head against the CPU mHC ops (hc_pre, hc_post, hc_head) at V4-Flash
 // (D = 4096) and V4-Pro (D = 7168) shapes and edge shapes, in both precisions, fresh random inputs, poisoned outputs.
+#include "backend/cuda/kernels/mhc/mhc.h"
+
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cuda/kernels/mhc/mhc.h"
 #include "core/thread_pool.h"
 #include "ops/gpu_testing.h"
+#include "ops/mhc_testing.h"
 #include "testing/testing.h"
 
 namespace dsv4::cuda {
@@ -14,20 +16,6 @@ namespace {
 using backend::Precision;
 using backend::WeightFormat;
 using namespace dsv4::cuda::testing;
-
-std::vector<float> normal(std::mt19937_64& rng, size_t n, float mean, float sigma) {
-    std::normal_distribution<float> d(mean, sigma);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-backend::WeightView f32_view(const std::vector<float>& v, int64_t rows, int64_t cols) {
-    return {WeightFormat::kF32, rows, cols, v.data(), nullptr};
-}
-
-// mix vectors, pre / post / comb: f32 math on both sides (f64 dot products), only last-bit differences
-constexpr double kF32Tol = 1e-5;
-double act_tol(Precision p) { return p == Precision::kReference ? 2e-3 : 1e-6; }
 
 struct HcCase {
     int64_t tokens, dim;
@@ -72,12 +60,12 @@ TEST_P(HcPreTest, MatchesCpu) {
         HcPreArgs a{dx->data(), T, D, dfn->view(), dscale->view(), dbase->view(), 20, 1e-6f, 1e-6f,
                     dmix->as<float>(), dpre->as<float>(), dpost->as<float>(), dcomb->as<float>(), dout->data()};
         DSV4_ASSERT_OK(sm90_hc_pre(prec, a, nullptr));
-        DSV4_EXPECT_CLOSE(to_host<float>(*dmix, w_mix.size()), w_mix, kF32Tol);
-        DSV4_EXPECT_CLOSE(to_host<float>(*dpre, w_pre.size()), w_pre, kF32Tol);
-        DSV4_EXPECT_CLOSE(to_host<float>(*dpost, w_post.size()), w_post, kF32Tol);
-        DSV4_EXPECT_CLOSE(to_host<float>(*dcomb, w_comb.size()), w_comb, kF32Tol);
+        DSV4_EXPECT_CLOSE(to_host<float>(*dmix, w_mix.size()), w_mix, kHcF32Tol);
+        DSV4_EXPECT_CLOSE(to_host<float>(*dpre, w_pre.size()), w_pre, kHcF32Tol);
+        DSV4_EXPECT_CLOSE(to_host<float>(*dpost, w_post.size()), w_post, kHcF32Tol);
+        DSV4_EXPECT_CLOSE(to_host<float>(*dcomb, w_comb.size()), w_comb, kHcF32Tol);
         auto got = act_to_host(prec, *dout, w_out.size());
-        DSV4_EXPECT_CLOSE(got, w_out, act_tol(prec));
+        DSV4_EXPECT_CLOSE(got, w_out, hc_act_tol(prec));
         if (prec == Precision::kReference) {
             EXPECT_LE(count_bit_differences(got, w_out), got.size() / 1000 + 1);
         }
@@ -109,7 +97,7 @@ TEST_P(HcPostTest, BitExactToCpu) {
         HcPostArgs args{da->data(), dr->data(), dpost->as<float>(), dcomb->as<float>(), T, D, dout->data()};
         DSV4_ASSERT_OK(sm90_hc_post(prec, args, nullptr));
         auto got = act_to_host(prec, *dout, want.size());
-        DSV4_EXPECT_CLOSE(got, want, act_tol(prec));
+        DSV4_EXPECT_CLOSE(got, want, hc_act_tol(prec));
         // the same IEEE operations in the same order: every element identical
         EXPECT_EQ(count_bit_differences(got, want), 0u);
     }
@@ -142,9 +130,9 @@ TEST_P(HcHeadTest, MatchesCpu) {
         HcHeadArgs a{dx->data(), T, D, dfn->view(), dscale->view(), dbase->view(), 1e-6f, 1e-6f, dpre->as<float>(),
                      dy->data()};
         DSV4_ASSERT_OK(sm90_hc_head(prec, a, nullptr));
-        DSV4_EXPECT_CLOSE(to_host<float>(*dpre, w_pre.size()), w_pre, kF32Tol);
+        DSV4_EXPECT_CLOSE(to_host<float>(*dpre, w_pre.size()), w_pre, kHcF32Tol);
         auto got = act_to_host(prec, *dy, w_y.size());
-        DSV4_EXPECT_CLOSE(got, w_y, act_tol(prec));
+        DSV4_EXPECT_CLOSE(got, w_y, hc_act_tol(prec));
         if (prec == Precision::kReference) {
             EXPECT_LE(count_bit_differences(got, w_y), got.size() / 1000 + 1);
         }

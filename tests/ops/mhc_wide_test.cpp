@@ -9,6 +9,7 @@
 #include "backend/cuda/kernels/mhc/mhc.h"
 #include "backend/cuda/kernels/norm_rope/norm_rope.h"
 #include "ops/gpu_testing.h"
+#include "ops/mhc_testing.h"
 #include "testing/testing.h"
 
 namespace dsv4::cuda {
@@ -17,19 +18,6 @@ namespace {
 using backend::Precision;
 using backend::WeightFormat;
 using namespace dsv4::cuda::testing;
-
-std::vector<float> normal(std::mt19937_64& rng, size_t n, float mean, float sigma) {
-    std::normal_distribution<float> d(mean, sigma);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-backend::WeightView f32_view(const std::vector<float>& v, int64_t rows, int64_t cols) {
-    return {WeightFormat::kF32, rows, cols, v.data(), nullptr};
-}
-
-constexpr double kF32Tol = 1e-5;  // mixes and pre: f32 math on f64 sums on both sides
-double act_tol(Precision p) { return p == Precision::kReference ? 2e-3 : 1e-6; }
 
 struct WideCase {
     int64_t tokens, dim;
@@ -144,13 +132,13 @@ TEST_P(HcWideTest, MatchesCpuAndTheNormOnItsOwnCollapse) {
                 launch(run);
                 if (HasFatalFailure()) return;
 
-                DSV4_EXPECT_CLOSE(to_host<float>(*run.mix, w_mix.size()), w_mix, kF32Tol);
-                DSV4_EXPECT_CLOSE(to_host<float>(*run.pre, w_pre.size()), w_pre, kF32Tol);
+                DSV4_EXPECT_CLOSE(to_host<float>(*run.mix, w_mix.size()), w_mix, kHcF32Tol);
+                DSV4_EXPECT_CLOSE(to_host<float>(*run.pre, w_pre.size()), w_pre, kHcF32Tol);
                 const auto out = act_to_host(prec, *run.out, w_out.size());
-                DSV4_EXPECT_CLOSE(out, w_out, act_tol(prec));
+                DSV4_EXPECT_CLOSE(out, w_out, hc_act_tol(prec));
                 EXPECT_LE(count_bit_differences(out, w_out), out.size() / 1000 + 1);
                 const auto y = act_to_host(prec, *run.y, w_y.size());
-                DSV4_EXPECT_CLOSE(y, w_y, act_tol(prec));
+                DSV4_EXPECT_CLOSE(y, w_y, hc_act_tol(prec));
                 EXPECT_LE(count_bit_differences(y, w_y), y.size() / 1000 + 1);
                 if (post_first) {
                     EXPECT_EQ(differing_bytes(*run.streams, *want_streams, n_streams * (ref ? 2 : 4)), 0u) << "streams";
