@@ -1,8 +1,8 @@
-// sm90_hc_pre's wide decode collapse with the sub-block's RMSNorm (HcPreArgs::wide) at V4-Flash (D = 4096) and V4-Pro
-// (D = 7168) widths, 1 to 64 tokens, with and without the previous sub-block's hc_post, in both precisions, fresh
-// random inputs, poisoned outputs: against the CPU's hc_pre followed by its rmsnorm; the norm and its e4m3 codes bit
-// for bit against sm90_rmsnorm run on the launch's own x_out; the streams bit for bit against sm90_hc_post; the
-// tickets left zero, and a second launch the same bits.
+// sm90_hc_pre's wide decode collapse with the sub-block's RMSNorm (HcPreArgs::wide) at V4-Flash (D = 4096), V4-Pro
+// (D = 7168) and the test models' (128) widths, 1 to 64 tokens, with and without the previous sub-block's hc_post, in
+// both precisions, fresh random inputs, poisoned outputs: against the CPU's hc_pre followed by its rmsnorm; the norm
+// and its e4m3 codes bit for bit against sm90_rmsnorm run on the launch's own x_out; the streams bit for bit against
+// sm90_hc_post; the tickets left zero, and a second launch the same bits.
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_ops.h"
@@ -22,7 +22,9 @@ using namespace dsv4::cuda::testing;
 struct WideCase {
     int64_t tokens, dim;
 };
-const WideCase kWideCases[] = {{1, 4096}, {8, 4096}, {64, 4096}, {1, 7168}, {3, 7168}};
+// Flash and Pro widths; the test models' 128 (one block, half of it past the streams) and a width whose last block is
+// partly past them (1,152: 4.5 blocks)
+const WideCase kWideCases[] = {{1, 4096}, {8, 4096}, {64, 4096}, {1, 7168}, {3, 7168}, {1, 128}, {5, 128}, {2, 1152}};
 
 // One launch's outputs.
 struct WideRun {
@@ -208,16 +210,19 @@ TEST(HcWideValidation, BadArgumentsAreClearErrors) {
     b.wide.codes = p;
     expect(b, "codes and scales go together");
     b = h;
-    b.dim = 128;  // below one block of 1,024 stream values (fn sized to match, so that the width is what fails)
-    std::vector<float> fn128(size_t(24 * 4 * 128));
-    auto dfn128 = upload_weight(f32_view(fn128, 24, 4 * 128), "hc_fn");
-    ASSERT_TRUE(dfn128.is_ok());
-    b.fn = dfn128->view();
-    expect(b, "must be a multiple of 256");
+    b.dim = 8200;  // past the RMSNorm's 8,192 (fn sized to match, so that the width is what fails)
+    std::vector<float> fn_wide(size_t(24 * 4 * 8200));
+    auto dfn_wide = upload_weight(f32_view(fn_wide, 24, 4 * 8200), "hc_fn");
+    ASSERT_TRUE(dfn_wide.is_ok());
+    b.fn = dfn_wide->view();
+    expect(b, "must be a multiple of 8 and at most 8192");
     EXPECT_EQ(hc_wide_blocks(4096), 16);
     EXPECT_EQ(hc_wide_blocks(7168), 28);
-    EXPECT_EQ(hc_wide_blocks(128), 0);
-    EXPECT_EQ(hc_wide_blocks(16384), 0);
+    EXPECT_EQ(hc_wide_blocks(128), 1);
+    EXPECT_EQ(hc_wide_blocks(1152), 5);
+    EXPECT_EQ(hc_wide_blocks(8192), 32);
+    EXPECT_EQ(hc_wide_blocks(8200), 0);
+    EXPECT_EQ(hc_wide_blocks(100), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, HcWideTest, ::testing::Values(Precision::kReference, Precision::kF32),

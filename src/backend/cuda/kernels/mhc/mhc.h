@@ -40,7 +40,7 @@ struct HcWideNorm {
     uint8_t* codes = nullptr;
     float* scales = nullptr;
 };
-// Blocks per token of the wide collapse (4·dim / 1,024), 0 where it does not apply (dim % 256 != 0 or dim > 8,192).
+// Blocks per token of the wide collapse (⌈4·dim / 1,024⌉), 0 where it does not apply (dim % 8 != 0 or dim > 8,192).
 int64_t hc_wide_blocks(int64_t dim);
 // Decode steps up to this many rows take the wide collapse (the engine's choice; the launch itself takes any count).
 constexpr int64_t kHcWideMaxTokens = 64;

@@ -41,8 +41,8 @@ void launch_weight(const HcPreArgs& a, bool post_first, int64_t blocks, cudaStre
 }  // namespace
 
 int64_t hc_wide_blocks(int64_t dim) {
-    if (dim <= 0 || (4 * dim) % Cfg::kBlockVals != 0) return 0;
-    const int64_t blocks = 4 * dim / Cfg::kBlockVals;
+    if (dim <= 0 || dim % 8 != 0) return 0;
+    const int64_t blocks = (4 * dim + Cfg::kBlockVals - 1) / Cfg::kBlockVals;
     return blocks <= Cfg::kMaxBlocks ? blocks : 0;
 }
 
@@ -51,7 +51,7 @@ Status launch_hc_collapse_wide(Precision precision, const HcPreArgs& a, bool pos
     const HcWideNorm& w = a.wide;
     const int64_t blocks = hc_wide_blocks(a.dim);
     if (blocks == 0)
-        return invalid_argument(op + ": dim " + std::to_string(a.dim) + " must be a multiple of 256 and at most 8192");
+        return invalid_argument(op + ": dim " + std::to_string(a.dim) + " must be a multiple of 8 and at most 8192");
     if (!a.sinkhorn_apart) return invalid_argument(op + ": needs sinkhorn_apart (it computes pre and the mixes only)");
     if (!w.counters || !w.partials || !w.y) return invalid_argument(op + ": null counters, partials or y");
     if (!is_aligned(w.counters, 4) || !is_aligned(w.partials, 8) || !is_aligned(w.y, 16))

@@ -101,12 +101,15 @@ __global__ void __launch_bounds__(MhcWideConfig::kThreads, 1)
     const int64_t t = blockIdx.y;
     const int n = kHc * dim;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int c = b * Cfg::kBlockVals + int(threadIdx.x) * kV;  // this thread's first value (n % kBlockVals == 0)
+    // this thread's first value; past n (the last block of a width that is not a multiple of 256) a thread holds
+    // zeros and loads and stores nothing
+    const int c = b * Cfg::kBlockVals + int(threadIdx.x) * kV;
+    const bool live = c < n;  // n % 32 == 0: a thread's 4 values are all live or all past n
     // fn's columns by loads the wait cannot overtake (ld_stream.cuh, ld_early16)
     float f[kMix][kV];
 #pragma unroll
     for (int r = 0; r < kMix; ++r) {
-        const uint4 u = ld_early16(fn + int64_t(r) * n + c);
+        const uint4 u = live ? ld_early16(fn + int64_t(r) * n + c) : make_uint4(0, 0, 0, 0);
         f[r][0] = __uint_as_float(u.x), f[r][1] = __uint_as_float(u.y), f[r][2] = __uint_as_float(u.z),
         f[r][3] = __uint_as_float(u.w);
     }
@@ -114,15 +117,17 @@ __global__ void __launch_bounds__(MhcWideConfig::kThreads, 1)
 
     // 2. this thread's values and its share of the 25 sums
     ActT* xt = x + t * n;
-    float v[kV];
-    if constexpr (kPostFirst) {
-        const int k = c / dim;  // dim % 4 == 0: a thread's values never straddle two streams
-        hc_post_chunk<ActT, kV>(post_in, t, k, c - k * dim, dim, v);
-        store4(xt + c, v);  // the stream as sm90_hc_post stores it (bf16 RNE in kReference) ...
+    float v[kV] = {0, 0, 0, 0};
+    if (live) {
+        if constexpr (kPostFirst) {
+            const int k = c / dim;  // dim % 4 == 0: a thread's values never straddle two streams
+            hc_post_chunk<ActT, kV>(post_in, t, k, c - k * dim, dim, v);
+            store4(xt + c, v);  // the stream as sm90_hc_post stores it (bf16 RNE in kReference) ...
 #pragma unroll
-        for (int i = 0; i < kV; ++i) v[i] = to_f32(from_f32<ActT>(v[i]));  // ... and its stored values are used
-    } else {
-        load4(xt + c, v);
+            for (int i = 0; i < kV; ++i) v[i] = to_f32(from_f32<ActT>(v[i]));  // ... and its stored values are used
+        } else {
+            load4(xt + c, v);
+        }
     }
     double s[32];  // [0, kMix): fn rows · values; kMix: Σ values²; the rest zero (the reduce-scatter's 32)
 #pragma unroll
