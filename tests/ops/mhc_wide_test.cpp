@@ -138,10 +138,15 @@ TEST_P(HcWideTest, MatchesCpuAndTheNormOnItsOwnCollapse) {
                 DSV4_EXPECT_CLOSE(to_host<float>(*run.pre, w_pre.size()), w_pre, kHcF32Tol);
                 const auto out = act_to_host(prec, *run.out, w_out.size());
                 DSV4_EXPECT_CLOSE(out, w_out, hc_act_tol(prec));
-                EXPECT_LE(count_bit_differences(out, w_out), out.size() / 1000 + 1);
                 const auto y = act_to_host(prec, *run.y, w_y.size());
                 DSV4_EXPECT_CLOSE(y, w_y, hc_act_tol(prec));
-                EXPECT_LE(count_bit_differences(y, w_y), y.size() / 1000 + 1);
+                // bf16 rows round away the last-bit differences of another summation order than the CPU's; f32 rows
+                // keep them (one in a token's pre reaches its whole row), so there only the tolerance holds, as in
+                // HcPreTest
+                if (ref) {
+                    EXPECT_LE(count_bit_differences(out, w_out), out.size() / 1000 + 1);
+                    EXPECT_LE(count_bit_differences(y, w_y), y.size() / 1000 + 1);
+                }
                 if (post_first) {
                     EXPECT_EQ(differing_bytes(*run.streams, *want_streams, n_streams * (ref ? 2 : 4)), 0u) << "streams";
                 }

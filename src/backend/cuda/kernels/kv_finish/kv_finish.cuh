@@ -220,13 +220,6 @@ __global__ void __launch_bounds__(KvFinishConfig::kWarps * 32)
     }
 }
 
-// exp_f32 (the CPU reference's f64 exp) out of line, for the pool with m known at compile time (the fused decode
-// compressor: eight exps per pooled value, unrolled): at batch 1 that kernel runs once per launch on a cold
-// instruction cache, where each inlined copy of the ~50-instruction f64 polynomial is fetched again
-// (docs/kernels/attention.md, "The layer as decode runs it"). The runtime-m loops keep one inlined copy per loop.
-// Internal linkage: each translation unit that includes this header keeps its own copy.
-static __device__ __noinline__ float exp_f32_call(float x) { return exp_f32(x); }
-
 // Pooled value (f32) of one channel of one window, backend/cpu/compressor.cpp compressor_pool's order of operations:
 // a softmax over the window's m rows (kv(t), score(t), t < m) and, with_prev, first over the previous window's m rows
 // (prev_kv(t), prev_score(t)), weighting the kv values. The accessors read memory (compressor_pool_channel) or
@@ -245,14 +238,12 @@ __device__ __forceinline__ float compressor_pool_values(int m, bool with_prev, P
     float sum = 0;
     if (with_prev)
         for (int t = 0; t < m; ++t) {
-            const float d = __fsub_rn(prev_score(t), mx);
-            const float e = kM > 0 ? exp_f32_call(d) : exp_f32(d);
+            const float e = exp_f32(__fsub_rn(prev_score(t), mx));
             if constexpr (kM > 0) ep[t] = e;
             sum = __fadd_rn(sum, e);
         }
     for (int t = 0; t < m; ++t) {
-        const float d = __fsub_rn(score(t), mx);
-        const float e = kM > 0 ? exp_f32_call(d) : exp_f32(d);
+        const float e = exp_f32(__fsub_rn(score(t), mx));
         if constexpr (kM > 0) ec[t] = e;
         sum = __fadd_rn(sum, e);
     }
