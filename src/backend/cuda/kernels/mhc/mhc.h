@@ -43,7 +43,9 @@ struct HcWideNorm {
 // Blocks per token of the wide collapse (⌈4·dim / 1,024⌉), 0 where it does not apply (dim % 8 != 0 or dim > 8,192).
 int64_t hc_wide_blocks(int64_t dim);
 // Decode steps up to this many rows take the wide collapse (the engine's choice; the launch itself takes any count).
-constexpr int64_t kHcWideMaxTokens = 64;
+// Against the collapse + norm pair on an H200 (dsv4_bench_cuda_ops mhc, 2026-12-05): V4-Flash -2.4 / -2.1 / +0.8 us at
+// 1 / 8 / 64 rows, V4-Pro -4.6 / -0.7 / +12.7: one block per SM and a row per last block stop paying past 8 rows.
+constexpr int64_t kHcWideMaxTokens = 8;
 
 // m = (fn @ flat(X)) · rsqrt(mean(flat(X)²) + norm_eps) (f64 dot products and sum of squares, as the CPU);
 // pre = σ(m[0:4]·s0 + b) + eps; post = 2σ(m[4:8]·s1 + b); comb = Sinkhorn(softmax_rows(m[8:24]·s2 + b) + eps);
