@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -66,6 +67,28 @@ CLI::Validator non_negative() {
         "NUMBER >= 0");
 }
 
+// "ID=BIAS" (a token id, a bias in [-100, 100]) into *out; false when the text is not one.
+bool parse_logit_bias(const std::string& text, TokenBias* out) {
+    const size_t eq = text.find('=');
+    if (eq == 0 || eq == std::string::npos || eq > 10) return false;
+    int64_t id = 0;
+    for (size_t i = 0; i < eq; ++i) {
+        if (text[i] < '0' || text[i] > '9') return false;
+        id = id * 10 + (text[i] - '0');
+    }
+    if (id > std::numeric_limits<int32_t>::max()) return false;
+    try {
+        size_t used = 0;
+        const std::string value = text.substr(eq + 1);
+        const double bias = std::stod(value, &used);
+        if (used != value.size() || !(bias >= -100 && bias <= 100)) return false;
+        *out = {int32_t(id), float(bias)};
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
 }  // namespace
 
 void add_model_flags(CLI::App& cmd, ModelFlags& f) {
@@ -116,6 +139,15 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
              "DSV4_SEED");
     with_env(cmd.add_option("--stop", f.stop, "stop string (repeatable); it ends the reply and is not printed"),
              "DSV4_STOP");
+    cmd.add_option("--logit-bias", f.logit_bias,
+                   "ID=BIAS (repeatable): add BIAS in [-100, 100] to token ID's logit before sampling "
+                   "(-100 all but bans it, 100 all but forces it)")
+        ->check(CLI::Validator(
+            [](std::string& text) -> std::string {
+                TokenBias b;
+                return parse_logit_bias(text, &b) ? "" : "must be ID=BIAS with BIAS in [-100, 100], got '" + text + "'";
+            },
+            "ID=BIAS"));
     with_env(cmd.add_flag("--ignore-eos", f.ignore_eos, "keep generating after the end-of-sentence token"),
              "DSV4_IGNORE_EOS");
     auto* think =
@@ -179,6 +211,10 @@ engine::GenerationOptions generation_options(const SamplingFlags& f, const Sessi
     o.sampling.min_p = float(f.min_p);
     o.sampling.repetition_penalty = float(f.repeat_penalty);
     o.sampling.seed = seed;
+    for (const std::string& text : f.logit_bias) {
+        TokenBias b;
+        if (parse_logit_bias(text, &b)) o.sampling.logit_bias.push_back(b);  // the flag's validator accepted it
+    }
     o.max_tokens = std::max<int64_t>(f.n_predict, 0);
     o.max_context = session.max_context();
     o.stop = f.stop;

@@ -38,6 +38,7 @@ struct SamplingFlags {
     double repeat_penalty = 1.0;
     int64_t seed = -1;  // < 0: a random seed (printed, so the run can be repeated)
     std::vector<std::string> stop;
+    std::vector<std::string> logit_bias;  // "ID=BIAS" each (checked by the flag's validator)
     bool ignore_eos = false;
     bool think = false;
     bool no_think = false;

@@ -48,8 +48,9 @@ struct EngineSample {
     const SamplingParams* params = nullptr;  // valid (dsv4::validate)
     double uniform = 0;                      // in [0, 1): the caller's Rng::uniform(); unused when greedy
     // Filled by the step: token, logprob, alternatives. token = -1 where the engine did not draw (the CPU backend,
-    // prefill passes, a row whose candidates pass the device's limits, non-finite logits): then the feed's logits are
-    // filled as without the request, for the caller's Sampler. Where token >= 0 the logits row is left unfilled.
+    // prefill passes, a row whose candidates pass the device's limits, a logit bias, non-finite logits): then the
+    // feed's logits are filled as without the request, for the caller's Sampler. Where token >= 0 the logits row is
+    // left unfilled.
     SampleResult* result = nullptr;
     // The history the penalties count (Sampler::sample's `history`); read during the feed only.
     std::span<const int32_t> history;

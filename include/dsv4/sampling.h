@@ -1,5 +1,6 @@
 // Token sampling over f32 logits: greedy, temperature, top-k, top-p, min-p, repetition / presence / frequency
-// penalties, a per-sequence seeded RNG and top-n logprobs. docs/chat.md ("Sampling") states the exact semantics.
+// penalties, a logit bias, a per-sequence seeded RNG and top-n logprobs. docs/chat.md ("Sampling") states the exact
+// semantics.
 //
 // A Sampler owns every buffer it needs, sized for the vocabulary at construction: sample() never allocates.
 #pragma once
@@ -13,6 +14,12 @@
 
 namespace dsv4 {
 
+struct TokenBias {
+    int32_t token = 0;
+    float bias = 0;
+};
+inline constexpr size_t kMaxLogitBias = 1024;
+
 struct SamplingParams {
     float temperature = 1.0f;         // <= 0: greedy (argmax, lowest id on ties)
     int32_t top_k = 0;                // keep the k most likely tokens; <= 0 or >= vocab: off
@@ -24,10 +31,14 @@ struct SamplingParams {
     int32_t penalty_last_n = -1;      // how many of the most recent history tokens count; -1: all, 0: none
     uint64_t seed = 0;
     int32_t top_logprobs = 0;         // alternatives to report, 0..kMaxTopLogprobs
+    // OpenAI's logit_bias: each bias added to its token's logit before everything above (-100 all but bans the token,
+    // +100 all but forces it); at most kMaxLogitBias entries, biases in [-100, 100]; ids outside the vocabulary are
+    // ignored here (Generation rejects them). Logprobs describe the biased distribution.
+    std::vector<TokenBias> logit_bias;
 };
 
 // Validates ranges (temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, repetition_penalty > 0, top_logprobs in
-// 0..kMaxTopLogprobs, finite values) with a message naming the field.
+// 0..kMaxTopLogprobs, logit_bias as described above, finite values) with a message naming the field.
 Status validate(const SamplingParams& params);
 
 inline constexpr int kMaxTopLogprobs = 20;
@@ -66,9 +77,11 @@ public:
     // Restarts the random stream from params.seed (same seed, same logits -> same tokens).
     void reset();
     // Takes new parameters and restarts the random stream from their seed, keeping every buffer: a sampler reused
-    // across requests allocates nothing. Same effect as constructing a new Sampler(vocab_size, params).
+    // across requests allocates nothing (but for a logit_bias list longer than any before). Same effect as
+    // constructing a new Sampler(vocab_size, params).
     void configure(const SamplingParams& params);
     const SamplingParams& params() const { return params_; }
+    int32_t vocab_size() const { return vocab_; }
     Rng& rng() { return rng_; }
 
     // logits: [vocab_size]. history: tokens seen so far (the caller decides: OpenAI semantics pass the generated
@@ -77,7 +90,7 @@ public:
     // re-checked here: call validate() when they come from a user.
     Status sample(std::span<const float> logits, std::span<const int32_t> history, SampleResult& result);
 
-    // The logits after penalties and temperature of the last call (the distribution logprobs are taken from).
+    // The logits after bias, penalties and temperature of the last call (the distribution logprobs are taken from).
     std::span<const float> processed_logits() const { return work_; }
 
 private:

@@ -91,6 +91,11 @@ Status Generation::begin(GenerationOptions options) {
     reason_ = StopReason::kNone;
     if (prompt_.empty()) return invalid_argument("the prompt is empty: generation needs at least one prompt token");
     DSV4_RETURN_IF_ERROR(validate(options.sampling));
+    for (const TokenBias& b : options.sampling.logit_bias)
+        if (b.token >= sampler_.vocab_size())
+            return invalid_argument("logit_bias names token " + std::to_string(b.token) +
+                                    ", outside the model's vocabulary of " + std::to_string(sampler_.vocab_size()) +
+                                    " ids");
     const int64_t n = int64_t(prompt_.size());
     if (options.max_context < 1) return invalid_argument("max_context must be positive (the model state's size)");
     if (n >= options.max_context)

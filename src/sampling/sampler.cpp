@@ -1,5 +1,5 @@
-// Sampler: penalties -> temperature -> top-k -> top-p -> min-p -> one uniform draw over the kept tokens (inverse
-// CDF in a deterministic candidate order). The order of the filters follows Hugging Face / vLLM (temperature
+// Sampler: logit bias -> penalties -> temperature -> top-k -> top-p -> min-p -> one uniform draw over the kept tokens
+// (inverse CDF in a deterministic candidate order). The order of the filters follows Hugging Face / vLLM (temperature
 // first), not llama.cpp's default chain (temperature last); docs/chat.md explains the choice.
 #include <algorithm>
 #include <bit>
@@ -123,6 +123,12 @@ Status validate(const SamplingParams& p) {
     if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
         return bad("top_logprobs", "in 0..20", p.top_logprobs);
     }
+    if (p.logit_bias.size() > kMaxLogitBias)
+        return bad("logit_bias", "at most 1024 entries", double(p.logit_bias.size()));
+    for (const TokenBias& b : p.logit_bias) {
+        if (b.token < 0) return bad("logit_bias token", ">= 0", b.token);
+        if (!finite(b.bias) || b.bias < -100 || b.bias > 100) return bad("logit_bias value", "in [-100, 100]", b.bias);
+    }
     return Status::ok();
 }
 
@@ -217,6 +223,8 @@ Status Sampler::sample(std::span<const float> logits, std::span<const int32_t> h
     const SamplingParams& p = params_;
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     for (int32_t i = 0; i < vocab_; ++i) work_[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
+    for (const TokenBias& b : p.logit_bias)
+        if (b.token >= 0 && b.token < vocab_) work_[size_t(b.token)] += b.bias;  // ids outside: ignored
     apply_penalties(history);
 
     const bool greedy = p.temperature <= 0.0f;

@@ -67,8 +67,41 @@ private:
     const Json& obj_;
 };
 
-// Fields shared by both routes: sampling, limits, stop, n, stream.
-void read_common(FieldReader& r, ParsedRequest& p) {
+// OpenAI's logit_bias: {"token id": bias in [-100, 100], ...}, ids as decimal strings below `vocab`, each once.
+void read_logit_bias(FieldReader& r, const Json& bias, int32_t vocab, std::vector<TokenBias>& out) {
+    if (!bias.is_object() || bias.size() > kMaxLogitBias) {
+        r.fail("logit_bias", "must be an object of at most " + std::to_string(kMaxLogitBias) + " token ids");
+        return;
+    }
+    out.clear();
+    for (auto it = bias.begin(); it != bias.end(); ++it) {
+        const std::string& key = it.key();
+        int64_t id = 0;
+        bool digits = !key.empty() && key.size() <= 10;
+        for (const char c : key) {
+            digits = digits && c >= '0' && c <= '9';
+            if (digits) id = id * 10 + (c - '0');
+        }
+        if (!digits || id >= vocab) {
+            r.fail("logit_bias", "keys must be token ids in [0, " + std::to_string(vocab) + ")");
+            return;
+        }
+        const Json& v = it.value();
+        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100 || v.get<double>() > 100) {
+            r.fail("logit_bias", "values must be numbers between -100 and 100 (token " + key + ")");
+            return;
+        }
+        for (const TokenBias& b : out)
+            if (b.token == int32_t(id)) {
+                r.fail("logit_bias", "names token " + std::to_string(id) + " twice");
+                return;
+            }
+        out.push_back({int32_t(id), float(v.get<double>())});
+    }
+}
+
+// Fields shared by both routes: sampling, limits, stop, n, stream, logit bias (ids below `vocab`).
+void read_common(FieldReader& r, ParsedRequest& p, int32_t vocab) {
     SamplingParams& s = p.gen.options.sampling;
     if (const Json* m = r.get("model")) {
         if (!m->is_string()) r.fail("model", "must be a string");
@@ -122,8 +155,7 @@ void read_common(FieldReader& r, ParsedRequest& p) {
             if (x.empty() || x.size() > 1024) r.fail("stop", "strings must hold 1 to 1024 bytes");
         p.gen.options.stop = std::move(list);
     }
-    if (const Json* bias = r.get("logit_bias"))
-        if (!bias->is_object() || !bias->empty()) r.fail("logit_bias", "is not supported");
+    if (const Json* bias = r.get("logit_bias")) read_logit_bias(r, *bias, vocab, s.logit_bias);
     if (const Json* bo = r.get("best_of"))
         if (!bo->is_number_integer() || bo->get<int64_t>() != 1) r.fail("best_of", "must be 1");
 }
@@ -246,7 +278,7 @@ ApiResult<ParsedRequest> parse_chat_request(const Json& body, const Tokenizer& t
     ParsedRequest p;
     p.chat = true;
     FieldReader r(body);
-    read_common(r, p);
+    read_common(r, p, tokenizer.vocab_size());
     r.boolean("logprobs", p.gen.logprobs);
     int64_t top = 0;
     if (r.integer("top_logprobs", top, 0, kMaxTopLogprobs)) {
@@ -271,7 +303,7 @@ ApiResult<ParsedRequest> parse_completion_request(const Json& body, const Tokeni
     ParsedRequest p;
     p.gen.options.parse_reply = false;  // raw text: no reasoning / tool-call split
     FieldReader r(body);
-    read_common(r, p);
+    read_common(r, p, tokenizer.vocab_size());
     int64_t lp = 0;
     if (r.integer("logprobs", lp, 0, 5)) {
         p.legacy_logprobs = int(lp);

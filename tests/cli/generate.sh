@@ -113,6 +113,18 @@ DSV4_DEVICES="1;2" expect_failure "GPU list '1;2'" generate -m "$model" -p hi
 expect_failure "GPUs were named .* but the backend is the CPU" generate -m "$model" -p hi --backend cpu --devices 0
 expect_failure "--pass-rows" generate -m "$model" -p hi --pass-rows -5
 expect_failure "--pass-rows" generate -m "$model" -p hi --pass-rows 100000
+expect_failure "--logit-bias: must be ID=BIAS" generate -m "$model" -p hi --logit-bias 500
+expect_failure "--logit-bias: must be ID=BIAS with BIAS in \[-100, 100\], got '5=200'" generate -m "$model" -p hi \
+    --logit-bias 5=200
+expect_failure "logit_bias names token 200000, outside the model's vocabulary of 129280 ids" generate -m "$model" \
+    -p hi --logit-bias 200000=1
+# --logit-bias 500=100 forces token 500, greedy or sampled
+for t in 0 1; do
+    gen -p "Once upon a time" -n 4 --seed 2 --temp $t --logit-bias 500=100 --logit-bias 7=-100 --json >"$tmp/bias" \
+        2>/dev/null || fail "--logit-bias run"
+    python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["tokens"]; assert t == [500] * 4, t' "$tmp/bias" ||
+        fail "--logit-bias 500=100 did not force token 500"
+done
 # --pass-rows sets the engine's pass size: the same text in passes of 4 rows as in one pass
 gen -p "Once upon a time" -n 12 --seed 11 --pass-rows 4 >"$tmp/e" 2>/dev/null || fail "--pass-rows run"
 cmp -s "$tmp/a" "$tmp/e" || fail "--pass-rows 4 changed the text"

@@ -236,6 +236,19 @@ class RealModel(unittest.TestCase):
             self.assertEqual(e.top_logprobs[0].token, e.token)
             self.assertAlmostEqual(e.top_logprobs[0].logprob, e.logprob, places=5)
 
+    def test_logit_bias_forces_a_token(self):
+        c = REAL.client()
+        s, _, b = request(REAL.port, "POST", "/detokenize", {"tokens": [500] * 4})
+        self.assertEqual(s, 200)
+        base = c.completions.create(model="tiny", prompt="abc", max_tokens=4, temperature=0)
+        forced = c.completions.create(model="tiny", prompt="abc", max_tokens=4, temperature=0, logit_bias={"500": 100})
+        self.assertEqual(forced.choices[0].text, json.loads(b)["content"])
+        self.assertNotEqual(base.choices[0].text, forced.choices[0].text)  # the random model's own reply differs
+        # the same with sampling and a seed, through the stream
+        chunks = c.completions.create(model="tiny", prompt="abc", max_tokens=4, seed=3, logit_bias={"500": 100},
+                                      stream=True)
+        self.assertEqual("".join(ch.choices[0].text for ch in chunks if ch.choices), json.loads(b)["content"])
+
     def test_stop_string_cuts_the_text(self):
         c = REAL.client()
         base = c.completions.create(model="tiny", prompt="abc", max_tokens=24, seed=5, temperature=0)
@@ -331,7 +344,10 @@ class RealModel(unittest.TestCase):
             (chat, b'{"messages":[{"role":"user","content":"\xff\xfe"}]}', 400),
             (chat, {"messages": [{"role": "user", "content": "word " * 2000}]}, 400),
             (chat, {"messages": [{"role": "user", "content": "x" * 100000}]}, 413),
-            (chat, {"messages": ok, "frequency_penalty": 3}, 400), (chat, {"messages": ok, "logit_bias": {"5": 1}}, 400),
+            (chat, {"messages": ok, "frequency_penalty": 3}, 400), (chat, {"messages": ok, "logit_bias": {"x5": 1}}, 400),
+            (chat, {"messages": ok, "logit_bias": {"5": 101}}, 400), (chat, {"messages": ok, "logit_bias": [5]}, 400),
+            (chat, {"messages": ok, "logit_bias": {"129280": 1}}, 400),
+            (chat, {"messages": ok, "logit_bias": {"5": 1, "05": 2}}, 400),
             (chat, {"messages": ok, "model": 5}, 400),
             (chat, {"messages": [{"role": "assistant", "content": "", "tool_calls": "x"}]}, 400),
             (cmpl, {"prompt": [1, -5]}, 400), (cmpl, {"prompt": {"a": 1}}, 400), (cmpl, {}, 400),

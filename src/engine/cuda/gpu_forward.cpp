@@ -648,9 +648,10 @@ Status land_head(GpuModel& m, std::span<GpuBatchSeq> seqs, const StagePass& p) {
     s.penalty_list.clear();
     auto* params = s.draw_params_host.as<cuda::SampleRowParams>();
     for (const GpuBatchSeq& q : seqs) {
-        // the share's one logits row, drawn on the device where its penalty list fits
+        // the share's one logits row, drawn on the device where its penalty list fits and no logit bias is asked
+        // for (the device draw has none: the host sampler applies it)
         int32_t pen_first = 0, pen_count = 0;
-        if (q.sample && q.logits_from == q.n - 1 &&
+        if (q.sample && q.logits_from == q.n - 1 && q.sample->params->logit_bias.empty() &&
             add_penalty_list(s, *q.sample, int32_t(vocab), pen_first, pen_count)) {
             const SamplingParams& sp = *q.sample->params;
             params[s.draws.size()] = {.row = q.row0 + q.n - 1,

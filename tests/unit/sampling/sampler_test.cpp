@@ -231,6 +231,38 @@ TEST(Sampler, LogprobsAreLogSoftmaxOfProcessedLogits) {
     EXPECT_NEAR(r.logprob, expected(r.token), 1e-5);
 }
 
+TEST(Sampler, LogitBiasIsAddedBeforeThePenalties) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.repetition_penalty = 2.0f;
+    p.logit_bias = {{4, 100.0f}, {3, -100.0f}, {1, 1.5f}, {7, 50.0f}, {-2, 50.0f}};  // ids 7 and -2: outside, ignored
+    Sampler s(5, p);
+    SampleResult r;
+    const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f, 0.0f};
+    ASSERT_TRUE(s.sample(logits, std::vector<int32_t>{1}, r).is_ok());
+    auto w = s.processed_logits();
+    EXPECT_EQ(w[0], 2.0f);
+    EXPECT_EQ(w[1], (-1.0f + 1.5f) / 2);  // biased to 0.5, then (positive) divided by the penalty
+    EXPECT_EQ(w[2], 0.5f);
+    EXPECT_EQ(w[3], 3.0f - 100.0f);
+    EXPECT_EQ(w[4], 100.0f);
+    EXPECT_EQ(r.token, 4);  // forced: the unbiased argmax was 3
+    // logprobs describe the biased distribution
+    double z = 0;
+    for (float v : w) z += std::exp(double(v) - 100.0);
+    EXPECT_NEAR(r.logprob, -std::log(z), 1e-6);
+
+    // sampled, not greedy: the banned argmax is never drawn, the forced token nearly always
+    p.temperature = 1;
+    p.repetition_penalty = 1;
+    p.logit_bias = {{0, -100.0f}};
+    const auto counts = histogram(log_probs(kP), p, 20000);
+    EXPECT_EQ(counts[0], 0);
+    std::vector<double> without_0 = kP;
+    without_0[0] = 0;
+    expect_distribution(counts, without_0, "token 0 banned");
+}
+
 TEST(Sampler, RejectsBadInputs) {
     SamplingParams p;
     EXPECT_TRUE(validate(p).is_ok());
@@ -241,6 +273,17 @@ TEST(Sampler, RejectsBadInputs) {
     EXPECT_FALSE(validate(p).is_ok());
     p = {};
     p.top_logprobs = 21;
+    EXPECT_FALSE(validate(p).is_ok());
+    p = {};
+    p.logit_bias = {{5, 100.0f}, {6, -100.0f}};
+    EXPECT_TRUE(validate(p).is_ok());
+    p.logit_bias = {{5, 100.5f}};
+    EXPECT_FALSE(validate(p).is_ok());
+    p.logit_bias = {{5, NAN}};
+    EXPECT_FALSE(validate(p).is_ok());
+    p.logit_bias = {{-1, 1.0f}};
+    EXPECT_FALSE(validate(p).is_ok());
+    p.logit_bias.assign(kMaxLogitBias + 1, TokenBias{1, 1.0f});
     EXPECT_FALSE(validate(p).is_ok());
     p = {};
     Sampler s(4, p);
