@@ -268,7 +268,7 @@ TEST(GpuDecodeGraphs, ReplayedStepsEqualQueuedStepsBitForBit) {
 // Draws by the engine (EngineSample) in decode steps, alone and batched: every draw the GPU makes is the host
 // sampler's over the same step's logits with the same uniform (token and alternatives; log-probabilities within
 // 1e-6), for greedy, unfiltered, top-p, top-k and min-p sampling and penalties over the generated history; a
-// prefill pass leaves the draw to the host.
+// prefill pass and a request with a logit bias leave the draw to the host.
 TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
     DSV4_REQUIRE_GPU();
     const auto dir = testing::test_data_dir() / "goldens" / "flash_like";
@@ -276,7 +276,7 @@ TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
     auto engine = load_gpu_engine(dir / "official", EnginePrecision::kReference);
     ASSERT_NE(engine, nullptr);
     const int32_t vocab = int32_t(engine->info().vocab_size);
-    std::vector<SamplingParams> sets(7);
+    std::vector<SamplingParams> sets(8);
     sets[0].temperature = 0, sets[0].top_logprobs = 3;
     sets[1].temperature = 1;
     sets[2].temperature = 0.8f, sets[2].top_p = 0.9f, sets[2].top_logprobs = 2;
@@ -284,6 +284,7 @@ TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
     sets[4].temperature = 1.2f, sets[4].min_p = 0.1f;
     sets[5].temperature = 0, sets[5].repetition_penalty = 1.5f, sets[5].presence_penalty = 0.5f;
     sets[6].temperature = 0.9f, sets[6].frequency_penalty = 0.8f, sets[6].penalty_last_n = 4, sets[6].top_p = 0.95f;
+    sets[7].temperature = 0, sets[7].logit_bias = {{5, 3.0f}, {17, -100.0f}};
     int drawn_on_gpu = 0, steps = 0;
     for (size_t k = 0; k < sets.size(); ++k) {
         SamplingParams& p = sets[k];
@@ -315,8 +316,10 @@ TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
             ASSERT_TRUE(st.is_ok()) << st.to_string();
             ASSERT_TRUE((*c)->feed({&next, 1}, &lc, LogitRows::kLast).is_ok());
             ASSERT_TRUE(host.sample(lc.values, history, want).is_ok());
-            ++steps;
+            const bool biased = !p.logit_bias.empty();
+            if (!biased) ++steps;
             for (const SampleResult* r : {&ra, &rb}) {
+                if (biased) EXPECT_LT(r->token, 0) << "a logit bias leaves the draw to the host";
                 if (r->token < 0) continue;  // declined: its logits row was filled instead
                 ++drawn_on_gpu;
                 EXPECT_EQ(r->token, want.token) << "step " << step;
@@ -329,7 +332,7 @@ TEST(GpuEngineDraws, AreTheHostSamplersDraws) {
             history.push_back(next);
         }
     }
-    std::printf("%d of %d draws made on the GPU, the rest declined to the host\n", drawn_on_gpu, 2 * steps);
+    std::printf("%d of %d unbiased draws made on the GPU, the rest declined to the host\n", drawn_on_gpu, 2 * steps);
     EXPECT_GT(drawn_on_gpu, steps);  // greedy and the unfiltered draws never decline
 }
 
