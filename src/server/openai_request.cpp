@@ -100,7 +100,7 @@ void read_logit_bias(FieldReader& r, const Json& bias, int32_t vocab, std::vecto
     }
 }
 
-// Fields shared by both routes: sampling, limits, stop, n, stream, logit bias (ids below `vocab`).
+// Fields shared by both routes: sampling, limits, stop, n (choices), stream, logit bias (ids below `vocab`).
 void read_common(FieldReader& r, ParsedRequest& p, int32_t vocab) {
     SamplingParams& s = p.gen.options.sampling;
     if (const Json* m = r.get("model")) {
@@ -108,7 +108,7 @@ void read_common(FieldReader& r, ParsedRequest& p, int32_t vocab) {
         else p.model = m->get<std::string>();
     }
     int64_t n = 1;
-    if (r.integer("n", n, 1, 128) && n != 1) r.fail("n", "must be 1 (one choice per request is supported)");
+    if (r.integer("n", n, 1, kMaxChoices)) p.choices = int(n);
     r.boolean("stream", p.stream);
     if (const Json* so = r.get("stream_options")) {
         if (!so->is_object()) r.fail("stream_options", "must be an object");

@@ -25,7 +25,9 @@ struct ParsedRequest {
     bool max_tokens_given = false;
     bool tools_given = false;
     int legacy_logprobs = -1;        // /v1/completions "logprobs": N alternatives (-1: off)
+    int choices = 1;                 // "n": choice i samples with the seed + i
 };
+inline constexpr int kMaxChoices = 16;  // "n" at most
 
 template <typename T>
 using ApiResult = std::variant<T, ApiError>;

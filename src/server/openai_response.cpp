@@ -4,6 +4,14 @@
 
 namespace dsv4::server {
 
+Json merge_choices(std::vector<Json> responses, const Usage& total) {
+    Json merged = std::move(responses.front());
+    for (size_t i = 1; i < responses.size(); ++i)
+        for (Json& c : responses[i]["choices"]) merged["choices"].push_back(std::move(c));
+    merged["usage"] = usage_json(total);
+    return merged;
+}
+
 Json usage_json(const Usage& u) {
     Json j;
     j["prompt_tokens"] = u.prompt_tokens;
@@ -14,15 +22,21 @@ Json usage_json(const Usage& u) {
 }
 
 ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id,
-                                 std::string model)
+                                 std::string model, int choice)
     : request_(request),
       tokenizer_(tokenizer),
       id_(std::move(id)),
       model_(std::move(model)),
+      choice_(choice),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()) {}
 
-std::string ResponseBuilder::tool_call_id(int index) const { return "call_" + id_.substr(id_.find('-') + 1) + "_" + std::to_string(index); }
+// call_<the response id's random part>_<tool index>, with the choice's index before the tool's past choice 0
+std::string ResponseBuilder::tool_call_id(int index) const {
+    std::string id = "call_" + id_.substr(id_.find('-') + 1) + "_";
+    if (choice_ > 0) id += std::to_string(choice_) + "_";
+    return id + std::to_string(index);
+}
 
 const char* ResponseBuilder::finish_name(FinishReason reason) const {
     if (reason == FinishReason::kLength) return "length";
@@ -89,7 +103,7 @@ Json ResponseBuilder::legacy_logprobs(const std::vector<TokenOutput>& tokens) {
 void ResponseBuilder::begin(std::vector<Json>& chunks) {
     if (!request_.chat) return;
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = choice_;
     choice["delta"] = Json{{"role", "assistant"}, {"content", ""}};
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = nullptr;
@@ -122,7 +136,7 @@ void ResponseBuilder::add_reply_events(const std::vector<chat::ReplyEvent>& even
             case chat::ReplyEvent::Kind::kToolCallEnd: continue;
         }
         Json choice;
-        choice["index"] = 0;
+        choice["index"] = choice_;
         choice["delta"] = std::move(delta);
         choice["logprobs"] = nullptr;
         choice["finish_reason"] = nullptr;
@@ -139,7 +153,7 @@ void ResponseBuilder::add(const std::vector<TokenOutput>& tokens, std::vector<Js
                 if (t.token >= 0) content.push_back(logprob_entry(t));
             if (!content.empty()) {
                 Json choice;
-                choice["index"] = 0;
+                choice["index"] = choice_;
                 choice["delta"] = Json::object();
                 choice["logprobs"] = Json{{"content", std::move(content)}};
                 choice["finish_reason"] = nullptr;
@@ -153,16 +167,16 @@ void ResponseBuilder::add(const std::vector<TokenOutput>& tokens, std::vector<Js
     text_ += text;
     if (text.empty() && !request_.gen.logprobs) return;
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = choice_;
     choice["text"] = text;
     choice["logprobs"] = request_.gen.logprobs ? legacy_logprobs(tokens) : Json(nullptr);
     choice["finish_reason"] = nullptr;
     chunks.push_back(chunk(std::move(choice)));
 }
 
-void ResponseBuilder::end(FinishReason reason, const Usage& usage, std::vector<Json>& chunks) {
+void ResponseBuilder::end(FinishReason reason, std::vector<Json>& chunks) {
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = choice_;
     if (request_.chat) {
         choice["delta"] = Json::object();  // the reply's last events came with its last token
     } else {
@@ -171,12 +185,13 @@ void ResponseBuilder::end(FinishReason reason, const Usage& usage, std::vector<J
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = finish_name(reason);
     chunks.push_back(chunk(std::move(choice)));
-    if (request_.include_usage) {
-        Json last = chunk(Json());
-        last["choices"] = Json::array();
-        last["usage"] = usage_json(usage);
-        chunks.push_back(std::move(last));
-    }
+}
+
+Json ResponseBuilder::usage_chunk(const Usage& usage) const {
+    Json last = chunk(Json());
+    last["choices"] = Json::array();
+    last["usage"] = usage_json(usage);
+    return last;
 }
 
 void ResponseBuilder::collect(const std::vector<TokenOutput>& tokens) {
@@ -188,7 +203,7 @@ void ResponseBuilder::collect(const std::vector<TokenOutput>& tokens) {
 
 Json ResponseBuilder::response(FinishReason reason, const Usage& usage, const chat::ParsedReply& reply) {
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = choice_;
     if (request_.chat) {
         saw_tool_call_ = !reply.tool_calls.empty();
         Json msg;

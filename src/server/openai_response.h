@@ -21,16 +21,24 @@ struct Usage {
 };
 Json usage_json(const Usage& u);
 
+// The whole response of a request with several choices: the first choice's response with the others' `choices`
+// entries appended in order and `usage` set to the request's total.
+Json merge_choices(std::vector<Json> responses, const Usage& total);
+
 class ResponseBuilder {
 public:
-    ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id, std::string model);
+    // `choice`: this builder's index among the request's choices ("n"); its chunks and response carry it.
+    ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string id, std::string model,
+                    int choice = 0);
 
     // Streaming: the chunks for the first event (chat: the assistant role delta).
     void begin(std::vector<Json>& chunks);
     // Streaming: chunks for newly generated tokens.
     void add(const std::vector<TokenOutput>& tokens, std::vector<Json>& chunks);
-    // Streaming: the chunk with finish_reason, then (include_usage) one with the usage and no choices.
-    void end(FinishReason reason, const Usage& usage, std::vector<Json>& chunks);
+    // Streaming: the chunk with finish_reason.
+    void end(FinishReason reason, std::vector<Json>& chunks);
+    // Streaming: the chunk with the usage and no choices, the request's last (stream_options.include_usage).
+    Json usage_chunk(const Usage& usage) const;
 
     // Non-streaming: record tokens, then build the whole response (`reply`: the parsed chat reply).
     void collect(const std::vector<TokenOutput>& tokens);
@@ -49,6 +57,7 @@ private:
     const Tokenizer& tokenizer_;
     std::string id_;
     std::string model_;
+    int choice_;
     int64_t created_;
     std::string text_;                 // completions: all text so far
     std::vector<TokenOutput> tokens_;  // non-streaming: every token with logprob data

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -253,18 +254,38 @@ void Server::Impl::setup_routes() {
 
 namespace {
 
-// One streaming request: what the SSE provider needs between its calls.
+// One streaming request: what the SSE provider needs between its calls. Choice i of "n" is states[i] with
+// builders[i].
 struct StreamJob {
-    std::shared_ptr<RequestState> state;
+    std::vector<std::shared_ptr<RequestState>> states;
     ParsedRequest request;
-    std::unique_ptr<ResponseBuilder> builder;
+    std::vector<std::unique_ptr<ResponseBuilder>> builders;
+    std::vector<bool> done;  // [choices] finished and its finish chunk written
+    Clock::time_point last_write = Clock::now();
     bool begun = false;
-    bool finished = false;
 };
 
 bool write_sse(httplib::DataSink& sink, const std::string& payload) {
     const std::string line = "data: " + payload + "\n\n";
     return sink.write(line.data(), line.size());
+}
+
+// The usage of a request of several choices: the prompt (and its cached part) once, every choice's tokens.
+Usage total_usage(const std::vector<std::shared_ptr<RequestState>>& states) {
+    Usage u{states[0]->prompt_tokens(), states[0]->cached_tokens(), 0};
+    for (const auto& st : states) u.completion_tokens += st->completion_tokens();
+    return u;
+}
+
+// The error a choice that did not finish normally answers with, or none.
+std::optional<ApiError> finish_error(const RequestState& st, double timeout_s) {
+    const FinishReason reason = st.finish_reason();
+    if (reason == FinishReason::kTimeout)
+        return ApiError{408, st.error() + " (--timeout " + std::to_string(timeout_s) + " s)", "timeout_error", "",
+                        "timeout"};
+    if (reason == FinishReason::kError || reason == FinishReason::kCancelled)
+        return ApiError{500, "generation failed: " + st.error(), "server_error", "", ""};
+    return std::nullopt;
 }
 
 }  // namespace
@@ -286,78 +307,107 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
                                            chat ? "messages" : "prompt", "context_length_exceeded"));
     if (Status st = validate(p.gen.options.sampling); !st) return send_error(res, bad_request(st.message()));
     p.gen.deadline = Clock::now() + std::chrono::microseconds(int64_t(options.timeout_s * 1e6));
-    auto state = std::make_shared<RequestState>(p.gen);
-    if (Status st = scheduler->submit(state); !st) {
-        res.set_header("Retry-After", "1");
-        return send_error(res, {503, st.message(), "unavailable_error", "", "queue_full"});
+    // one scheduler request per choice, choice i with the seed + i; all queued or none
+    std::vector<std::shared_ptr<RequestState>> states;
+    for (int i = 0; i < p.choices; ++i) {
+        GenerationParams g = p.gen;
+        g.options.sampling.seed += uint64_t(i);
+        states.push_back(std::make_shared<RequestState>(std::move(g)));
+        if (Status st = scheduler->submit(states.back()); !st) {
+            for (const auto& queued : states) queued->cancel();
+            res.set_header("Retry-After", "1");
+            return send_error(res, {503, st.message(), "unavailable_error", "", "queue_full"});
+        }
     }
     const std::string id = random_id(chat ? "chatcmpl" : "cmpl");
     const std::string model_name = p.model.empty() ? model_id : p.model;
 
     if (!p.stream) {
-        ResponseBuilder builder(p, *model.tokenizer, id, model_name);
-        std::vector<TokenOutput> tokens;
-        while (!state->wait(std::chrono::milliseconds(1000), tokens)) {
+        std::vector<Json> responses;
+        for (size_t i = 0; i < states.size(); ++i) {
+            RequestState& st = *states[i];
+            ResponseBuilder builder(p, *model.tokenizer, id, model_name, int(i));
+            std::vector<TokenOutput> tokens;
+            while (!st.wait(std::chrono::milliseconds(1000), tokens)) {
+                builder.collect(tokens);
+                tokens.clear();
+            }
             builder.collect(tokens);
-            tokens.clear();
+            if (auto e = finish_error(st, options.timeout_s)) {
+                for (const auto& other : states) other->cancel();
+                return send_error(res, *e);
+            }
+            Usage u{st.prompt_tokens(), st.cached_tokens(), st.completion_tokens()};
+            responses.push_back(builder.response(st.finish_reason(), u, st.reply()));
         }
-        builder.collect(tokens);
-        const FinishReason reason = state->finish_reason();
-        if (reason == FinishReason::kTimeout)
-            return send_error(res, {408, state->error() + " (--timeout " + std::to_string(options.timeout_s) + " s)",
-                                    "timeout_error", "", "timeout"});
-        if (reason == FinishReason::kError || reason == FinishReason::kCancelled)
-            return send_error(res, {500, "generation failed: " + state->error(), "server_error", "", ""});
-        Usage u{state->prompt_tokens(), state->cached_tokens(), state->completion_tokens()};
-        return send_json(res, builder.response(reason, u, state->reply()));
+        if (responses.size() == 1) return send_json(res, responses.front());
+        return send_json(res, merge_choices(std::move(responses), total_usage(states)));
     }
 
     auto job = std::make_shared<StreamJob>();
-    job->state = state;
+    job->states = std::move(states);
     job->request = std::move(p);
-    job->builder = std::make_unique<ResponseBuilder>(job->request, *model.tokenizer, id, model_name);
+    for (size_t i = 0; i < job->states.size(); ++i)
+        job->builders.push_back(
+            std::make_unique<ResponseBuilder>(job->request, *model.tokenizer, id, model_name, int(i)));
+    job->done.assign(job->states.size(), false);
     const auto keepalive = std::chrono::milliseconds(std::max<int64_t>(1, int64_t(options.keepalive_s * 1000)));
+    const double timeout_s = options.timeout_s;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [job, keepalive](size_t, httplib::DataSink& sink) {
+        [job, keepalive, timeout_s](size_t, httplib::DataSink& sink) {
             std::vector<Json> chunks;
             if (!job->begun) {
                 job->begun = true;
-                job->builder->begin(chunks);
+                for (auto& b : job->builders) b->begin(chunks);
             }
-            std::vector<TokenOutput> tokens;
-            const bool done = job->state->wait(keepalive, tokens);
-            if (!tokens.empty()) job->builder->add(tokens, chunks);
+            // each unfinished choice's new tokens; one choice waits up to the keep-alive interval, several take
+            // turns in short waits so that none holds back the others' tokens
+            const size_t n = job->states.size();
+            const auto turn = n == 1 ? keepalive : std::min(keepalive, std::chrono::milliseconds(10));
+            for (size_t i = 0; i < n; ++i) {
+                if (job->done[i]) continue;
+                RequestState& st = *job->states[i];
+                std::vector<TokenOutput> tokens;
+                const bool finished = st.wait(turn, tokens);
+                if (!tokens.empty()) job->builders[i]->add(tokens, chunks);
+                if (!finished) continue;
+                if (auto e = finish_error(st, timeout_s)) {
+                    for (const auto& c : chunks)
+                        if (!write_sse(sink, dump_json(c))) return false;
+                    for (const auto& other : job->states) other->cancel();
+                    if (!write_sse(sink, dump_json(error_json(*e))) || !write_sse(sink, "[DONE]")) return false;
+                    sink.done();
+                    return true;
+                }
+                job->builders[i]->end(st.finish_reason(), chunks);
+                job->done[i] = true;
+            }
             for (const auto& c : chunks)
                 if (!write_sse(sink, dump_json(c))) return false;
-            if (!done) {
-                if (tokens.empty() && chunks.empty()) {  // nothing yet (a long prefill): a comment keeps proxies and clients patient
+            const auto now = Clock::now();
+            if (!chunks.empty()) job->last_write = now;
+            if (std::find(job->done.begin(), job->done.end(), false) != job->done.end()) {
+                if (now - job->last_write >=
+                    keepalive) {  // nothing yet (a long prefill): a comment keeps proxies and clients patient
                     static const char kKeepAlive[] = ": keep-alive\n\n";
                     if (!sink.write(kKeepAlive, sizeof kKeepAlive - 1)) return false;
+                    job->last_write = now;
                 }
                 return true;
             }
-            chunks.clear();
-            const FinishReason reason = job->state->finish_reason();
-            if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
-                Usage u{job->state->prompt_tokens(), job->state->cached_tokens(), job->state->completion_tokens()};
-                job->builder->end(reason, u, chunks);
-                for (const auto& c : chunks)
-                    if (!write_sse(sink, dump_json(c))) return false;
-            } else {
-                ApiError e = reason == FinishReason::kTimeout
-                                 ? ApiError{408, job->state->error(), "timeout_error", "", "timeout"}
-                                 : ApiError{500, "generation failed: " + job->state->error(), "server_error", "", ""};
-                if (!write_sse(sink, dump_json(error_json(e)))) return false;
-            }
+            if (job->request.include_usage &&
+                !write_sse(sink, dump_json(job->builders[0]->usage_chunk(total_usage(job->states)))))
+                return false;
             if (!write_sse(sink, "[DONE]")) return false;
-            job->finished = true;
             sink.done();
             return true;
         },
-        [job](bool) { job->state->cancel(); });  // client gone (or finished): the slot is freed at the next step
+        [job](bool) {  // client gone (or finished): the slots are freed at the next step
+            for (const auto& st : job->states) st->cancel();
+        });
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

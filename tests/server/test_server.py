@@ -236,6 +236,38 @@ class RealModel(unittest.TestCase):
             self.assertEqual(e.top_logprobs[0].token, e.token)
             self.assertAlmostEqual(e.top_logprobs[0].logprob, e.logprob, places=5)
 
+    def test_several_choices(self):
+        c = REAL.client()
+        many = c.completions.create(model="tiny", prompt="Once upon a time", max_tokens=6, seed=7, n=3)
+        self.assertEqual([ch.index for ch in many.choices], [0, 1, 2])
+        # choice i is the same request alone with the seed + i
+        alone = [c.completions.create(model="tiny", prompt="Once upon a time", max_tokens=6, seed=7 + i)
+                 for i in range(3)]
+        for i in range(3):
+            self.assertEqual(many.choices[i].text, alone[i].choices[0].text)
+            self.assertEqual(many.choices[i].finish_reason, alone[i].choices[0].finish_reason)
+        self.assertEqual(many.usage.prompt_tokens, alone[0].usage.prompt_tokens)
+        self.assertEqual(many.usage.completion_tokens, sum(a.usage.completion_tokens for a in alone))
+        self.assertEqual(many.usage.total_tokens, many.usage.prompt_tokens + many.usage.completion_tokens)
+        # streamed: each choice's deltas under its index, one usage chunk at the end
+        msgs = [{"role": "user", "content": "Say something."}]
+        full = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, seed=5, n=2)
+        stream = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, seed=5, n=2, stream=True)
+        text, finish, roles, usages = ["", ""], [None, None], [[], []], []
+        for chunk in stream:
+            if chunk.usage:
+                usages.append(chunk.usage)
+            for ch in chunk.choices:
+                if ch.delta.role:
+                    roles[ch.index].append(ch.delta.role)
+                text[ch.index] += ch.delta.content or ""
+                finish[ch.index] = ch.finish_reason or finish[ch.index]
+        self.assertEqual(roles, [["assistant"], ["assistant"]])
+        self.assertEqual(text, [full.choices[i].message.content for i in range(2)])
+        self.assertEqual(finish, [full.choices[i].finish_reason for i in range(2)])
+        self.assertEqual(len(usages), 1)
+        self.assertEqual(usages[0].completion_tokens, full.usage.completion_tokens)
+
     def test_logit_bias_forces_a_token(self):
         c = REAL.client()
         s, _, b = request(REAL.port, "POST", "/detokenize", {"tokens": [500] * 4})
@@ -333,7 +365,8 @@ class RealModel(unittest.TestCase):
             (chat, {"messages": [{"role": "user", "content": 5}]}, 400),
             (chat, {"messages": ok, "temperature": "hot"}, 400), (chat, {"messages": ok, "temperature": 5}, 400),
             (chat, {"messages": ok, "top_p": 0}, 400), (chat, {"messages": ok, "max_tokens": 0}, 400),
-            (chat, {"messages": ok, "max_tokens": "10"}, 400), (chat, {"messages": ok, "n": 2}, 400),
+            (chat, {"messages": ok, "max_tokens": "10"}, 400), (chat, {"messages": ok, "n": 17}, 400),
+            (chat, {"messages": ok, "n": 0}, 400),
             (chat, {"messages": ok, "stream": "yes"}, 400), (chat, {"messages": ok, "stop": 5}, 400),
             (chat, {"messages": ok, "stop": ["a", 3]}, 400), (chat, {"messages": ok, "seed": 1.5}, 400),
             (chat, {"messages": ok, "top_logprobs": 3}, 400),
