@@ -139,15 +139,18 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
              "DSV4_SEED");
     with_env(cmd.add_option("--stop", f.stop, "stop string (repeatable); it ends the reply and is not printed"),
              "DSV4_STOP");
-    cmd.add_option("--logit-bias", f.logit_bias,
-                   "ID=BIAS (repeatable): add BIAS in [-100, 100] to token ID's logit before sampling "
-                   "(-100 all but bans it, 100 all but forces it)")
-        ->check(CLI::Validator(
-            [](std::string& text) -> std::string {
-                TokenBias b;
-                return parse_logit_bias(text, &b) ? "" : "must be ID=BIAS with BIAS in [-100, 100], got '" + text + "'";
-            },
-            "ID=BIAS"));
+    with_env(cmd.add_option("--logit-bias", f.logit_bias,
+                            "ID=BIAS (repeatable): add BIAS in [-100, 100] to token ID's logit before sampling "
+                            "(-100 all but bans it, 100 all but forces it)")
+                 ->check(CLI::Validator(
+                     [](std::string& text) -> std::string {
+                         TokenBias b;
+                         return parse_logit_bias(text, &b)
+                                    ? ""
+                                    : "must be ID=BIAS with BIAS in [-100, 100], got '" + text + "'";
+                     },
+                     "ID=BIAS")),
+             "DSV4_LOGIT_BIAS");
     with_env(cmd.add_flag("--ignore-eos", f.ignore_eos, "keep generating after the end-of-sentence token"),
              "DSV4_IGNORE_EOS");
     auto* think =
