@@ -51,6 +51,11 @@ struct GenerationOptions {
     bool ignore_eos = false;           // keep going after the end-of-sentence token (benchmarks)
     bool parse_reply = true;           // run the chat reply parser (GenerationStep::events)
     bool starts_in_reasoning = false;  // the prompt ended with "<think>": the reply starts as reasoning
+    // Constrained decoding (OpenAI's response_format json_object): the reply's content — after the reasoning when
+    // it starts as reasoning — is one JSON object. Every token that no JSON object text continues with is masked
+    // before sampling, and the end token only once the object is complete (then nothing else); a Generation with it
+    // draws on the host, never asking the engine (prepare_engine_sample). No tool calls can be written.
+    bool json_object = false;
 };
 
 struct GenerationStep {
@@ -71,8 +76,11 @@ struct GenerationTimings {
     double generation_tokens_per_second() const;  // (generated - 1) / generation_seconds
 };
 
+class JsonConstraint;  // engine/json_constraint.h
+
 class Generation {
 public:
+    ~Generation();
     using Clock = std::chrono::steady_clock;
 
     // Errors: empty prompt, prompt (or max_context) not leaving room for one generated token, bad sampling
@@ -96,7 +104,8 @@ public:
     Status next(std::span<const float> logits_row, GenerationStep* step);
     // A draw of the next token by the engine (EngineSample, engine.h), asked with the feed that empties pending():
     // fills `request` (this generation's sampling parameters, a uniform from its random stream, the penalties'
-    // history, `result`) and returns true; false once the sequence has finished.
+    // history, `result`) and returns true; false once the sequence has finished, and while a JSON constraint masks
+    // the draws (GenerationOptions::json_object), which the engine cannot apply.
     bool prepare_engine_sample(EngineSample* request, SampleResult* result);
     // next() with that draw: `drawn` is the request's result after the feed. Where the engine did not draw (token
     // -1) the sampler runs on `logits_row` with the same uniform, so the random stream is the same either way.
@@ -122,8 +131,13 @@ private:
     Status accept_text(const std::string& piece, GenerationStep* step);  // stop-string hold-back
     void finish(StopReason reason, GenerationStep* step);
 
+    const Tokenizer& tokenizer_;
     GenerationOptions options_;
     int32_t eos_id_ = -1;
+    int32_t think_end_id_ = -1;             // "</think>": ends the reasoning, where a JSON constraint begins
+    std::unique_ptr<JsonConstraint> json_;  // built by the first sequence that asks for one, then reused
+    bool json_active_ = false;              // the constraint masks the next draw
+    std::vector<float> masked_;             // [vocab] the constrained logits row
     bool started_ = false;
     std::vector<int32_t> prompt_;
     std::vector<int32_t> generated_;

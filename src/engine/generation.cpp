@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/utf8.h"
+#include "engine/json_constraint.h"
 
 namespace dsv4::engine {
 
@@ -57,10 +58,13 @@ double GenerationTimings::generation_tokens_per_second() const {
 }
 
 Generation::Generation(const Tokenizer& tokenizer, int32_t vocab_size)
-    : sampler_(vocab_size, SamplingParams{}),
+    : tokenizer_(tokenizer),
+      sampler_(vocab_size, SamplingParams{}),
       decoder_(tokenizer),
       parser_(false),
       start_(Clock::now()) {}
+
+Generation::~Generation() = default;
 
 Result<std::unique_ptr<Generation>> Generation::create(const Tokenizer& tokenizer, int32_t vocab_size,
                                                        std::vector<int32_t> prompt, GenerationOptions options) {
@@ -78,6 +82,7 @@ Result<std::unique_ptr<Generation>> Generation::create_reusable(const Tokenizer&
                          "'; is this a DeepSeek-V4 tokenizer.json?");
     std::unique_ptr<Generation> g(new Generation(tokenizer, vocab_size));
     g->eos_id_ = *eos;
+    g->think_end_id_ = tokenizer.token_to_id(chat::kThinkEnd).value_or(-1);
     return g;
 }
 
@@ -111,6 +116,12 @@ Status Generation::begin(GenerationOptions options) {
             return invalid_argument("stop string " + std::to_string(i) + " is not valid UTF-8");
     }
     options_ = std::move(options);
+    if (options_.json_object && !json_) {
+        json_ = std::make_unique<JsonConstraint>(tokenizer_, sampler_.vocab_size());
+        masked_.resize(size_t(sampler_.vocab_size()));
+    }
+    if (json_) json_->reset();
+    json_active_ = options_.json_object && !options_.starts_in_reasoning;
     sampler_.configure(options_.sampling);
     decoder_.reset();
     parser_ = chat::ReplyParser(options_.starts_in_reasoning);
@@ -156,13 +167,18 @@ Status Generation::check_can_sample() const {
 Status Generation::next(std::span<const float> logits_row, GenerationStep* step) {
     *step = GenerationStep{};
     DSV4_RETURN_IF_ERROR(check_can_sample());
-    DSV4_RETURN_IF_ERROR(sampler_.sample(logits_row, generated_, step->sample));
+    std::span<const float> row = logits_row;
+    if (json_active_ && logits_row.size() == masked_.size()) {  // (a row of another size: the sampler's error)
+        json_->mask(logits_row, masked_, eos_id_);
+        row = masked_;
+    }
+    DSV4_RETURN_IF_ERROR(sampler_.sample(row, generated_, step->sample));
     return accept_sample(step);
 }
 
 bool Generation::prepare_engine_sample(EngineSample* request, SampleResult* result) {
     const SamplingParams& p = sampler_.params();
-    if (finished()) return false;
+    if (finished() || json_active_) return false;
     engine_draw_rng_ = sampler_.rng().state();
     request->params = &p;
     request->uniform = p.temperature > 0.0f ? sampler_.rng().uniform() : 0.0;  // Sampler::sample's one draw
@@ -192,6 +208,10 @@ Status Generation::accept_sample(GenerationStep* step) {
     const int32_t token = step->sample.token;
     generated_.push_back(token);
     last_token_fed_ = false;
+    if (json_active_)
+        json_->accept(token);
+    else if (options_.json_object && token == think_end_id_)
+        json_active_ = true;  // the content begins
 
     if (token == eos_id_ && !options_.ignore_eos) {
         finish(StopReason::kEos, step);

@@ -293,6 +293,12 @@ ApiResult<ParsedRequest> parse_chat_request(const Json& body, const Tokenizer& t
                                         text.compare(text.size() - chat::kThinkStart.size(), std::string::npos,
                                                      chat::kThinkStart) == 0;
     p.tools_given = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
+    // response_format json_object / json_schema: the reply's content is one JSON object, by constrained decoding
+    // (a schema is not enforced: it reaches the model in the system message, as DeepSeek's encoder writes it)
+    if (const auto rf = body.find("response_format"); rf != body.end() && rf->is_object()) {
+        const auto type = rf->find("type");
+        p.gen.options.json_object = type != rf->end() && (*type == "json_object" || *type == "json_schema");
+    }
     auto ids = encode_prompt(text, tokenizer);
     if (auto* e = std::get_if<ApiError>(&ids)) return *e;
     p.gen.prompt = std::move(std::get<std::vector<int32_t>>(ids));

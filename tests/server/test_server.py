@@ -268,6 +268,29 @@ class RealModel(unittest.TestCase):
         self.assertEqual(len(usages), 1)
         self.assertEqual(usages[0].completion_tokens, full.usage.completion_tokens)
 
+    def test_json_object_reply(self):
+        c = REAL.client()
+        msgs = [{"role": "user", "content": "Reply in JSON."}]
+        # random weights: each reply is a prefix of a JSON object, and one that ended is a whole object
+        for seed in range(4):
+            r = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=24, seed=seed,
+                                          response_format={"type": "json_object"})
+            content = r.choices[0].message.content
+            self.assertTrue(content.lstrip().startswith("{") or not content.strip(), content)
+            if r.choices[0].finish_reason == "stop":
+                self.assertIsInstance(json.loads(content), dict)
+        # leaning on "}" closes the object at once; the end token is then the only one allowed
+        s, _, b = request(REAL.port, "POST", "/tokenize", {"content": "}"})
+        close = json.loads(b)["tokens"]
+        self.assertEqual(len(close), 1)
+        r = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=24, temperature=0,
+                                      logit_bias={str(close[0]): 60}, response_format={"type": "json_object"})
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertEqual(json.loads(r.choices[0].message.content), {})
+        stream = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=24, temperature=0, stream=True,
+                                           logit_bias={str(close[0]): 60}, response_format={"type": "json_object"})
+        self.assertEqual(json.loads("".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)), {})
+
     def test_logit_bias_forces_a_token(self):
         c = REAL.client()
         s, _, b = request(REAL.port, "POST", "/detokenize", {"tokens": [500] * 4})
