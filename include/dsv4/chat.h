@@ -43,6 +43,11 @@ struct EncodeOptions {
 // field (unknown role, wrong type, tool_calls without function.name, arguments that are JSON but not an object).
 Result<std::string> encode_messages(const Json& messages, const EncodeOptions& options);
 
+// How an assistant reply that opens with a tool call begins, as the template writes such a reply: the tool-calls
+// block and its first invoke up to the function's name; given a name, up to its parameters. What a reply is held to
+// for tool_choice "required" or a named function (GenerationOptions::reply_prefix).
+std::string tool_call_opening(std::string_view function_name = {});
+
 // Reads the kwargs object of the golden / CLI format: thinking_mode ("chat" | "thinking", required), drop_thinking,
 // add_default_bos_token, reasoning_effort (null | "high" | "max"), context (array). Unknown keys are errors.
 Result<EncodeOptions> encode_options_from_kwargs(const Json& kwargs);

@@ -56,6 +56,10 @@ struct GenerationOptions {
     // before sampling, and the end token only once the object is complete (then nothing else); a Generation with it
     // draws on the host, never asking the engine (prepare_engine_sample). No tool calls can be written.
     bool json_object = false;
+    // Constrained decoding to an opening (the server's tool_choice "required" or a named function: the start of a
+    // DSML tool call): the reply's content begins with this text; until it is written only tokens that agree with
+    // it are drawn (on the host). Valid UTF-8; not with json_object.
+    std::string reply_prefix;
 };
 
 struct GenerationStep {
@@ -76,7 +80,7 @@ struct GenerationTimings {
     double generation_tokens_per_second() const;  // (generated - 1) / generation_seconds
 };
 
-class JsonConstraint;  // engine/json_constraint.h
+struct ReplyConstraints;  // generation.cpp
 
 class Generation {
 public:
@@ -104,8 +108,8 @@ public:
     Status next(std::span<const float> logits_row, GenerationStep* step);
     // A draw of the next token by the engine (EngineSample, engine.h), asked with the feed that empties pending():
     // fills `request` (this generation's sampling parameters, a uniform from its random stream, the penalties'
-    // history, `result`) and returns true; false once the sequence has finished, and while a JSON constraint masks
-    // the draws (GenerationOptions::json_object), which the engine cannot apply.
+    // history, `result`) and returns true; false once the sequence has finished, and while a constraint masks the
+    // draws (GenerationOptions::json_object, reply_prefix), which the engine cannot apply.
     bool prepare_engine_sample(EngineSample* request, SampleResult* result);
     // next() with that draw: `drawn` is the request's result after the feed. Where the engine did not draw (token
     // -1) the sampler runs on `logits_row` with the same uniform, so the random stream is the same either way.
@@ -134,10 +138,10 @@ private:
     const Tokenizer& tokenizer_;
     GenerationOptions options_;
     int32_t eos_id_ = -1;
-    int32_t think_end_id_ = -1;             // "</think>": ends the reasoning, where a JSON constraint begins
-    std::unique_ptr<JsonConstraint> json_;  // built by the first sequence that asks for one, then reused
-    bool json_active_ = false;              // the constraint masks the next draw
-    std::vector<float> masked_;             // [vocab] the constrained logits row
+    int32_t think_end_id_ = -1;                      // "</think>": ends the reasoning
+    std::unique_ptr<ReplyConstraints> constraints_;  // built by the first sequence that asks for one, then reused
+    bool in_content_ = false;                        // past the reasoning: where the constraints apply
+    bool constrained() const;                        // a constraint masks the next draw
     bool started_ = false;
     std::vector<int32_t> prompt_;
     std::vector<int32_t> generated_;

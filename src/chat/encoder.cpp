@@ -328,9 +328,13 @@ Status append_dsml_parameters(std::string& out, const Json& arguments, const std
     return Status::ok();
 }
 
+// An assistant message's tool calls: after its content, the block, then each invoke by name.
+constexpr std::string_view kToolCallsOpen = "\n\n<｜DSML｜tool_calls>\n";
+constexpr std::string_view kInvokeOpen = "<｜DSML｜invoke name=\"";
+
 Status append_tool_calls(std::string& out, const Json& calls, const std::string& at) {
     if (!calls.is_array()) return invalid_argument(at + ".tool_calls must be a list");
-    out += "\n\n<｜DSML｜tool_calls>\n";
+    out += kToolCallsOpen;
     for (size_t i = 0; i < calls.size(); ++i) {
         const std::string call_at = where(at + ".tool_calls", i);
         const Json* fn = calls[i].is_object() ? field(calls[i], "function") : nullptr;
@@ -340,7 +344,7 @@ Status append_tool_calls(std::string& out, const Json& calls, const std::string&
         if (name == nullptr) return invalid_argument(call_at + ".function.name is missing");
         if (arguments == nullptr) return invalid_argument(call_at + ".function.arguments is missing");
         if (i) out += "\n";
-        out += "<｜DSML｜invoke name=\"";
+        out += kInvokeOpen;
         DSV4_ASSIGN_OR_RETURN(std::string name_text, plain_text(name, call_at + ".function.name", ""));
         out += name_text;
         out += "\">\n";
@@ -438,6 +442,12 @@ Status render(std::string& out, size_t index, const std::vector<Message>& messag
 }
 
 }  // namespace
+
+std::string tool_call_opening(std::string_view function_name) {
+    std::string out = std::string(kToolCallsOpen) + std::string(kInvokeOpen);
+    if (!function_name.empty()) out += std::string(function_name) + "\">\n";
+    return out;
+}
 
 Result<std::string> encode_messages(const Json& messages, const EncodeOptions& options) {
     const bool has_context = options.context.is_array() && !options.context.empty();

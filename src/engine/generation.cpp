@@ -4,6 +4,8 @@
 
 #include "core/utf8.h"
 #include "engine/json_constraint.h"
+#include "engine/prefix_constraint.h"
+#include "engine/token_bytes.h"
 
 namespace dsv4::engine {
 
@@ -64,6 +66,17 @@ Generation::Generation(const Tokenizer& tokenizer, int32_t vocab_size)
       parser_(false),
       start_(Clock::now()) {}
 
+// The draw constraints of GenerationOptions::json_object and reply_prefix, over every token's bytes (a few MB at
+// V4's vocabulary), with the masked row they write.
+struct ReplyConstraints {
+    ReplyConstraints(const Tokenizer& tokenizer, int32_t vocab)
+        : tokens(tokenizer, vocab), json(tokens), prefix(tokens), masked(size_t(vocab)) {}
+    TokenBytes tokens;
+    JsonConstraint json;
+    PrefixConstraint prefix;
+    std::vector<float> masked;
+};
+
 Generation::~Generation() = default;
 
 Result<std::unique_ptr<Generation>> Generation::create(const Tokenizer& tokenizer, int32_t vocab_size,
@@ -115,13 +128,19 @@ Status Generation::begin(GenerationOptions options) {
         if (!is_valid_utf8(options.stop[i]))
             return invalid_argument("stop string " + std::to_string(i) + " is not valid UTF-8");
     }
+    if (options.json_object && !options.reply_prefix.empty())
+        return invalid_argument(
+            "a reply cannot be both one JSON object (json_object) and open with a given text "
+            "(reply_prefix)");
+    if (!is_valid_utf8(options.reply_prefix)) return invalid_argument("reply_prefix is not valid UTF-8");
     options_ = std::move(options);
-    if (options_.json_object && !json_) {
-        json_ = std::make_unique<JsonConstraint>(tokenizer_, sampler_.vocab_size());
-        masked_.resize(size_t(sampler_.vocab_size()));
+    if ((options_.json_object || !options_.reply_prefix.empty()) && !constraints_)
+        constraints_ = std::make_unique<ReplyConstraints>(tokenizer_, sampler_.vocab_size());
+    if (constraints_) {
+        constraints_->json.reset();
+        constraints_->prefix.reset(options_.reply_prefix);
     }
-    if (json_) json_->reset();
-    json_active_ = options_.json_object && !options_.starts_in_reasoning;
+    in_content_ = !options_.starts_in_reasoning;
     sampler_.configure(options_.sampling);
     decoder_.reset();
     parser_ = chat::ReplyParser(options_.starts_in_reasoning);
@@ -157,6 +176,10 @@ Status Generation::fed(size_t n) {
     return Status::ok();
 }
 
+bool Generation::constrained() const {
+    return in_content_ && constraints_ && (options_.json_object || constraints_->prefix.active());
+}
+
 Status Generation::check_can_sample() const {
     if (finished()) return invalid_argument("the generation has finished; no more tokens can be sampled");
     if (!pending().empty())
@@ -168,9 +191,13 @@ Status Generation::next(std::span<const float> logits_row, GenerationStep* step)
     *step = GenerationStep{};
     DSV4_RETURN_IF_ERROR(check_can_sample());
     std::span<const float> row = logits_row;
-    if (json_active_ && logits_row.size() == masked_.size()) {  // (a row of another size: the sampler's error)
-        json_->mask(logits_row, masked_, eos_id_);
-        row = masked_;
+    if (constrained() && logits_row.size() == constraints_->masked.size()) {  // (another size: the sampler's error)
+        ReplyConstraints& c = *constraints_;
+        if (c.prefix.active())
+            c.prefix.mask(logits_row, c.masked);
+        else
+            c.json.mask(logits_row, c.masked, eos_id_);
+        row = c.masked;
     }
     DSV4_RETURN_IF_ERROR(sampler_.sample(row, generated_, step->sample));
     return accept_sample(step);
@@ -178,7 +205,7 @@ Status Generation::next(std::span<const float> logits_row, GenerationStep* step)
 
 bool Generation::prepare_engine_sample(EngineSample* request, SampleResult* result) {
     const SamplingParams& p = sampler_.params();
-    if (finished() || json_active_) return false;
+    if (finished() || constrained()) return false;
     engine_draw_rng_ = sampler_.rng().state();
     request->params = &p;
     request->uniform = p.temperature > 0.0f ? sampler_.rng().uniform() : 0.0;  // Sampler::sample's one draw
@@ -208,10 +235,14 @@ Status Generation::accept_sample(GenerationStep* step) {
     const int32_t token = step->sample.token;
     generated_.push_back(token);
     last_token_fed_ = false;
-    if (json_active_)
-        json_->accept(token);
-    else if (options_.json_object && token == think_end_id_)
-        json_active_ = true;  // the content begins
+    if (!in_content_) {
+        in_content_ = token == think_end_id_;  // the content begins
+    } else if (constraints_) {
+        if (constraints_->prefix.active())
+            constraints_->prefix.accept(token);
+        else if (options_.json_object)
+            constraints_->json.accept(token);
+    }
 
     if (token == eos_id_ && !options_.ignore_eos) {
         finish(StopReason::kEos, step);

@@ -208,20 +208,17 @@ bool JsonObjectPrefix::push(std::string_view bytes) {
     return true;
 }
 
-JsonConstraint::JsonConstraint(const Tokenizer& tokenizer, int32_t vocab_size)
-    : offset_(size_t(vocab_size) + 1, 0), lead_space_(size_t(vocab_size), 0), plain_(size_t(vocab_size), false) {
-    for (int32_t id = 0; id < vocab_size; ++id) {
-        if (id < tokenizer.vocab_size() && !tokenizer.is_added(id))
-            if (Result<std::string> b = tokenizer.token_bytes(id); b.is_ok()) flat_ += *b;
-        offset_[size_t(id) + 1] = uint32_t(flat_.size());
-        const std::string_view b = bytes(size_t(id));
+JsonConstraint::JsonConstraint(const TokenBytes& tokens)
+    : tokens_(tokens), lead_space_(tokens.size(), 0), plain_(tokens.size(), false) {
+    for (size_t id = 0; id < tokens.size(); ++id) {
+        const std::string_view b = tokens.bytes(id);
         size_t lead = 0;
         while (lead < b.size() && lead < 255 && is_space(uint8_t(b[lead]))) ++lead;
-        lead_space_[size_t(id)] = uint8_t(lead);
+        lead_space_[id] = uint8_t(lead);
         // plain: a string state takes it and stays a string state (checked by running it through one)
         JsonObjectPrefix s;
-        plain_[size_t(id)] = !b.empty() && b.find('"') == std::string_view::npos && s.push("{\"") && s.push(b) &&
-                             s.between_string_chars();
+        plain_[id] = !tokens.added(id) && !b.empty() && b.find('"') == std::string_view::npos && s.push("{\"") &&
+                     s.push(b) && s.between_string_chars();
     }
 }
 
@@ -241,11 +238,11 @@ void JsonConstraint::mask(std::span<const float> logits, std::span<float> out, i
     }
     const bool in_string = state_.between_string_chars();
     for (size_t id = 0; id < logits.size(); ++id) {
-        std::string_view b = bytes(id);
+        std::string_view b = tokens_.bytes(id);
         bool ok;
         if (int32_t(id) == eos) {
             ok = done;
-        } else if (b.empty() || done) {
+        } else if (b.empty() || done || tokens_.added(id)) {
             ok = false;
         } else if (in_string && plain_[id]) {
             ok = true;
@@ -271,7 +268,7 @@ void JsonConstraint::mask(std::span<const float> logits, std::span<float> out, i
 }
 
 void JsonConstraint::accept(int32_t token) {
-    if (token >= 0 && size_t(token) + 1 < offset_.size()) state_.push(bytes(size_t(token)));
+    if (token >= 0 && size_t(token) < tokens_.size()) state_.push(tokens_.bytes(size_t(token)));
 }
 
 }  // namespace dsv4::engine

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dsv4/tokenizer.h"
+#include "engine/token_bytes.h"
 
 namespace dsv4::engine {
 
@@ -71,8 +71,8 @@ private:
 // The token-level constraint: which tokens the recogniser accepts next, given every token's bytes.
 class JsonConstraint {
 public:
-    // Reads every token's bytes once (added tokens, special or not, are never allowed).
-    JsonConstraint(const Tokenizer& tokenizer, int32_t vocab_size);
+    // Added tokens (the chat template's markers) are never allowed. `tokens` outlives the constraint.
+    explicit JsonConstraint(const TokenBytes& tokens);
     void reset() { state_ = JsonObjectPrefix{}; }
     // out = logits with every token the JSON cannot take set to -infinity; the end token `eos` is allowed only once
     // the object is complete, and then it is the only token allowed.
@@ -82,10 +82,7 @@ public:
     bool complete() const { return state_.complete(); }
 
 private:
-    std::string_view bytes(size_t id) const { return {flat_.data() + offset_[id], offset_[id + 1] - offset_[id]}; }
-
-    std::string flat_;                 // every token's bytes, back to back; none for a token never allowed
-    std::vector<uint32_t> offset_;     // [vocab + 1] token id's bytes at flat_[offset_[id], offset_[id + 1])
+    const TokenBytes& tokens_;
     std::vector<uint8_t> lead_space_;  // [vocab] leading whitespace bytes (at most 255)
     std::vector<bool> plain_;          // [vocab] whole UTF-8 characters, none of them '"', '\' or a control
     JsonObjectPrefix state_;

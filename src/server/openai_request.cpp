@@ -246,8 +246,8 @@ ApiResult<std::string> render_chat_prompt(const Json& body) {
         use_tools = !tools->empty();
     }
     if (const Json* choice = r.get("tool_choice")) {
-        // Accepted forms; "required" and a named function are passed on as guidance, not enforced (no
-        // constrained decoding).
+        // Accepted forms; "required" and a named function also hold the reply to a tool call's opening
+        // (parse_chat_request).
         const bool ok_string = choice->is_string() && (*choice == "none" || *choice == "auto" || *choice == "required");
         const bool ok_object = choice->is_object() && choice->contains("function") &&
                                (*choice)["function"].is_object() && (*choice)["function"].contains("name") &&
@@ -298,6 +298,24 @@ ApiResult<ParsedRequest> parse_chat_request(const Json& body, const Tokenizer& t
     if (const auto rf = body.find("response_format"); rf != body.end() && rf->is_object()) {
         const auto type = rf->find("type");
         p.gen.options.json_object = type != rf->end() && (*type == "json_object" || *type == "json_schema");
+    }
+    // tool_choice "required" or a named function: the reply opens with a tool call, by constrained decoding of the
+    // opening (the arguments are the model's)
+    if (const auto tc = body.find("tool_choice"); tc != body.end() && (*tc == "required" || tc->is_object())) {
+        const std::string name = tc->is_object() ? tc->at("function").at("name").get<std::string>() : "";
+        if (!p.tools_given)
+            return bad_request("'tool_choice' asks for a tool call but no 'tools' are given", "tool_choice");
+        if (!name.empty()) {
+            bool known = false;
+            for (const Json& t : body.at("tools")) known = known || t.at("function").at("name") == name;
+            if (!known)
+                return bad_request("'tool_choice' names function '" + name + "', which is not in 'tools'",
+                                   "tool_choice");
+        }
+        if (p.gen.options.json_object)
+            return bad_request("'tool_choice' asks for a tool call, which a JSON 'response_format' rules out",
+                               "tool_choice");
+        p.gen.options.reply_prefix = chat::tool_call_opening(name);
     }
     auto ids = encode_prompt(text, tokenizer);
     if (auto* e = std::get_if<ApiError>(&ids)) return *e;

@@ -160,6 +160,7 @@ TOOL_REPLY = ("Checking.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get
               "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
               "</｜DSML｜invoke>\n</｜DSML｜tool_calls>")
 SCRIPT = [
+    {"when": "forecast for Paris", "reply": TOOL_REPLY[len("Checking."):]},  # the call alone
     {"when": "weather", "reply": TOOL_REPLY},
     {"when": "two plus two", "reply": "Two and two make four.</think>The answer is 4."},
     {"when": "long story", "reply": "once upon a time " * 100},
@@ -406,6 +407,10 @@ class RealModel(unittest.TestCase):
             (chat, {"messages": ok, "logit_bias": {"5": 1, "05": 2}}, 400),
             (chat, {"messages": ok, "model": 5}, 400),
             (chat, {"messages": [{"role": "assistant", "content": "", "tool_calls": "x"}]}, 400),
+            (chat, {"messages": ok, "tool_choice": "required"}, 400),
+            (chat, {"messages": ok, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "f"}}}, 400),
+            (chat, {"messages": ok, "tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+             400),
             (cmpl, {"prompt": [1, -5]}, 400), (cmpl, {"prompt": {"a": 1}}, 400), (cmpl, {}, 400),
             (cmpl, {"prompt": "x", "echo": True}, 400), (cmpl, {"prompt": [[1], [2]]}, 400),
             ("/detokenize", {"tokens": [999999999]}, 400), ("/tokenize", {"content": 5}, 400),
@@ -439,6 +444,31 @@ class Scripted(unittest.TestCase):
         call = ch.message.tool_calls[0]
         self.assertEqual(call.function.name, "get_weather")
         self.assertEqual(json.loads(call.function.arguments), {"city": "Paris", "days": 3})
+
+    def test_tool_choice_holds_the_reply_to_a_call(self):
+        c = SCRIPTED.client()
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        # a reply that opens with the call passes through the constraint unchanged, named or required
+        for choice in (named, "required"):
+            r = c.chat.completions.create(model="scripted", tools=TOOLS, tool_choice=choice,
+                                          messages=[{"role": "user", "content": "The forecast for Paris?"}])
+            ch = r.choices[0]
+            self.assertEqual(ch.finish_reason, "tool_calls")
+            self.assertEqual([t.function.name for t in ch.message.tool_calls], ["get_weather"])
+            self.assertEqual(json.loads(ch.message.tool_calls[0].function.arguments), {"city": "Paris", "days": 3})
+        # a reply that would start with text ("Checking.") is held to the call's opening instead: the stream names
+        # the call at once and carries no content (the scripted model's text after the forced opening is not a
+        # whole call, so the call stays unfinished)
+        stream = c.chat.completions.create(model="scripted", tools=TOOLS, tool_choice=named, max_tokens=40,
+                                           stream=True,
+                                           messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+        names, content = [], ""
+        for chunk in stream:
+            for ch in chunk.choices:
+                content += ch.delta.content or ""
+                names += [t.function.name for t in (ch.delta.tool_calls or []) if t.function and t.function.name]
+        self.assertEqual(names, ["get_weather"])
+        self.assertNotIn("Checking", content)
 
     def test_tool_call_streamed(self):
         stream = SCRIPTED.client().chat.completions.create(

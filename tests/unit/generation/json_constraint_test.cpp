@@ -139,7 +139,8 @@ const Tokenizer& tokenizer() {
 TEST(JsonConstraint, MaskEqualsRunningEveryToken) {
     const Tokenizer& tok = tokenizer();
     const int32_t vocab = tok.vocab_size(), eos = *tok.token_to_id(chat::kEosToken);
-    JsonConstraint constraint(tok, vocab);
+    const TokenBytes tokens(tok, vocab);
+    JsonConstraint constraint(tokens);
     std::vector<float> logits(static_cast<size_t>(vocab), 1.0f), out(static_cast<size_t>(vocab));
     const std::vector<std::string> prefixes = {
         "",           " \n",          "{",           "{\"ke",          "{\"key\"",
