@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "dsv4/chat.h"
+#include "dsv4/generation.h"
 #include "dsv4/sampling.h"
 #include "dsv4/tokenizer.h"
-#include "dsv4/generation.h"
 #include "testing/testing.h"
+#include "testing/v4_tokenizer.h"
 
 namespace dsv4::server {
 namespace {
@@ -22,14 +23,7 @@ using engine::Generation;
 using engine::GenerationOptions;
 using engine::GenerationStep;
 
-const Tokenizer& tokenizer() {
-    static std::unique_ptr<Tokenizer> t = [] {
-        auto r = Tokenizer::from_file(testing::test_data_dir() / "tokenizer" / "deepseek_v4_tokenizer.json");
-        EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-        return std::move(r).value();
-    }();
-    return *t;
-}
+const Tokenizer& tokenizer() { return testing::v4_tokenizer(); }
 
 int32_t vocab() { return tokenizer().vocab_size(); }
 

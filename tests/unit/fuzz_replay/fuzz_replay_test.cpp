@@ -16,21 +16,13 @@
 #include "../../../fuzz/entry/openai_request_entry.h"
 #endif
 #include "fuzz_inputs.h"
+#include "testing/v4_tokenizer.h"
 
 namespace dsv4::fuzz_replay {
 namespace {
 
 bool expect_rejected(const FuzzInput& input) {
     return input.regression && input.path.filename().string().rfind("valid_", 0) != 0;
-}
-
-const Tokenizer& v4_tokenizer() {
-    static const std::unique_ptr<Tokenizer> tokenizer = [] {
-        auto loaded = Tokenizer::from_file(testing::test_data_dir() / "tokenizer" / "deepseek_v4_tokenizer.json");
-        EXPECT_TRUE(loaded.is_ok()) << loaded.status().to_string();
-        return loaded.is_ok() ? std::move(loaded).value() : nullptr;
-    }();
-    return *tokenizer;
 }
 
 TEST(FuzzReplay, ModelConfig) {
@@ -92,7 +84,7 @@ TEST(FuzzReplay, TokenizerJson) {
 TEST(FuzzReplay, TokenizerEncode) {
     const auto inputs = fuzz_inputs("tokenizer_encode");
     ASSERT_GE(count_seeds(inputs), 5u) << "the tokenizer_encode seed corpus is missing";
-    for (const FuzzInput& input : inputs) fuzz::tokenizer_encode_one_input(v4_tokenizer(), input.bytes);
+    for (const FuzzInput& input : inputs) fuzz::tokenizer_encode_one_input(testing::v4_tokenizer(), input.bytes);
 }
 
 #if DSV4_HAVE_SERVER
@@ -100,13 +92,13 @@ TEST(FuzzReplay, OpenaiRequest) {
     const auto inputs = fuzz_inputs("openai_request");
     ASSERT_GE(count_seeds(inputs), 5u) << "the openai_request seed corpus is missing";
     for (const FuzzInput& input : inputs) {
-        fuzz::openai_request_one_input(v4_tokenizer(), input.bytes);
+        fuzz::openai_request_one_input(testing::v4_tokenizer(), input.bytes);
         if (input.regression) continue;
         auto body = server::parse_body(std::string(input.bytes.begin(), input.bytes.end()));
         ASSERT_TRUE(std::holds_alternative<server::Json>(body)) << input.path;
         const server::Json& json = std::get<server::Json>(body);
-        auto parsed = json.contains("messages") ? server::parse_chat_request(json, v4_tokenizer())
-                                                : server::parse_completion_request(json, v4_tokenizer());
+        auto parsed = json.contains("messages") ? server::parse_chat_request(json, testing::v4_tokenizer())
+                                                : server::parse_completion_request(json, testing::v4_tokenizer());
         const auto* error = std::get_if<server::ApiError>(&parsed);
         EXPECT_EQ(error, nullptr) << input.path << ": " << (error ? error->message : "");
     }

@@ -16,18 +16,12 @@
 #include "dsv4/engine.h"
 #include "dsv4/tokenizer.h"
 #include "testing/testing.h"
+#include "testing/v4_tokenizer.h"
 
 namespace dsv4::engine {
 namespace {
 
-const Tokenizer& tokenizer() {
-    static std::unique_ptr<Tokenizer> t = [] {
-        auto r = Tokenizer::from_file(testing::test_data_dir() / "tokenizer" / "deepseek_v4_tokenizer.json");
-        EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-        return std::move(r).value();
-    }();
-    return *t;
-}
+const Tokenizer& tokenizer() { return testing::v4_tokenizer(); }
 
 int32_t vocab() { return tokenizer().vocab_size(); }
 int32_t eos() { return *tokenizer().token_to_id(chat::kEosToken); }

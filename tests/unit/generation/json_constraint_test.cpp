@@ -18,6 +18,7 @@
 #include "dsv4/generation.h"
 #include "testing/seeds.h"
 #include "testing/testing.h"
+#include "testing/v4_tokenizer.h"
 
 namespace dsv4::engine {
 namespace {
@@ -124,14 +125,7 @@ TEST(JsonObjectPrefix, RefusesMalformedTextAtTheFirstBadByte) {
     EXPECT_FALSE(s.push('['));
 }
 
-const Tokenizer& tokenizer() {
-    static std::unique_ptr<Tokenizer> t = [] {
-        auto r = Tokenizer::from_file(testing::test_data_dir() / "tokenizer" / "deepseek_v4_tokenizer.json");
-        EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-        return std::move(r).value();
-    }();
-    return *t;
-}
+const Tokenizer& tokenizer() { return testing::v4_tokenizer(); }
 
 // The mask's shortcuts (first-byte tables, skipped whitespace, plain string text) against running every token through
 // the recogniser, in states of every kind: before the object, between tokens, inside keys, strings, escapes, \u

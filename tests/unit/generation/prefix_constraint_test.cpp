@@ -14,18 +14,12 @@
 #include "dsv4/generation.h"
 #include "testing/seeds.h"
 #include "testing/testing.h"
+#include "testing/v4_tokenizer.h"
 
 namespace dsv4::engine {
 namespace {
 
-const Tokenizer& tokenizer() {
-    static std::unique_ptr<Tokenizer> t = [] {
-        auto r = Tokenizer::from_file(testing::test_data_dir() / "tokenizer" / "deepseek_v4_tokenizer.json");
-        EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-        return std::move(r).value();
-    }();
-    return *t;
-}
+const Tokenizer& tokenizer() { return testing::v4_tokenizer(); }
 
 const std::string kOpening = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n";
 
