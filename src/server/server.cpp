@@ -177,7 +177,8 @@ void Server::Impl::setup_routes() {
     http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
         res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
     }));
-    http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
+    // the one model as OpenAI describes a model, with dsv4's facts in "meta"
+    auto model_object = [this] {
         Json m;
         m["id"] = model_id;
         m["object"] = "model";
@@ -192,8 +193,19 @@ void Server::Impl::setup_routes() {
             if (const std::string gpus = model.backend->gpus(); !gpus.empty()) meta["gpus"] = gpus;
         }
         m["meta"] = std::move(meta);
-        send_json(res, Json{{"object", "list"}, {"data", Json::array({std::move(m)})}});
-    }));
+        return m;
+    };
+    http.Get("/v1/models", guarded([this, model_object](const httplib::Request&, httplib::Response& res) {
+                 send_json(res, Json{{"object", "list"}, {"data", Json::array({model_object()})}});
+             }));
+    http.Get(R"(/v1/models/(.+))", guarded([this, model_object](const httplib::Request& req, httplib::Response& res) {
+                 const std::string id = req.matches[1];
+                 if (id != model_id)
+                     return send_error(
+                         res, {404, "no model '" + id.substr(0, 200) + "' here; this server serves '" + model_id + "'",
+                               "invalid_request_error", "model", "model_not_found"});
+                 send_json(res, model_object());
+             }));
     http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
         handle_generation(req, res, true);
     }));

@@ -181,6 +181,11 @@ class RealModel(unittest.TestCase):
         self.assertEqual(json.loads(body)["status"], "ok")
         models = REAL.client().models.list()
         self.assertEqual([m.id for m in models.data], ["tiny"])
+        one = REAL.client().models.retrieve("tiny")
+        self.assertEqual((one.id, one.object), ("tiny", "model"))
+        status, _, body = request(REAL.port, "GET", "/v1/models/other%FF")
+        self.assertEqual(status, 404)
+        self.assertEqual(json.loads(body)["error"]["code"], "model_not_found")
 
     def test_chat_and_stream_agree(self):
         c = REAL.client()
