@@ -151,6 +151,11 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
                      },
                      "ID=BIAS")),
              "DSV4_LOGIT_BIAS");
+    with_env(cmd.add_option("--format", f.format,
+                            "text (default) or json: the reply (after any reasoning) is one JSON object, by "
+                            "constrained decoding")
+                 ->check(CLI::IsMember({"text", "json"})),
+             "DSV4_FORMAT");
     with_env(cmd.add_flag("--ignore-eos", f.ignore_eos, "keep generating after the end-of-sentence token"),
              "DSV4_IGNORE_EOS");
     auto* think =
@@ -222,6 +227,7 @@ engine::GenerationOptions generation_options(const SamplingFlags& f, const Sessi
     o.max_context = session.max_context();
     o.stop = f.stop;
     o.ignore_eos = f.ignore_eos;
+    o.json_object = f.format == "json";
     return o;
 }
 

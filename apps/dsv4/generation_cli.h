@@ -39,6 +39,7 @@ struct SamplingFlags {
     int64_t seed = -1;  // < 0: a random seed (printed, so the run can be repeated)
     std::vector<std::string> stop;
     std::vector<std::string> logit_bias;  // "ID=BIAS" each (checked by the flag's validator)
+    std::string format = "text";          // "json": the reply is one JSON object (GenerationOptions::json_object)
     bool ignore_eos = false;
     bool think = false;
     bool no_think = false;

@@ -125,6 +125,19 @@ for t in 0 1; do
     python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["tokens"]; assert t == [500] * 4, t' "$tmp/bias" ||
         fail "--logit-bias 500=100 did not force token 500"
 done
+# --format json: the reply is a prefix of one JSON object, a whole one when the end token came
+for seed in 1 2 3; do
+    gen -p "Reply in JSON" -n 30 --seed $seed --format json --json >"$tmp/fmt" 2>/dev/null || fail "--format json run"
+    python3 - "$tmp/fmt" <<'PY' || fail "--format json: not JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+text = d["content"]
+assert text.lstrip().startswith("{") or not text.strip(), text
+if d["stop_reason"] == "eos":
+    assert isinstance(json.loads(text), dict), text
+PY
+done
+expect_failure "--format" generate -m "$model" -p hi --format yaml
 # --pass-rows sets the engine's pass size: the same text in passes of 4 rows as in one pass
 gen -p "Once upon a time" -n 12 --seed 11 --pass-rows 4 >"$tmp/e" 2>/dev/null || fail "--pass-rows run"
 cmp -s "$tmp/a" "$tmp/e" || fail "--pass-rows 4 changed the text"
